@@ -1,0 +1,203 @@
+"""One error root for moonrun: every error's docstring is its default message.
+
+`ERROR_TABLE` is the single map from error type to HTTP status and stable wire code
+(PROTOCOL.md). Codes are API; messages are not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final
+
+
+class MoonrunError(Exception):
+    """Something went wrong in moonrun."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message if message is not None else type(self).default_message())
+
+    @classmethod
+    def default_message(cls) -> str:
+        doc = (cls.__doc__ or cls.__name__).strip()
+        return doc.splitlines()[0]
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0])
+
+    @property
+    def code(self) -> str:
+        return status_and_code(type(self))[1]
+
+    @property
+    def status(self) -> int:
+        return status_and_code(type(self))[0]
+
+
+# -- request shape -------------------------------------------------------------------------
+
+
+class InvalidRequest(MoonrunError):
+    """The request is missing a required field or a field has a bad value."""
+
+
+class TooLarge(MoonrunError):
+    """The request body or a field of it is larger than allowed."""
+
+
+class AlreadyExists(MoonrunError):
+    """A resource with that name already exists."""
+
+
+# -- users ---------------------------------------------------------------------------------
+
+
+class Unauthenticated(MoonrunError):
+    """No valid credentials were presented."""
+
+
+class Forbidden(MoonrunError):
+    """You do not have access to this resource."""
+
+
+class NotFound(MoonrunError):
+    """No such resource."""
+
+
+# -- Run authentication --------------------------------------------------------------------
+
+
+class JoinTokenInvalid(MoonrunError):
+    """The join token is unknown, expired or already used."""
+
+
+class SignatureMissing(MoonrunError):
+    """The request is not signed, or its signature headers do not parse."""
+
+
+class SignatureInvalid(MoonrunError):
+    """The request signature, key id or content digest does not verify."""
+
+
+class SignatureExpired(MoonrunError):
+    """The signature was created too far from the platform clock."""
+
+
+class Replayed(MoonrunError):
+    """This signature nonce was already seen."""
+
+
+class SessionRotated(MoonrunError):
+    """A newer session was registered for this endpoint; register again."""
+
+
+class SessionExpired(MoonrunError):
+    """The session expired; register again."""
+
+
+# -- jobs channel: fencing and state (checked in the order PROTOCOL.md section 4 gives) -------
+
+
+class JobRejected(MoonrunError):
+    """The job message was rejected and changed nothing."""
+
+
+class JobNotFound(JobRejected):
+    """No such job."""
+
+
+class WrongEndpoint(JobRejected):
+    """The job is assigned to another endpoint."""
+
+
+class StaleAttempt(JobRejected):
+    """The message names an attempt that is not the job's current attempt."""
+
+
+class LeaseMismatch(JobRejected):
+    """The lease does not match the current attempt's lease."""
+
+
+class ReconcileRequired(JobRejected):
+    """Reconcile after registering before claiming or touching jobs of an older session."""
+
+
+class AckDeadlineExpired(JobRejected):
+    """The ack deadline of this attempt has passed."""
+
+
+class LeaseExpired(JobRejected):
+    """The execution lease of this attempt has expired."""
+
+
+class NotActive(JobRejected):
+    """The job is not in a state that accepts this message."""
+
+
+class NoCancelIntent(JobRejected):
+    """A cancelled result needs a cancel intent, and there is none."""
+
+
+class SequenceRegression(JobRejected):
+    """The progress sequence number went backwards."""
+
+
+class TerminalConflict(JobRejected):
+    """A different result is already recorded for this attempt."""
+
+
+# -- service health ------------------------------------------------------------------------
+
+
+class ChannelBusy(MoonrunError):
+    """This channel is at its concurrency limit; retry later."""
+
+
+class Contention(MoonrunError):
+    """The record changed too often under this request; retry."""
+
+
+class IllegalTransition(MoonrunError):
+    """A transition outside the job state machine was attempted (a bug in moonrun)."""
+
+
+ERROR_TABLE: Final[Mapping[type[MoonrunError], tuple[int, str]]] = {
+    MoonrunError: (500, "internal"),
+    InvalidRequest: (422, "invalid_request"),
+    TooLarge: (413, "too_large"),
+    AlreadyExists: (409, "already_exists"),
+    Unauthenticated: (401, "unauthenticated"),
+    Forbidden: (403, "forbidden"),
+    NotFound: (404, "not_found"),
+    JoinTokenInvalid: (401, "join_token_invalid"),
+    SignatureMissing: (401, "signature_missing"),
+    SignatureInvalid: (401, "signature_invalid"),
+    SignatureExpired: (401, "signature_expired"),
+    Replayed: (401, "replayed"),
+    SessionRotated: (401, "session_rotated"),
+    SessionExpired: (401, "session_expired"),
+    JobRejected: (409, "rejected"),
+    JobNotFound: (404, "job_not_found"),
+    WrongEndpoint: (403, "wrong_endpoint"),
+    StaleAttempt: (409, "stale_attempt"),
+    LeaseMismatch: (409, "lease_mismatch"),
+    ReconcileRequired: (409, "reconcile_required"),
+    AckDeadlineExpired: (409, "ack_deadline_expired"),
+    LeaseExpired: (409, "lease_expired"),
+    NotActive: (409, "not_active"),
+    NoCancelIntent: (409, "no_cancel_intent"),
+    SequenceRegression: (409, "sequence_regression"),
+    TerminalConflict: (409, "terminal_conflict"),
+    ChannelBusy: (429, "channel_busy"),
+    Contention: (503, "contention"),
+    IllegalTransition: (500, "internal"),
+}
+
+
+def status_and_code(error_type: type[MoonrunError]) -> tuple[int, str]:
+    """The HTTP status and wire code of an error type (its nearest entry in the table)."""
+    for klass in error_type.__mro__:
+        entry = ERROR_TABLE.get(klass)
+        if entry is not None:
+            return entry
+    return ERROR_TABLE[MoonrunError]

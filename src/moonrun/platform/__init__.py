@@ -1,0 +1,1 @@
+"""The platform: use cases over the store (and, later, the HTTP service and console)."""

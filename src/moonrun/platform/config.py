@@ -1,0 +1,56 @@
+"""The platform's scheduling settings, with PROTOCOL.md section 7's defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from moonrun.scheduling.retry import RetryPolicy
+from moonrun.scheduling.time import seconds_to_ms
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulingSettings:
+    """Timing and limits the service applies; `settings.py` builds one from flags and env."""
+
+    ack_timeout_s: float = 30.0
+    lease_ttl_s: float = 40.0
+    session_ttl_s: float = 50.0
+    heartbeat_interval_s: float = 10.0
+    join_token_ttl_s: float = 900.0
+    max_attempts: int = 5
+    backoff_initial_s: float = 1.0
+    backoff_multiplier: float = 2.0
+    backoff_max_s: float = 300.0
+    backoff_jitter: float = 0.0
+    max_claim_batch: int = 64
+    max_capacity: int = 1024
+    max_reconcile_entries: int = 4096
+    sweep_batch: int = 500
+    cas_retries: int = 32
+    session_extend_granularity_s: float = 1.0
+    """A session's expiry is rewritten only when it would move by at least this much."""
+
+    def default_policy(self) -> RetryPolicy:
+        return RetryPolicy(
+            max_attempts=self.max_attempts,
+            initial_s=self.backoff_initial_s,
+            multiplier=self.backoff_multiplier,
+            max_s=self.backoff_max_s,
+            jitter=self.backoff_jitter,
+        )
+
+    @property
+    def ack_timeout_ms(self) -> int:
+        return seconds_to_ms(self.ack_timeout_s)
+
+    @property
+    def lease_ttl_ms(self) -> int:
+        return seconds_to_ms(self.lease_ttl_s)
+
+    @property
+    def session_ttl_ms(self) -> int:
+        return seconds_to_ms(self.session_ttl_s)
+
+    @property
+    def join_token_ttl_ms(self) -> int:
+        return seconds_to_ms(self.join_token_ttl_s)

@@ -1,0 +1,118 @@
+"""Directory: users, their API tokens, servers and server administrators."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from moonrun.clock import Clock
+from moonrun.errors import Contention, InvalidRequest, NotFound, Unauthenticated
+from moonrun.platform.service import NAME_PATTERN
+from moonrun.scheduling.fingerprint import token_hash
+from moonrun.scheduling.records import Server, User
+from moonrun.security.access import can_manage_admins, require, require_platform_admin
+from moonrun.security.tokens import API_PREFIX, TokenSource
+from moonrun.store.protocol import Store
+
+BOOTSTRAP_ADMIN_NAME = "admin"
+
+
+@dataclass(frozen=True, slots=True)
+class NewUser:
+    """A created user and its first API token (returned once, stored only as a hash)."""
+
+    user: User
+    api_token: str
+
+
+class Directory:
+    """Who exists and who may manage which server."""
+
+    def __init__(self, store: Store, clock: Clock, tokens: TokenSource, cas_retries: int = 32):
+        self._store = store
+        self._clock = clock
+        self._tokens = tokens
+        self._cas_retries = cas_retries
+
+    def authenticate(self, api_token: str | None) -> User:
+        """The user holding `api_token`; anything else is `Unauthenticated`."""
+        if not api_token:
+            raise Unauthenticated()
+        user = self._store.user_by_api_token(token_hash(api_token))
+        if user is None:
+            raise Unauthenticated()
+        return user
+
+    def ensure_bootstrap_admin(self, api_token: str) -> User:
+        """Create platform admin `admin` holding `api_token` unless some user already holds it."""
+        existing = self._store.user_by_api_token(token_hash(api_token))
+        if existing is not None:
+            return existing
+        now = self._clock.now()
+        admin = User(self._tokens.identifier("usr_"), BOOTSTRAP_ADMIN_NAME, True, now)
+        self._store.insert_user(admin)
+        self._store.insert_api_token(token_hash(api_token), admin.id, now)
+        return admin
+
+    def create_user(self, actor: User, name: str, *, platform_admin: bool = False) -> NewUser:
+        """A platform admin creates a user, who gets an API token."""
+        require_platform_admin(actor)
+        _check_name(name)
+        if not isinstance(platform_admin, bool):
+            raise InvalidRequest("platform_admin must be a boolean")
+        now = self._clock.now()
+        user = User(self._tokens.identifier("usr_"), name, platform_admin, now)
+        self._store.insert_user(user)
+        return NewUser(user, self.issue_api_token(user))
+
+    def issue_api_token(self, user: User) -> str:
+        token = self._tokens.token(API_PREFIX)
+        self._store.insert_api_token(token_hash(token), user.id, self._clock.now())
+        return token
+
+    def create_server(self, actor: User, name: str, *, endpoint_id: str, owner_id: str) -> Server:
+        """A platform admin creates a server on an endpoint, owned by a user."""
+        require_platform_admin(actor)
+        _check_name(name)
+        if not isinstance(endpoint_id, str) or self._store.get_endpoint(endpoint_id) is None:
+            raise NotFound("no such endpoint")
+        if not isinstance(owner_id, str) or self._store.get_user(owner_id) is None:
+            raise NotFound("no such user")
+        server = Server(
+            id=self._tokens.identifier("srv_"),
+            name=name,
+            endpoint_id=endpoint_id,
+            owner_id=owner_id,
+            created_at=self._clock.now(),
+        )
+        self._store.insert_server(server)
+        return server
+
+    def get_server(self, actor: User, server_id: str) -> Server:
+        server = self._store.get_server(server_id)
+        if server is None:
+            raise NotFound("no such server")
+        require(actor.platform_admin or actor.id == server.owner_id or actor.id in server.admin_ids)
+        return server
+
+    def add_server_admin(self, actor: User, server_id: str, user_id: str) -> Server:
+        """The owner (or a platform admin) makes a user an administrator of the server."""
+        for _ in range(self._cas_retries):
+            server = self._store.get_server(server_id)
+            if server is None:
+                raise NotFound("no such server")
+            require(can_manage_admins(actor, server))
+            if not isinstance(user_id, str) or self._store.get_user(user_id) is None:
+                raise NotFound("no such user")
+            if user_id in server.admin_ids:
+                return server
+            updated = replace(
+                server, admin_ids=(*server.admin_ids, user_id), version=server.version + 1
+            )
+            if self._store.replace_server(updated, server.version):
+                return updated
+        raise Contention()
+
+
+def _check_name(name: object) -> None:
+    if not isinstance(name, str) or not NAME_PATTERN.match(name):
+        raise InvalidRequest(f"name must match {NAME_PATTERN.pattern}")

@@ -1,0 +1,681 @@
+"""SchedulingService: Run's and users' scheduling use cases, applied durably through the store.
+
+Every use case is load -> pure transition (`moonrun.scheduling`) -> compare-and-swap write,
+retried on conflict. The service keeps no jobs, sessions or deadlines of its own: a second
+instance over the same store answers every call exactly as this one would.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
+
+from moonrun.clock import Clock
+from moonrun.errors import (
+    Contention,
+    InvalidRequest,
+    JobNotFound,
+    JoinTokenInvalid,
+    NotFound,
+    ReconcileRequired,
+    SessionExpired,
+    SessionRotated,
+    SignatureInvalid,
+)
+from moonrun.platform.config import SchedulingSettings
+from moonrun.scheduling import jobs as jobs_domain
+from moonrun.scheduling import messages
+from moonrun.scheduling import reconcile as reconcile_domain
+from moonrun.scheduling.fingerprint import JsonValue, token_hash
+from moonrun.scheduling.jobs import Job, JobState, RunResult
+from moonrun.scheduling.messages import (
+    AckAnswer,
+    Caller,
+    CancelPollAnswer,
+    Decision,
+    Evidence,
+    ProgressAnswer,
+    ResultAnswer,
+)
+from moonrun.scheduling.reconcile import Discard, ReconcileEntry
+from moonrun.scheduling.records import Endpoint, Server, Session, User
+from moonrun.scheduling.retry import RetryPolicy
+from moonrun.scheduling.time import Instant
+from moonrun.scheduling.views import EndpointView, endpoint_view
+from moonrun.security.access import can_manage_jobs, require, require_platform_admin
+from moonrun.security.tokens import JOIN_PREFIX, LEASE_PREFIX, TokenSource
+from moonrun.store.protocol import JobCursor, Store
+
+T = TypeVar("T")
+
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+BOOT_ID_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+RUN_VERSION_PATTERN = re.compile(r"^[A-Za-z0-9_.+-]{1,64}$")
+MAX_PAGE = 200
+
+
+# -- answers -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class EnrolledEndpoint:
+    """A new endpoint and its one-time join token (returned once, never stored raw)."""
+
+    endpoint: Endpoint
+    join_token: str
+    join_token_expires_at: Instant
+
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    """A new session; the HTTP layer derives the session key from `session.id`."""
+
+    session: Session
+    heartbeat_interval_s: float
+    session_ttl_s: float
+    ack_timeout_s: float
+    lease_ttl_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    session_expires_at: Instant
+    server_time: Instant
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedJob:
+    """One granted attempt; `lease` is the raw token, handed out here and nowhere else."""
+
+    job_id: str
+    server_id: str
+    kind: str
+    payload: JsonValue
+    attempt: int
+    lease: str
+    ack_deadline: Instant
+    lease_ttl_s: float
+    max_attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class Confirmed:
+    job_id: str
+    attempt: int
+    state: JobState
+    cancel_requested: bool
+    deadline: Instant
+
+
+@dataclass(frozen=True, slots=True)
+class Lost:
+    job_id: str
+    attempt: int
+    state: JobState
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileReport:
+    confirmed: tuple[Confirmed, ...]
+    discard: tuple[Discard, ...]
+    lost: tuple[Lost, ...]
+
+
+@dataclass
+class _ReportBuilder:
+    confirmed: list[Confirmed] = field(default_factory=list)
+    discard: list[Discard] = field(default_factory=list)
+    lost: list[Lost] = field(default_factory=list)
+    decided: set[str] = field(default_factory=set)
+
+    def add(self, plan: reconcile_domain.ReconcilePlan, job: Job | None) -> None:
+        self.discard.extend(plan.discard)
+        if job is None:
+            return
+        if plan.confirm:
+            assert job.deadline_at is not None
+            self.confirmed.append(
+                Confirmed(job.id, job.attempt, job.state, job.cancel is not None, job.deadline_at)
+            )
+        if plan.lost:
+            self.lost.append(Lost(job.id, job.attempt, job.state))
+        self.decided.add(job.id)
+
+    def build(self) -> ReconcileReport:
+        return ReconcileReport(tuple(self.confirmed), tuple(self.discard), tuple(self.lost))
+
+
+@dataclass(frozen=True, slots=True)
+class CancelOutcome:
+    job: Job
+    waits_on_run: bool
+    """True while only Run can resolve the intent (the API answers 202)."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    jobs: tuple[Job, ...]
+    next_cursor: str | None
+
+
+# -- the service -----------------------------------------------------------------------------
+
+
+class SchedulingService:
+    """Applies Run's and users' scheduling messages through the store seam."""
+
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        tokens: TokenSource,
+        settings: SchedulingSettings | None = None,
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._tokens = tokens
+        self._settings = settings or SchedulingSettings()
+
+    @property
+    def settings(self) -> SchedulingSettings:
+        return self._settings
+
+    # -- enrollment and sessions (control channel) -----------------------------------------
+
+    def create_endpoint(self, actor: User, name: str) -> EnrolledEndpoint:
+        """A platform admin creates an endpoint and gets its one-time join token."""
+        require_platform_admin(actor)
+        _check_name("name", name)
+        now = self._clock.now()
+        join_token = self._tokens.token(JOIN_PREFIX)
+        expires_at = now + self._settings.join_token_ttl_ms
+        endpoint = Endpoint(
+            id=self._tokens.identifier("ep_"),
+            name=name,
+            created_at=now,
+            join_token_hash=token_hash(join_token),
+            join_token_expires_at=expires_at,
+        )
+        self._store.insert_endpoint(endpoint)
+        return EnrolledEndpoint(endpoint, join_token, expires_at)
+
+    def join_endpoint(self, join_token: str, identity_public_key: str) -> Endpoint:
+        """Run burns its join token and records its Ed25519 public key."""
+        key = _decode_public_key(identity_public_key)
+        if not isinstance(join_token, str) or not join_token:
+            raise JoinTokenInvalid()
+        for _ in range(self._settings.cas_retries):
+            now = self._clock.now()
+            endpoint = self._store.endpoint_by_join_token(token_hash(join_token))
+            if (
+                endpoint is None
+                or endpoint.joined_at is not None
+                or now >= endpoint.join_token_expires_at
+            ):
+                raise JoinTokenInvalid()
+            joined = replace(
+                endpoint, identity_public_key=key, joined_at=now, version=endpoint.version + 1
+            )
+            if self._store.replace_endpoint(joined, endpoint.version):
+                return joined
+        raise Contention()
+
+    def register_session(
+        self, endpoint_id: str, *, boot_id: str, run_version: str, capacity: int
+    ) -> Registration:
+        """A new session at generation + 1; every earlier session of the endpoint is rotated."""
+        _check_pattern("boot_id", boot_id, BOOT_ID_PATTERN)
+        _check_pattern("run_version", run_version, RUN_VERSION_PATTERN)
+        _check_int("capacity", capacity, 1, self._settings.max_capacity)
+        for _ in range(self._settings.cas_retries):
+            endpoint = self._store.get_endpoint(endpoint_id)
+            if endpoint is None or endpoint.joined_at is None:
+                raise SignatureInvalid("unknown endpoint")
+            now = self._clock.now()
+            session = Session(
+                id=self._tokens.identifier("ses_"),
+                endpoint_id=endpoint.id,
+                generation=endpoint.generation + 1,
+                boot_id=boot_id,
+                capacity=capacity,
+                run_version=run_version,
+                created_at=now,
+                last_seen_at=now,
+                expires_at=now + self._settings.session_ttl_ms,
+            )
+            # The session row goes first: if the endpoint write loses a race, the orphan row is
+            # harmless, because only the endpoint's current_session_id makes a session valid.
+            self._store.insert_session(session)
+            rotated = replace(
+                endpoint,
+                generation=session.generation,
+                current_session_id=session.id,
+                version=endpoint.version + 1,
+            )
+            if self._store.replace_endpoint(rotated, endpoint.version):
+                s = self._settings
+                return Registration(
+                    session, s.heartbeat_interval_s, s.session_ttl_s, s.ack_timeout_s, s.lease_ttl_s
+                )
+        raise Contention()
+
+    def authenticate_session(self, session_id: str) -> Session:
+        """The caller's current, unexpired session; each call counts as activity."""
+        now = self._clock.now()
+        session = self._store.get_session(session_id)
+        if session is None:
+            raise SignatureInvalid("unknown session")
+        endpoint = self._store.get_endpoint(session.endpoint_id)
+        if endpoint is None or endpoint.current_session_id != session.id:
+            raise SessionRotated()
+        if now >= session.expires_at:
+            raise SessionExpired()
+        expires_at = now + self._settings.session_ttl_ms
+        granularity = round(self._settings.session_extend_granularity_s * 1000)
+        if expires_at - session.expires_at >= granularity:
+            self._store.extend_session(session.id, now, expires_at)
+            session = replace(session, last_seen_at=now, expires_at=expires_at)
+        return session
+
+    def heartbeat(self, session_id: str) -> Heartbeat:
+        session = self.authenticate_session(session_id)
+        return Heartbeat(session.expires_at, self._clock.now())
+
+    def endpoint_views(self, actor: User) -> list[EndpointView]:
+        """Every endpoint, as a platform admin sees it."""
+        require_platform_admin(actor)
+        now = self._clock.now()
+        views = []
+        for endpoint in self._store.list_endpoints():
+            sid = endpoint.current_session_id
+            session = self._store.get_session(sid) if sid else None
+            views.append(endpoint_view(endpoint, session, now))
+        return views
+
+    # -- jobs channel ------------------------------------------------------------------------
+
+    def reconcile(self, session_id: str, entries: Sequence[ReconcileEntry]) -> ReconcileReport:
+        """Confirm and rebind Run's live attempts, discard stale entries, and apply cancel or
+        retry policy to the endpoint's active jobs the report does not confirm."""
+        session = self.authenticate_session(session_id)
+        caller = Caller(session.endpoint_id, session.generation)
+        self._check_entries(entries)
+        now = self._clock.now()
+        report = _ReportBuilder()
+        for entry in entries:
+            self._reconcile_job(entry.job_id, [entry], caller, now, report)
+        for job in self._store.active_jobs(caller.endpoint_id):
+            if job.id not in report.decided:
+                self._reconcile_job(job.id, [], caller, now, report)
+        self._store.mark_session_reconciled(session.id, now)
+        return report.build()
+
+    def _reconcile_job(
+        self,
+        job_id: str,
+        entries: list[ReconcileEntry],
+        caller: Caller,
+        now: Instant,
+        report: _ReportBuilder,
+    ) -> None:
+        """Plan and write one job's part of a reconciliation; a conflict re-plans that job."""
+        s = self._settings
+        for _ in range(s.cas_retries):
+            stored = self._store.get_job(job_id)
+            fresh = (
+                None
+                if stored is None
+                else jobs_domain.apply_due_deadline(stored, now=now, draw=self._tokens.draw())
+            )
+            known = {} if fresh is None else {job_id: fresh}
+            active = [fresh] if fresh is not None and fresh.state.is_active else []
+            if fresh is not None and fresh.endpoint_id != caller.endpoint_id:
+                active = []
+            plan = reconcile_domain.plan(entries, known, active, caller.endpoint_id)
+            updated = fresh
+            if fresh is not None and plan.confirm:
+                updated = reconcile_domain.confirm(
+                    fresh,
+                    caller,
+                    now=now,
+                    ack_timeout_ms=s.ack_timeout_ms,
+                    lease_ttl_ms=s.lease_ttl_ms,
+                )
+            elif fresh is not None and plan.lost:
+                updated = reconcile_domain.lose(fresh, caller, now=now, draw=self._tokens.draw())
+            changed = stored is not None and updated is not stored
+            if changed and not self._store.replace_job(updated, stored.version):  # type: ignore[arg-type,union-attr]
+                continue
+            report.add(plan, updated)
+            return
+        raise Contention()
+
+    def _check_entries(self, entries: Sequence[ReconcileEntry]) -> None:
+        if len(entries) > self._settings.max_reconcile_entries:
+            raise InvalidRequest(
+                f"at most {self._settings.max_reconcile_entries} entries per reconciliation"
+            )
+        seen: set[str] = set()
+        for entry in entries:
+            if not isinstance(entry.job_id, str) or not isinstance(entry.lease, str):
+                raise InvalidRequest("each entry needs string job_id and lease")
+            _check_int("attempt", entry.attempt, 0, 2**31)
+            if entry.job_id in seen:
+                raise InvalidRequest(f"job {entry.job_id} is listed twice")
+            seen.add(entry.job_id)
+
+    def claim(self, session_id: str, max_jobs: int) -> list[ClaimedJob]:
+        """Grant up to `max_jobs` eligible jobs (and no more than free capacity), oldest first."""
+        session = self.authenticate_session(session_id)
+        _check_int("max_jobs", max_jobs, 1, 2**31)
+        if session.reconciled_at is None:
+            raise ReconcileRequired("reconcile after registering, before claiming")
+        now = self._clock.now()
+        busy = sum(
+            1 for job in self._store.active_jobs(session.endpoint_id) if self._live(job, now)
+        )
+        wanted = min(max_jobs, session.capacity - busy, self._settings.max_claim_batch)
+        granted: list[ClaimedJob] = []
+        for _ in range(self._settings.cas_retries):
+            if len(granted) >= wanted:
+                break
+            candidates = self._store.claimable_jobs(session.endpoint_id, now, wanted - len(granted))
+            if not candidates:
+                break
+            for job in candidates:
+                grant = self._grant(job, session, now)
+                if grant is not None:
+                    granted.append(grant)
+        return granted
+
+    def _live(self, job: Job, now: Instant) -> bool:
+        """False (after applying it) when an active job's deadline has already passed."""
+        if job.deadline_at is None or now < job.deadline_at:
+            return True
+        self._apply_deadline(job.id, now)
+        return False
+
+    def _grant(self, job: Job, session: Session, now: Instant) -> ClaimedJob | None:
+        if not jobs_domain.is_claimable(job, now):
+            return None
+        lease = self._tokens.token(LEASE_PREFIX)
+        claimed = jobs_domain.claim(
+            job,
+            now=now,
+            lease_hash=token_hash(lease),
+            generation=session.generation,
+            ack_timeout_ms=self._settings.ack_timeout_ms,
+        )
+        if not self._store.replace_job(claimed, job.version):
+            return None
+        assert claimed.ack_deadline is not None
+        return ClaimedJob(
+            job_id=claimed.id,
+            server_id=claimed.server_id,
+            kind=claimed.kind,
+            payload=claimed.payload(),
+            attempt=claimed.attempt,
+            lease=lease,
+            ack_deadline=claimed.ack_deadline,
+            lease_ttl_s=self._settings.lease_ttl_s,
+            max_attempts=claimed.max_attempts,
+        )
+
+    def ack(self, session_id: str, job_id: str, evidence: Evidence) -> AckAnswer:
+        caller = self._caller(session_id)
+        ttl = self._settings.lease_ttl_ms
+        return self._apply(
+            job_id,
+            lambda job, now, draw: messages.ack(
+                job, caller, evidence, now=now, lease_ttl_ms=ttl, draw=draw
+            ),
+        )
+
+    def progress(
+        self,
+        session_id: str,
+        job_id: str,
+        evidence: Evidence,
+        *,
+        seq: int,
+        percent: float | None = None,
+        message: str | None = None,
+    ) -> ProgressAnswer:
+        caller = self._caller(session_id)
+        ttl = self._settings.lease_ttl_ms
+        return self._apply(
+            job_id,
+            lambda job, now, draw: messages.progress(
+                job,
+                caller,
+                evidence,
+                seq=seq,
+                percent=percent,
+                message=message,
+                now=now,
+                lease_ttl_ms=ttl,
+                draw=draw,
+            ),
+        )
+
+    def cancel_poll(self, session_id: str, job_id: str, evidence: Evidence) -> CancelPollAnswer:
+        caller = self._caller(session_id)
+        return self._apply(
+            job_id,
+            lambda job, now, draw: messages.cancel_poll(job, caller, evidence, now=now, draw=draw),
+        )
+
+    def result(
+        self,
+        session_id: str,
+        job_id: str,
+        evidence: Evidence,
+        *,
+        outcome: str,
+        retryable: bool,
+        error: Mapping[str, Any] | None = None,
+        output: JsonValue | None = None,
+    ) -> ResultAnswer:
+        caller = self._caller(session_id)
+        reported = RunResult.of(outcome, retryable, error, output)
+        return self._apply(
+            job_id,
+            lambda job, now, draw: messages.result(
+                job, caller, evidence, reported, now=now, draw=draw
+            ),
+        )
+
+    def _caller(self, session_id: str) -> Caller:
+        session = self.authenticate_session(session_id)
+        return Caller(session.endpoint_id, session.generation)
+
+    def _apply(self, job_id: str, decide: Callable[[Job, Instant, float], Decision[T]]) -> T:
+        """Load, decide, compare-and-swap; a conflict starts over from a fresh read."""
+        for _ in range(self._settings.cas_retries):
+            job = self._store.get_job(job_id)
+            if job is None:
+                raise JobNotFound()
+            decision = decide(job, self._clock.now(), self._tokens.draw())
+            if decision.job is not job and not self._store.replace_job(decision.job, job.version):
+                continue
+            if decision.error is not None:
+                raise decision.error
+            assert decision.answer is not None
+            return decision.answer
+        raise Contention()
+
+    def _apply_deadline(self, job_id: str, now: Instant) -> bool:
+        """Apply a passed deadline to one job; True when this call changed it."""
+
+        def decide(job: Job, _: Instant, draw: float) -> Decision[bool]:
+            updated = jobs_domain.apply_due_deadline(job, now=now, draw=draw)
+            return Decision(updated, updated is not job)
+
+        return self._apply(job_id, decide)
+
+    def sweep(self, limit: int | None = None) -> int:
+        """Apply passed ack deadlines and execution leases, one bounded batch; returns count."""
+        now = self._clock.now()
+        due = self._store.due_jobs(now, limit or self._settings.sweep_batch)
+        return sum(1 for job in due if self._apply_deadline(job.id, now))
+
+    # -- users ----------------------------------------------------------------------------------
+
+    def create_job(
+        self,
+        actor: User,
+        server_id: str,
+        *,
+        kind: str,
+        payload: JsonValue | None = None,
+        max_attempts: int | None = None,
+        backoff: Mapping[str, float] | None = None,
+        not_before: Instant | None = None,
+    ) -> Job:
+        """Queue a job for a server the actor may manage."""
+        server = self._server_for(actor, server_id)
+        job = jobs_domain.create_job(
+            job_id=self._tokens.identifier("job_"),
+            server_id=server.id,
+            endpoint_id=server.endpoint_id,
+            kind=kind,
+            payload=payload,
+            policy=self._policy(max_attempts, backoff),
+            now=self._clock.now(),
+            not_before=not_before,
+        )
+        self._store.insert_job(job)
+        return job
+
+    def _policy(self, max_attempts: int | None, backoff: Mapping[str, float] | None) -> RetryPolicy:
+        default = self._settings.default_policy()
+        if backoff is not None and not isinstance(backoff, Mapping):
+            raise InvalidRequest("backoff must be an object")
+        extra = set(backoff or {}) - {"initial_s", "multiplier", "max_s"}
+        if extra:
+            raise InvalidRequest(f"unknown backoff fields: {', '.join(sorted(extra))}")
+        return replace(
+            default,
+            max_attempts=default.max_attempts if max_attempts is None else max_attempts,
+            **dict(backoff or {}),
+        )
+
+    def get_job(self, actor: User, job_id: str) -> Job:
+        """An accessible job, with any deadline that has passed applied first."""
+        self._accessible_job(actor, job_id)
+        now = self._clock.now()
+
+        def decide(job: Job, _: Instant, draw: float) -> Decision[Job]:
+            updated = jobs_domain.apply_due_deadline(job, now=now, draw=draw)
+            return Decision(updated, updated)
+
+        return self._apply(job_id, decide)
+
+    def cancel_job(self, actor: User, job_id: str) -> CancelOutcome:
+        """Persist a cancel intent (idempotent); waiting jobs end `cancelled` at once."""
+        self._accessible_job(actor, job_id)
+
+        def decide(job: Job, now: Instant, draw: float) -> Decision[Job]:
+            current = jobs_domain.apply_due_deadline(job, now=now, draw=draw)
+            updated = jobs_domain.request_cancel(current, user_id=actor.id, now=now)
+            return Decision(updated, updated)
+
+        job = self._apply(job_id, decide)
+        return CancelOutcome(job, jobs_domain.cancel_waits_on_run(job))
+
+    def list_jobs(
+        self,
+        actor: User,
+        *,
+        server_id: str | None = None,
+        state: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> JobPage:
+        """The jobs the actor may see, newest first, a page at a time."""
+        _check_int("limit", limit, 1, MAX_PAGE)
+        if state is not None and state not in JobState.__members__.values():
+            raise InvalidRequest(f"unknown state {state!r}")
+        server_ids: list[str] | None
+        if server_id is not None:
+            server_ids = [self._server_for(actor, server_id).id]
+        elif actor.platform_admin:
+            server_ids = None
+        else:
+            server_ids = [server.id for server in self._store.servers_of_user(actor.id)]
+        jobs = self._store.list_jobs(
+            server_ids=server_ids,
+            state=None if state is None else JobState(state),
+            limit=limit + 1,
+            after=_decode_cursor(cursor),
+        )
+        page = tuple(jobs[:limit])
+        next_cursor = _encode_cursor(page[-1]) if len(jobs) > limit else None
+        return JobPage(page, next_cursor)
+
+    def _accessible_job(self, actor: User, job_id: str) -> Job:
+        job = self._store.get_job(job_id)
+        if job is None:
+            raise NotFound("no such job")
+        server = self._store.get_server(job.server_id)
+        require(server is not None and can_manage_jobs(actor, server))
+        return job
+
+    def _server_for(self, actor: User, server_id: str) -> Server:
+        server = self._store.get_server(server_id)
+        if server is None:
+            raise NotFound("no such server")
+        require(can_manage_jobs(actor, server))
+        return server
+
+
+# -- input checks -----------------------------------------------------------------------------
+
+
+def _check_int(name: str, value: object, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidRequest(f"{name} must be an integer from {low} to {high}")
+
+
+def _check_pattern(name: str, value: object, pattern: re.Pattern[str]) -> None:
+    if not isinstance(value, str) or not pattern.match(value):
+        raise InvalidRequest(f"{name} must match {pattern.pattern}")
+
+
+def _check_name(name: str, value: object) -> None:
+    _check_pattern(name, value, NAME_PATTERN)
+
+
+def _b64decode(text: str) -> bytes:
+    """Base64url, padded or not."""
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def _decode_public_key(text: object) -> str:
+    if not isinstance(text, str):
+        raise InvalidRequest("identity_public_key must be a base64url string")
+    try:
+        raw = _b64decode(text)
+    except (binascii.Error, ValueError):
+        raise InvalidRequest("identity_public_key is not base64url") from None
+    if len(raw) != 32:
+        raise InvalidRequest("identity_public_key must be 32 raw bytes (Ed25519)")
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def _encode_cursor(job: Job) -> str:
+    return base64.urlsafe_b64encode(f"{job.created_at}:{job.id}".encode()).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str | None) -> JobCursor | None:
+    if cursor is None:
+        return None
+    try:
+        created_at, job_id = _b64decode(cursor).decode().split(":", 1)
+        return int(created_at), job_id
+    except (binascii.Error, ValueError, UnicodeDecodeError):
+        raise InvalidRequest("cursor is not one this platform issued") from None

@@ -1,0 +1,45 @@
+"""Instants are integer milliseconds since the epoch (UTC); RFC 3339 with a `Z` on the wire."""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import UTC, datetime, timedelta
+
+from moonrun.errors import InvalidRequest
+
+Instant = int
+"""Milliseconds since 1970-01-01T00:00:00Z."""
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_RFC3339 = re.compile(
+    r"^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$"
+)
+
+
+def seconds_to_ms(seconds: float) -> int:
+    """A duration in seconds as whole milliseconds (rounded to nearest)."""
+    return round(seconds * 1000)
+
+
+def format_instant(instant: Instant) -> str:
+    """`2026-11-30T04:00:00.123Z` for an instant."""
+    moment = _EPOCH + timedelta(milliseconds=instant)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def format_optional(instant: Instant | None) -> str | None:
+    """`format_instant`, passing `None` through."""
+    return None if instant is None else format_instant(instant)
+
+
+def parse_instant(text: str) -> Instant:
+    """An RFC 3339 timestamp as an instant; anything else is `InvalidRequest`."""
+    if not _RFC3339.match(text):
+        raise InvalidRequest(f"not an RFC 3339 timestamp: {text[:64]!r}")
+    try:
+        moment = datetime.fromisoformat(text.upper().replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise InvalidRequest(f"not an RFC 3339 timestamp: {text[:64]!r}") from exc
+    delta = moment - _EPOCH
+    return math.floor(delta / timedelta(milliseconds=1))

@@ -1,0 +1,159 @@
+"""The only shapes in which records leave the platform toward users (PROTOCOL.md section 6).
+
+Each view is built field by field from an allowlist; nothing here copies a record wholesale,
+so a field added to a record never leaks by accident.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+from moonrun.scheduling.jobs import Job
+from moonrun.scheduling.records import Endpoint, Server, Session, User
+from moonrun.scheduling.time import Instant, format_instant, format_optional
+
+
+class JobView(TypedDict):
+    id: str
+    server_id: str
+    kind: str
+    state: str
+    attempt: int
+    max_attempts: int
+    created_at: str
+    updated_at: str
+    retry: dict[str, Any]
+    progress: dict[str, Any] | None
+    cancel: dict[str, Any]
+    terminal: dict[str, Any] | None
+    reconcile: dict[str, Any]
+    history: list[dict[str, Any]]
+
+
+class EndpointView(TypedDict):
+    id: str
+    name: str
+    online: bool
+    generation: int
+    last_seen_at: str | None
+    capacity: int | None
+    run_version: str | None
+
+
+class ServerView(TypedDict):
+    id: str
+    name: str
+    endpoint_id: str
+    owner_id: str
+    admin_ids: list[str]
+    created_at: str
+
+
+class UserView(TypedDict):
+    id: str
+    name: str
+    platform_admin: bool
+    created_at: str
+
+
+def job_view(job: Job) -> JobView:
+    """The user projection of a job: scheduling status without credentials or payload."""
+    failure = job.last_failure
+    policy = job.policy
+    return {
+        "id": job.id,
+        "server_id": job.server_id,
+        "kind": job.kind,
+        "state": job.state.value,
+        "attempt": job.attempt,
+        "max_attempts": policy.max_attempts,
+        "created_at": format_instant(job.created_at),
+        "updated_at": format_instant(job.updated_at),
+        "retry": {
+            "next_eligible_at": format_instant(job.eligible_at) if job.state.is_waiting else None,
+            "initial_s": float(policy.initial_s),
+            "multiplier": float(policy.multiplier),
+            "max_s": float(policy.max_s),
+            "last_failure": None
+            if failure is None
+            else {
+                "reason": failure.reason.value,
+                "code": failure.code,
+                "attempt": failure.attempt,
+                "at": format_instant(failure.at),
+                "message": failure.message,
+            },
+        },
+        "progress": None
+        if job.progress is None
+        else {
+            "seq": job.progress.seq,
+            "percent": job.progress.percent,
+            "message": job.progress.message,
+            "at": format_instant(job.progress.at),
+        },
+        "cancel": {
+            "requested": job.cancel is not None,
+            "requested_at": format_optional(job.cancel.requested_at if job.cancel else None),
+            "result": job.cancel.result.value if job.cancel and job.cancel.result else None,
+            "resolved_at": format_optional(job.cancel.resolved_at if job.cancel else None),
+        },
+        "terminal": None
+        if job.terminal is None
+        else {
+            "outcome": job.terminal.outcome.value,
+            "attempt": job.terminal.attempt,
+            "at": format_instant(job.terminal.at),
+            "error": None
+            if job.terminal.error is None
+            else {"code": job.terminal.error.code, "message": job.terminal.error.message},
+        },
+        "reconcile": {
+            "outcome": job.reconcile.outcome.value if job.reconcile else None,
+            "at": format_optional(job.reconcile.at if job.reconcile else None),
+        },
+        "history": [
+            {
+                "attempt": past.attempt,
+                "claimed_at": format_optional(past.claimed_at),
+                "ended_at": format_instant(past.ended_at),
+                "outcome": past.outcome,
+                "code": past.code,
+            }
+            for past in job.history
+        ],
+    }
+
+
+def endpoint_view(endpoint: Endpoint, session: Session | None, now: Instant) -> EndpointView:
+    """An endpoint as platform admins see it; `session` is its current one, if any."""
+    live = session if session is not None and session.id == endpoint.current_session_id else None
+    return {
+        "id": endpoint.id,
+        "name": endpoint.name,
+        "online": live is not None and now < live.expires_at,
+        "generation": endpoint.generation,
+        "last_seen_at": format_optional(live.last_seen_at if live else None),
+        "capacity": live.capacity if live else None,
+        "run_version": live.run_version if live else None,
+    }
+
+
+def server_view(server: Server) -> ServerView:
+    return {
+        "id": server.id,
+        "name": server.name,
+        "endpoint_id": server.endpoint_id,
+        "owner_id": server.owner_id,
+        "admin_ids": list(server.admin_ids),
+        "created_at": format_instant(server.created_at),
+    }
+
+
+def user_view(user: User) -> UserView:
+    return {
+        "id": user.id,
+        "name": user.name,
+        "platform_admin": user.platform_admin,
+        "created_at": format_instant(user.created_at),
+    }

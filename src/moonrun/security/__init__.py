@@ -1,0 +1,1 @@
+"""Credentials and access: token generation and hashing, the user access policy."""

@@ -1,0 +1,237 @@
+"""MemoryStore: the small, thread-safe reference store. Records are frozen, so sharing is safe."""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections.abc import Collection
+from dataclasses import dataclass, field, replace
+from typing import TypeVar
+
+from moonrun.errors import AlreadyExists
+from moonrun.scheduling.jobs import Job, JobState
+from moonrun.scheduling.records import Endpoint, Server, Session, User
+from moonrun.scheduling.time import Instant
+from moonrun.store.protocol import JobCursor
+
+
+@dataclass
+class _JobIndexes:
+    """Sorted keys that answer the claim, deadline and active queries without a scan."""
+
+    waiting: dict[str, list[tuple[Instant, Instant, str]]] = field(default_factory=dict)
+    deadlines: list[tuple[Instant, str]] = field(default_factory=list)
+    active: dict[str, set[str]] = field(default_factory=dict)
+
+    def add(self, job: Job) -> None:
+        if job.state.is_waiting and job.cancel is None:
+            keys = self.waiting.setdefault(job.endpoint_id, [])
+            bisect.insort(keys, (job.eligible_at, job.created_at, job.id))
+        if job.deadline_at is not None:
+            bisect.insort(self.deadlines, (job.deadline_at, job.id))
+        if job.state.is_active:
+            self.active.setdefault(job.endpoint_id, set()).add(job.id)
+
+    def remove(self, job: Job) -> None:
+        if job.state.is_waiting and job.cancel is None:
+            _remove_sorted(self.waiting[job.endpoint_id], (job.eligible_at, job.created_at, job.id))
+        if job.deadline_at is not None:
+            _remove_sorted(self.deadlines, (job.deadline_at, job.id))
+        if job.state.is_active:
+            self.active[job.endpoint_id].discard(job.id)
+
+
+_Key = TypeVar("_Key", tuple[Instant, Instant, str], tuple[Instant, str])
+
+
+def _remove_sorted(keys: list[_Key], key: _Key) -> None:
+    index = bisect.bisect_left(keys, key)
+    if index < len(keys) and keys[index] == key:
+        del keys[index]
+
+
+class MemoryStore:
+    """Everything in dicts behind one lock; lost when the process ends."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._jobs: dict[str, Job] = {}
+        self._index = _JobIndexes()
+        self._endpoints: dict[str, Endpoint] = {}
+        self._sessions: dict[str, Session] = {}
+        self._users: dict[str, User] = {}
+        self._tokens: dict[str, str] = {}
+        self._servers: dict[str, Server] = {}
+
+    # -- jobs ----------------------------------------------------------------------------
+    def get_job(self, job_id: str) -> Job | None:
+        return self._jobs.get(job_id)
+
+    def insert_job(self, job: Job) -> None:
+        with self._lock:
+            if job.id in self._jobs:
+                raise AlreadyExists(f"job {job.id} already exists")
+            self._jobs[job.id] = job
+            self._index.add(job)
+
+    def replace_job(self, job: Job, expected_version: int) -> bool:
+        with self._lock:
+            stored = self._jobs.get(job.id)
+            if stored is None or stored.version != expected_version:
+                return False
+            self._index.remove(stored)
+            self._jobs[job.id] = job
+            self._index.add(job)
+            return True
+
+    def claimable_jobs(self, endpoint_id: str, now: Instant, limit: int) -> list[Job]:
+        with self._lock:
+            found: list[Job] = []
+            for eligible_at, _, job_id in self._index.waiting.get(endpoint_id, ()):
+                if eligible_at > now or len(found) >= limit:
+                    break
+                found.append(self._jobs[job_id])
+            return found
+
+    def due_jobs(self, now: Instant, limit: int) -> list[Job]:
+        with self._lock:
+            found: list[Job] = []
+            for deadline_at, job_id in self._index.deadlines:
+                if deadline_at > now or len(found) >= limit:
+                    break
+                found.append(self._jobs[job_id])
+            return found
+
+    def active_jobs(self, endpoint_id: str) -> list[Job]:
+        with self._lock:
+            return [self._jobs[job_id] for job_id in self._index.active.get(endpoint_id, ())]
+
+    def list_jobs(
+        self,
+        *,
+        server_ids: Collection[str] | None,
+        state: JobState | None,
+        limit: int,
+        after: JobCursor | None = None,
+    ) -> list[Job]:
+        with self._lock:
+            jobs = [
+                job
+                for job in self._jobs.values()
+                if (server_ids is None or job.server_id in server_ids)
+                and (state is None or job.state is state)
+                and (after is None or (job.created_at, job.id) < after)
+            ]
+        jobs.sort(key=lambda job: (job.created_at, job.id), reverse=True)
+        return jobs[:limit]
+
+    # -- endpoints and sessions ------------------------------------------------------------
+    def insert_endpoint(self, endpoint: Endpoint) -> None:
+        with self._lock:
+            if endpoint.id in self._endpoints:
+                raise AlreadyExists(f"endpoint {endpoint.id} already exists")
+            if any(other.name == endpoint.name for other in self._endpoints.values()):
+                raise AlreadyExists(f"an endpoint named {endpoint.name!r} already exists")
+            self._endpoints[endpoint.id] = endpoint
+
+    def get_endpoint(self, endpoint_id: str) -> Endpoint | None:
+        return self._endpoints.get(endpoint_id)
+
+    def endpoint_by_join_token(self, token_hash: str) -> Endpoint | None:
+        with self._lock:
+            for endpoint in self._endpoints.values():
+                if endpoint.join_token_hash == token_hash:
+                    return endpoint
+            return None
+
+    def replace_endpoint(self, endpoint: Endpoint, expected_version: int) -> bool:
+        with self._lock:
+            stored = self._endpoints.get(endpoint.id)
+            if stored is None or stored.version != expected_version:
+                return False
+            self._endpoints[endpoint.id] = endpoint
+            return True
+
+    def list_endpoints(self) -> list[Endpoint]:
+        with self._lock:
+            return sorted(self._endpoints.values(), key=lambda e: (e.created_at, e.id))
+
+    def insert_session(self, session: Session) -> None:
+        with self._lock:
+            if session.id in self._sessions:
+                raise AlreadyExists(f"session {session.id} already exists")
+            self._sessions[session.id] = session
+
+    def get_session(self, session_id: str) -> Session | None:
+        return self._sessions.get(session_id)
+
+    def extend_session(self, session_id: str, seen_at: Instant, expires_at: Instant) -> None:
+        with self._lock:
+            stored = self._sessions.get(session_id)
+            if stored is not None and stored.expires_at < expires_at:
+                self._sessions[session_id] = replace(
+                    stored, last_seen_at=seen_at, expires_at=expires_at
+                )
+
+    def mark_session_reconciled(self, session_id: str, at: Instant) -> None:
+        with self._lock:
+            stored = self._sessions.get(session_id)
+            if stored is not None:
+                self._sessions[session_id] = replace(stored, reconciled_at=at)
+
+    # -- users, tokens and servers ---------------------------------------------------------
+    def insert_user(self, user: User) -> None:
+        with self._lock:
+            if user.id in self._users:
+                raise AlreadyExists(f"user {user.id} already exists")
+            if any(other.name == user.name for other in self._users.values()):
+                raise AlreadyExists(f"a user named {user.name!r} already exists")
+            self._users[user.id] = user
+
+    def get_user(self, user_id: str) -> User | None:
+        return self._users.get(user_id)
+
+    def user_by_name(self, name: str) -> User | None:
+        with self._lock:
+            return next((user for user in self._users.values() if user.name == name), None)
+
+    def list_users(self) -> list[User]:
+        with self._lock:
+            return sorted(self._users.values(), key=lambda u: (u.created_at, u.id))
+
+    def insert_api_token(self, token_hash: str, user_id: str, created_at: Instant) -> None:
+        with self._lock:
+            if token_hash in self._tokens:
+                raise AlreadyExists("that API token already exists")
+            self._tokens[token_hash] = user_id
+
+    def user_by_api_token(self, token_hash: str) -> User | None:
+        user_id = self._tokens.get(token_hash)
+        return None if user_id is None else self._users.get(user_id)
+
+    def insert_server(self, server: Server) -> None:
+        with self._lock:
+            if server.id in self._servers:
+                raise AlreadyExists(f"server {server.id} already exists")
+            self._servers[server.id] = server
+
+    def get_server(self, server_id: str) -> Server | None:
+        return self._servers.get(server_id)
+
+    def replace_server(self, server: Server, expected_version: int) -> bool:
+        with self._lock:
+            stored = self._servers.get(server.id)
+            if stored is None or stored.version != expected_version:
+                return False
+            self._servers[server.id] = server
+            return True
+
+    def list_servers(self) -> list[Server]:
+        with self._lock:
+            return sorted(self._servers.values(), key=lambda s: (s.created_at, s.id))
+
+    def servers_of_user(self, user_id: str) -> list[Server]:
+        return [s for s in self.list_servers() if s.owner_id == user_id or user_id in s.admin_ids]
+
+    def close(self) -> None:
+        """Nothing to release."""

@@ -1,0 +1,103 @@
+"""The narrow seam every store implements: records and compare-and-swap, no scheduling logic.
+
+Writes that may race use optimistic concurrency: `replace_*` stores the new record only when
+the stored `version` still equals `expected_version`, and returns False otherwise. Inserts of
+a duplicate id or unique name raise `AlreadyExists`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Protocol
+
+from moonrun.scheduling.jobs import Job, JobState
+from moonrun.scheduling.records import Endpoint, Server, Session, User
+from moonrun.scheduling.time import Instant
+
+JobCursor = tuple[Instant, str]
+"""(created_at, id) of the last job of a page; listings continue strictly after it."""
+
+
+class Store(Protocol):
+    # -- jobs ----------------------------------------------------------------------------
+    def get_job(self, job_id: str) -> Job | None: ...
+
+    def insert_job(self, job: Job) -> None: ...
+
+    def replace_job(self, job: Job, expected_version: int) -> bool:
+        """Store `job` if the stored version is `expected_version`; False on conflict."""
+        ...
+
+    def claimable_jobs(self, endpoint_id: str, now: Instant, limit: int) -> list[Job]:
+        """Queued/retrying jobs of the endpoint with `eligible_at <= now` and no cancel intent,
+        oldest `eligible_at` first (then `created_at`, then id)."""
+        ...
+
+    def due_jobs(self, now: Instant, limit: int) -> list[Job]:
+        """Accepted/running jobs whose live deadline is `<= now`, earliest first."""
+        ...
+
+    def active_jobs(self, endpoint_id: str) -> list[Job]:
+        """The endpoint's accepted/running jobs."""
+        ...
+
+    def list_jobs(
+        self,
+        *,
+        server_ids: Collection[str] | None,
+        state: JobState | None,
+        limit: int,
+        after: JobCursor | None = None,
+    ) -> list[Job]:
+        """Jobs newest first (`created_at`, then id, descending), optionally filtered;
+        `server_ids=None` means every server."""
+        ...
+
+    # -- endpoints and sessions ------------------------------------------------------------
+    def insert_endpoint(self, endpoint: Endpoint) -> None: ...
+
+    def get_endpoint(self, endpoint_id: str) -> Endpoint | None: ...
+
+    def endpoint_by_join_token(self, token_hash: str) -> Endpoint | None: ...
+
+    def replace_endpoint(self, endpoint: Endpoint, expected_version: int) -> bool: ...
+
+    def list_endpoints(self) -> list[Endpoint]: ...
+
+    def insert_session(self, session: Session) -> None: ...
+
+    def get_session(self, session_id: str) -> Session | None: ...
+
+    def extend_session(self, session_id: str, seen_at: Instant, expires_at: Instant) -> None:
+        """Record a request: set `last_seen_at` and `expires_at` unless the stored expiry is
+        already later (so concurrent extensions never shorten a session)."""
+        ...
+
+    def mark_session_reconciled(self, session_id: str, at: Instant) -> None: ...
+
+    # -- users, tokens and servers ---------------------------------------------------------
+    def insert_user(self, user: User) -> None: ...
+
+    def get_user(self, user_id: str) -> User | None: ...
+
+    def user_by_name(self, name: str) -> User | None: ...
+
+    def list_users(self) -> list[User]: ...
+
+    def insert_api_token(self, token_hash: str, user_id: str, created_at: Instant) -> None: ...
+
+    def user_by_api_token(self, token_hash: str) -> User | None: ...
+
+    def insert_server(self, server: Server) -> None: ...
+
+    def get_server(self, server_id: str) -> Server | None: ...
+
+    def replace_server(self, server: Server, expected_version: int) -> bool: ...
+
+    def list_servers(self) -> list[Server]: ...
+
+    def servers_of_user(self, user_id: str) -> list[Server]:
+        """Servers the user owns or administers."""
+        ...
+
+    def close(self) -> None: ...
