@@ -67,6 +67,9 @@ class Run:
     def entry(self, job_id: str, attempt: int) -> ReconcileEntry:
         return ReconcileEntry(job_id, attempt, self.leases[(job_id, attempt)])
 
+    def heartbeat(self) -> Any:
+        return self.world.service.heartbeat(self.session_id)
+
     def ack(self, job_id: str, attempt: int) -> Any:
         return self.world.service.ack(self.session_id, job_id, self.evidence(job_id, attempt))
 
@@ -136,7 +139,10 @@ class World:
 
     def submit(self, server: Server | None = None, actor: User | None = None, **fields: Any) -> Job:
         fields.setdefault("kind", "noop")
-        return self.service.create_job(actor or self.owner, (server or self.server).id, **fields)
+        job = self.service.create_job(actor or self.owner, (server or self.server).id, **fields)
+        # One millisecond between submissions makes "oldest first" a total order in tests.
+        self.clock.advance(1)
+        return job
 
     def job(self, job_id: str) -> Job:
         job = self.store.get_job(job_id)

@@ -179,6 +179,7 @@ class SchedulingService:
         self._clock = clock
         self._tokens = tokens
         self._settings = settings or SchedulingSettings()
+        self._default_policy = self._settings.default_policy()
 
     @property
     def settings(self) -> SchedulingSettings:
@@ -347,8 +348,12 @@ class SchedulingService:
                 )
             elif fresh is not None and plan.lost:
                 updated = reconcile_domain.lose(fresh, caller, now=now, draw=self._tokens.draw())
-            changed = stored is not None and updated is not stored
-            if changed and not self._store.replace_job(updated, stored.version):  # type: ignore[arg-type,union-attr]
+            if (
+                stored is not None
+                and updated is not None
+                and updated is not stored
+                and not self._store.replace_job(updated, stored.version)
+            ):
                 continue
             report.add(plan, updated)
             return
@@ -552,7 +557,9 @@ class SchedulingService:
         return job
 
     def _policy(self, max_attempts: int | None, backoff: Mapping[str, float] | None) -> RetryPolicy:
-        default = self._settings.default_policy()
+        default = self._default_policy
+        if max_attempts is None and backoff is None:
+            return default
         if backoff is not None and not isinstance(backoff, Mapping):
             raise InvalidRequest("backoff must be an object")
         extra = set(backoff or {}) - {"initial_s", "multiplier", "max_s"}

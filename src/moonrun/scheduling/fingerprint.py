@@ -26,6 +26,21 @@ def canonical_json(value: JsonValue, *, field: str, limit: int) -> bytes:
     return data
 
 
+def compact_json(value: JsonValue, *, field: str, limit: int) -> str:
+    """Deterministic compact JSON (sorted keys) for storage; bad or oversized values are typed
+    errors. Cheaper than RFC 8785, which only fingerprints need."""
+    try:
+        text = json.dumps(
+            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        )
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise InvalidRequest(f"{field} is not representable as JSON: {exc}") from None
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > limit:
+        raise TooLarge(f"{field} is {size} bytes as JSON; the limit is {limit}")
+    return text
+
+
 def load_json(text: str) -> JsonValue:
     """Parse JSON that moonrun itself wrote."""
     return json.loads(text)
@@ -39,7 +54,7 @@ def result_fingerprint(
 ) -> str:
     """SHA-256 hex of the JCS form of `{"outcome", "retryable", "error", "output"}`."""
     body = {"outcome": outcome, "retryable": retryable, "error": error, "output": output}
-    return hashlib.sha256(rfc8785.dumps(body)).hexdigest()
+    return hashlib.sha256(canonical_json(body, field="result", limit=1 << 30)).hexdigest()
 
 
 def token_hash(token: str) -> str:

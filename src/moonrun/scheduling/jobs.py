@@ -9,12 +9,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from enum import StrEnum
 from typing import Any, Final
 
 from moonrun.errors import IllegalTransition, InvalidRequest
-from moonrun.scheduling.fingerprint import JsonValue, canonical_json, result_fingerprint
+from moonrun.scheduling.fingerprint import JsonValue, compact_json, result_fingerprint
 from moonrun.scheduling.retry import RetryPolicy
 from moonrun.scheduling.time import Instant
 
@@ -170,7 +170,7 @@ class RunResult:
         info = _error_info(error)
         output_json = None
         if output is not None:
-            output_json = canonical_json(output, field="output", limit=OUTPUT_LIMIT).decode()
+            output_json = compact_json(output, field="output", limit=OUTPUT_LIMIT)
         fingerprint = result_fingerprint(
             outcome, retryable, info.as_dict() if info else None, output
         )
@@ -270,7 +270,7 @@ class Job:
     endpoint_id: str
     kind: str
     payload_json: str
-    """Canonical JSON of the payload; may hold secret references, so it never goes to users."""
+    """The payload as compact JSON; may hold secret references, so it never goes to users."""
     policy: RetryPolicy
     state: JobState
     attempt: int
@@ -323,7 +323,24 @@ def transition(job: Job, event: Event, to: JobState, now: Instant, **changes: An
     allowed = TRANSITIONS[event].get(job.state)
     if allowed is None or to not in allowed:
         raise IllegalTransition(f"{event} does not lead from {job.state} to {to} (job {job.id})")
-    return replace(job, state=to, version=job.version + 1, updated_at=now, **changes)
+    return _evolve(job, state=to, version=job.version + 1, updated_at=now, **changes)
+
+
+_JOB_FIELDS: Final = tuple(f.name for f in fields(Job))
+_set = object.__setattr__
+
+
+def _evolve(job: Job, **changes: Any) -> Job:
+    """`dataclasses.replace` without re-running `__init__`: the hot path of every transition.
+
+    Unknown names fail (the class has slots), so a typo cannot add a field.
+    """
+    evolved = object.__new__(Job)
+    for name in _JOB_FIELDS:
+        _set(evolved, name, changes.pop(name) if name in changes else getattr(job, name))
+    if changes:
+        raise TypeError(f"Job has no fields {sorted(changes)}")
+    return evolved
 
 
 # -- creation and claims ---------------------------------------------------------------------
@@ -347,7 +364,7 @@ def create_job(
         payload = {}
     if not isinstance(payload, dict):
         raise InvalidRequest("payload must be a JSON object")
-    payload_json = canonical_json(payload, field="payload", limit=PAYLOAD_LIMIT).decode()
+    payload_json = compact_json(payload, field="payload", limit=PAYLOAD_LIMIT)
     eligible_at = now if not_before is None else max(now, not_before)
     return Job(
         id=job_id,

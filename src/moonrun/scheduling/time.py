@@ -24,8 +24,11 @@ def seconds_to_ms(seconds: float) -> int:
 
 def format_instant(instant: Instant) -> str:
     """`2026-11-30T04:00:00.123Z` for an instant."""
-    moment = _EPOCH + timedelta(milliseconds=instant)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    m = _EPOCH + timedelta(milliseconds=instant)
+    return (
+        f"{m.year:04d}-{m.month:02d}-{m.day:02d}T{m.hour:02d}:{m.minute:02d}:{m.second:02d}"
+        f".{m.microsecond // 1000:03d}Z"
+    )
 
 
 def format_optional(instant: Instant | None) -> str | None:

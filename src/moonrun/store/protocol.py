@@ -69,8 +69,8 @@ class Store(Protocol):
     def get_session(self, session_id: str) -> Session | None: ...
 
     def extend_session(self, session_id: str, seen_at: Instant, expires_at: Instant) -> None:
-        """Record a request: set `last_seen_at` and `expires_at` unless the stored expiry is
-        already later (so concurrent extensions never shorten a session)."""
+        """Record a request: set `last_seen_at` and `expires_at` only when `expires_at` is later
+        than the stored expiry (so concurrent extensions never shorten a session)."""
         ...
 
     def mark_session_reconciled(self, session_id: str, at: Instant) -> None: ...
