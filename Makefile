@@ -34,13 +34,18 @@ test: check pytest
 
 bench: $(STAMP)
 	$(BIN)/python bench/service_bench.py
+	$(BIN)/python bench/store_bench.py
 
-# Larger property-test runs; e.g. `make soak EXAMPLES=5000 STEPS=100`.
+# Longer runs of the property, crash and race tests, e.g.
+# `make soak EXAMPLES=5000 STEPS=100 KILLS=2000 RACE_JOBS=20000`.
 EXAMPLES ?= 2000
 STEPS ?= 80
+KILLS ?= 500
+RACE_JOBS ?= 10000
 soak: $(STAMP)
 	MOONRUN_STATEFUL_EXAMPLES=$(EXAMPLES) MOONRUN_STATEFUL_STEPS=$(STEPS) \
-		$(BIN)/pytest -p no:cacheprovider tests/test_stateful.py -x
+	MOONRUN_CRASH_KILLS=$(KILLS) MOONRUN_RACE_JOBS=$(RACE_JOBS) \
+		$(BIN)/pytest -p no:cacheprovider -x tests/test_stateful.py tests/test_crash_and_race.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

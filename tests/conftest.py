@@ -1,18 +1,67 @@
-"""Fixtures shared by the suites: every store-backed suite runs against every store."""
+"""Fixtures shared by the suites: every store-backed suite runs against every store.
+
+MySQL tests use a fresh database per test session. They skip when MariaDB is unreachable on
+a developer machine, and fail when `CI=true`, where MariaDB must be running.
+"""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
+import pymysql
 import pytest
 
 from tests.harness import World
-from tests.stores import STORE_NAMES, StoreFactory, make_factory
+from tests.stores import (
+    DEFAULT_MYSQL_URL,
+    STORE_NAMES,
+    StoreFactory,
+    file_factory,
+    memory_factory,
+    mysql_factory,
+    mysql_test_database,
+)
+
+
+@pytest.fixture(scope="session")
+def mysql_url() -> Iterator[str]:
+    try:
+        databases = mysql_test_database()
+        url = next(databases)
+    except pymysql.err.MySQLError as error:
+        where = os.environ.get("MOONRUN_TEST_MYSQL_URL", DEFAULT_MYSQL_URL)
+        message = f"MariaDB/MySQL unreachable at {where}: {error}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    yield url
+    databases.close()
+
+
+def build_factory(
+    name: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> StoreFactory:
+    if name == "memory":
+        return memory_factory()
+    if name == "file":
+        return file_factory(lambda: tmp_path_factory.mktemp("store"))
+    return mysql_factory(request.getfixturevalue("mysql_url"))
 
 
 @pytest.fixture(params=STORE_NAMES)
-def store_factory(request: pytest.FixtureRequest) -> StoreFactory:
-    return make_factory(request.param)
+def store_factory(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> StoreFactory:
+    return build_factory(request.param, request, tmp_path_factory)
+
+
+@pytest.fixture(params=["file", "mysql"])
+def durable_factory(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> StoreFactory:
+    """The durable stores only: what must survive a process kill or a reopen."""
+    return build_factory(request.param, request, tmp_path_factory)
 
 
 @pytest.fixture

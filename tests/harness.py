@@ -100,10 +100,15 @@ class Run:
 class World:
     """A platform over one store with an admin, an owner, a stranger and two endpoints."""
 
-    def __init__(self, factory: StoreFactory, settings: SchedulingSettings = SETTINGS) -> None:
+    def __init__(
+        self,
+        factory: StoreFactory,
+        settings: SchedulingSettings = SETTINGS,
+        clock: ManualClock | None = None,
+    ) -> None:
         self.factory = factory
         self.settings = settings
-        self.clock = ManualClock()
+        self.clock = clock or ManualClock()
         self.tokens = SeededTokenSource(7)
         self.store: Store = factory.open()
         self._build_services()

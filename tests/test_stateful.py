@@ -79,8 +79,16 @@ UNCHANGED_BY_DEADLINE = (
     "created_at",
 )
 
-EXAMPLES = int(os.environ.get("MOONRUN_STATEFUL_EXAMPLES", "500"))
-STEPS = int(os.environ.get("MOONRUN_STATEFUL_STEPS", "50"))
+RUNS = {"memory": (500, 50), "file": (200, 50), "mysql": (100, 30)}
+"""Examples x steps per store in `make test`; `make soak` raises them through the environment."""
+
+
+def run_counts(store: str) -> tuple[int, int]:
+    examples, steps = RUNS[store]
+    return (
+        int(os.environ.get("MOONRUN_STATEFUL_EXAMPLES", examples)),
+        int(os.environ.get("MOONRUN_STATEFUL_STEPS", steps)),
+    )
 
 
 def check_rejection(before: Job, after: Job, now: int) -> None:
@@ -440,6 +448,7 @@ class SchedulingMachine(RuleBasedStateMachine):
 
     @rule()
     def restart(self) -> None:
+        """A platform restart: close the store, reopen it as a new object, new services."""
         self.world.restart()
 
     # -- invariants --------------------------------------------------------------------------
@@ -490,9 +499,10 @@ class SchedulingMachine(RuleBasedStateMachine):
 def test_scheduling_state_machine(store_factory: StoreFactory) -> None:
     """Random interleavings of every message, restart and clock move keep every invariant."""
     chosen_seed = int(os.environ.get("MOONRUN_HYPOTHESIS_SEED") or random.randrange(2**32))
+    examples, steps = run_counts(store_factory.name)
     machine_settings = settings(
-        max_examples=EXAMPLES,
-        stateful_step_count=STEPS,
+        max_examples=examples,
+        stateful_step_count=steps,
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
         print_blob=True,

@@ -400,6 +400,87 @@ def test_retrying_job_is_claimable_at_its_new_eligible_time(store: Store) -> Non
     assert [moved] == store.claimable_jobs("ep-1", T0 + 9_000, limit=10)
 
 
+def test_job_requeued_under_the_same_key_is_claimable_once(store: Store) -> None:
+    """A job that leaves the queue and comes back at the same instant is listed once."""
+    job = make_job()
+    store.insert_job(job)
+    claimed = advance(store, job, accepted(job, at=T0))
+    back = advance(store, claimed, retrying(claimed, eligible_at=T0))
+    assert [back] == store.claimable_jobs("ep-1", T0, limit=10)
+    assert [back] == store.claimable_jobs("ep-1", T0, limit=10)
+
+
+# -- jobs: atomic claims -----------------------------------------------------------------------
+
+
+def grant_at(at: Instant) -> Any:
+    """The `grant` a claimer passes to claim_jobs: the pure claim transition."""
+    return lambda job: accepted(job, at=at)
+
+
+def test_claim_jobs_stores_and_returns_what_grant_made(store: Store) -> None:
+    """Claims take the claim order, honour the limit, and store the granted records."""
+    jobs = [make_job(f"job-{n}", created_at=T0 + n) for n in range(3)]
+    insert_jobs(store, *jobs)
+    claimed = store.claim_jobs("ep-1", T0 + 10, 2, grant_at(T0 + 10))
+    assert [accepted(job, at=T0 + 10) for job in jobs[:2]] == claimed
+    assert claimed == [store.get_job(job.id) for job in jobs[:2]]
+    assert [jobs[2]] == store.claimable_jobs("ep-1", T0 + 10, limit=10)
+
+
+def test_claim_jobs_takes_only_claimable_jobs(store: Store) -> None:
+    """Not yet eligible, cancelled and other endpoints' jobs are never granted."""
+    later = make_job("job-later", eligible_at=T0 + 500)
+    foreign = make_job("job-foreign", endpoint_id="ep-2")
+    cancelled = make_job("job-cancelled")
+    insert_jobs(store, later, foreign, cancelled)
+    advance(store, cancelled, replace(cancelled, cancel=CancelState(T0, "u"), version=2))
+    assert store.claim_jobs("ep-1", T0 + 499, 10, grant_at(T0 + 499)) == []
+
+
+def test_claim_jobs_is_all_or_nothing_when_grant_fails(store: Store) -> None:
+    """A grant that raises leaves every job as it was."""
+    jobs = [make_job(f"job-{n}", created_at=T0 + n) for n in range(2)]
+    insert_jobs(store, *jobs)
+    calls = []
+
+    def failing(job: Job) -> Job:
+        calls.append(job.id)
+        if len(calls) == 2:
+            raise RuntimeError("grant failed")
+        return accepted(job, at=T0 + 10)
+
+    with pytest.raises(RuntimeError):
+        store.claim_jobs("ep-1", T0 + 10, 2, failing)
+    assert jobs == [store.get_job(job.id) for job in jobs]
+
+
+def test_concurrent_claims_never_grant_a_job_twice(store: Store) -> None:
+    """Eight threads claiming from one queue share it without overlap and without loss."""
+    jobs = [make_job(f"job-{n:02d}", created_at=T0 + n) for n in range(40)]
+    insert_jobs(store, *jobs)
+
+    def claim_all() -> list[str]:
+        mine: list[str] = []
+        while granted := store.claim_jobs("ep-1", T0 + 100, 3, grant_at(T0 + 100)):
+            mine.extend(job.id for job in granted)
+        return mine
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = [f.result() for f in [pool.submit(claim_all) for _ in range(8)]]
+    granted = [job_id for ids in results for job_id in ids]
+    assert sorted(job.id for job in jobs) == sorted(granted)
+
+
+def test_job_counts_by_state(store: Store) -> None:
+    """Counts follow the stored states."""
+    jobs = [make_job(f"job-{n}", created_at=T0 + n) for n in range(3)]
+    insert_jobs(store, *jobs)
+    advance(store, jobs[0], accepted(jobs[0], at=T0 + 10))
+    counts = {state: n for state, n in store.job_counts().items() if n}
+    assert counts == {JobState.QUEUED: 2, JobState.ACCEPTED: 1}
+
+
 # -- jobs: due deadlines -------------------------------------------------------------------------
 
 

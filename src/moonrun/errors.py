@@ -157,6 +157,14 @@ class Contention(MoonrunError):
     """The record changed too often under this request; retry."""
 
 
+class StoreUnavailable(MoonrunError):
+    """The store cannot be opened or does not answer."""
+
+
+class SchemaTooNew(StoreUnavailable):
+    """The store's schema is newer than this moonrun knows; upgrade moonrun."""
+
+
 class IllegalTransition(MoonrunError):
     """A transition outside the job state machine was attempted (a bug in moonrun)."""
 
@@ -190,6 +198,7 @@ ERROR_TABLE: Final[Mapping[type[MoonrunError], tuple[int, str]]] = {
     TerminalConflict: (409, "terminal_conflict"),
     ChannelBusy: (429, "channel_busy"),
     Contention: (503, "contention"),
+    StoreUnavailable: (503, "store_unavailable"),
     IllegalTransition: (500, "internal"),
 }
 

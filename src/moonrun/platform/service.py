@@ -384,18 +384,22 @@ class SchedulingService:
             1 for job in self._store.active_jobs(session.endpoint_id) if self._live(job, now)
         )
         wanted = min(max_jobs, session.capacity - busy, self._settings.max_claim_batch)
-        granted: list[ClaimedJob] = []
-        for _ in range(self._settings.cas_retries):
-            if len(granted) >= wanted:
-                break
-            candidates = self._store.claimable_jobs(session.endpoint_id, now, wanted - len(granted))
-            if not candidates:
-                break
-            for job in candidates:
-                grant = self._grant(job, session, now)
-                if grant is not None:
-                    granted.append(grant)
-        return granted
+        if wanted <= 0:
+            return []
+        leases: dict[str, str] = {}
+
+        def grant(job: Job) -> Job:
+            leases[job.id] = self._tokens.token(LEASE_PREFIX)
+            return jobs_domain.claim(
+                job,
+                now=now,
+                lease_hash=token_hash(leases[job.id]),
+                generation=session.generation,
+                ack_timeout_ms=self._settings.ack_timeout_ms,
+            )
+
+        claimed = self._store.claim_jobs(session.endpoint_id, now, wanted, grant)
+        return [self._claimed(job, leases[job.id]) for job in claimed]
 
     def _live(self, job: Job, now: Instant) -> bool:
         """False (after applying it) when an active job's deadline has already passed."""
@@ -404,30 +408,18 @@ class SchedulingService:
         self._apply_deadline(job.id, now)
         return False
 
-    def _grant(self, job: Job, session: Session, now: Instant) -> ClaimedJob | None:
-        if not jobs_domain.is_claimable(job, now):
-            return None
-        lease = self._tokens.token(LEASE_PREFIX)
-        claimed = jobs_domain.claim(
-            job,
-            now=now,
-            lease_hash=token_hash(lease),
-            generation=session.generation,
-            ack_timeout_ms=self._settings.ack_timeout_ms,
-        )
-        if not self._store.replace_job(claimed, job.version):
-            return None
-        assert claimed.ack_deadline is not None
+    def _claimed(self, job: Job, lease: str) -> ClaimedJob:
+        assert job.ack_deadline is not None
         return ClaimedJob(
-            job_id=claimed.id,
-            server_id=claimed.server_id,
-            kind=claimed.kind,
-            payload=claimed.payload(),
-            attempt=claimed.attempt,
+            job_id=job.id,
+            server_id=job.server_id,
+            kind=job.kind,
+            payload=job.payload(),
+            attempt=job.attempt,
             lease=lease,
-            ack_deadline=claimed.ack_deadline,
+            ack_deadline=job.ack_deadline,
             lease_ttl_s=self._settings.lease_ttl_s,
-            max_attempts=claimed.max_attempts,
+            max_attempts=job.max_attempts,
         )
 
     def ack(self, session_id: str, job_id: str, evidence: Evidence) -> AckAnswer:

@@ -306,6 +306,14 @@ class Job:
         return None
 
     @property
+    def claimable_at(self) -> Instant | None:
+        """When a claim may take the job: `eligible_at` while it waits without a cancel intent,
+        else None. Stores index it for claims."""
+        if self.state.is_waiting and self.cancel is None:
+            return self.eligible_at
+        return None
+
+    @property
     def terminal_fingerprint(self) -> str | None:
         """The fingerprint of the result that ended the job, if Run's result ended it."""
         if self.terminal is None or self.result is None:
@@ -383,7 +391,8 @@ def create_job(
 
 def is_claimable(job: Job, now: Instant) -> bool:
     """Waiting, eligible by `now`, and not asked to cancel."""
-    return job.state.is_waiting and job.eligible_at <= now and job.cancel is None
+    claimable_at = job.claimable_at
+    return claimable_at is not None and claimable_at <= now
 
 
 def claim(job: Job, *, now: Instant, lease_hash: str, generation: int, ack_timeout_ms: int) -> Job:

@@ -186,7 +186,9 @@ def progress(
         Event.PROGRESS,
         JobState.RUNNING,
         now,
-        progress=Progress(seq=seq, percent=percent, message=message, at=now),
+        progress=Progress(
+            seq=seq, percent=None if percent is None else float(percent), message=message, at=now
+        ),
         lease_expires_at=expires,
     )
     return Decision(renewed, ProgressAnswer(expires, cancel_requested))

@@ -29,6 +29,9 @@ class RetryPolicy:
         _check_float("multiplier", self.multiplier, 1.0, 100.0)
         _check_float("max_s", self.max_s, 0.0, MAX_BACKOFF_S)
         _check_float("jitter", self.jitter, 0.0, 1.0)
+        # Floats throughout, so a policy reads back from any store exactly as it was built.
+        for name in ("initial_s", "multiplier", "max_s", "jitter"):
+            object.__setattr__(self, name, float(getattr(self, name)))
 
     def backoff_s(self, attempt: int) -> float:
         """min(max_s, initial_s * multiplier^(attempt-1)), before jitter."""

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import bisect
+import heapq
 import threading
-from collections.abc import Collection
+from collections import Counter
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
-from typing import TypeVar
 
 from moonrun.errors import AlreadyExists
 from moonrun.scheduling.jobs import Job, JobState
@@ -14,40 +15,65 @@ from moonrun.scheduling.records import Endpoint, Server, Session, User
 from moonrun.scheduling.time import Instant
 from moonrun.store.protocol import JobCursor
 
+_WaitKey = tuple[Instant, Instant, str]
+"""(claimable_at, created_at, job id): the claim order."""
+
 
 @dataclass
 class _JobIndexes:
-    """Sorted keys that answer the claim, deadline and active queries without a scan."""
+    """Keys that answer the claim, deadline and active queries without scanning every job.
 
-    waiting: dict[str, list[tuple[Instant, Instant, str]]] = field(default_factory=dict)
+    Waiting jobs sit in a heap per endpoint: claims take from the front and new jobs arrive at
+    the back, and a heap does both in O(log n) where a sorted list would shift every entry. A
+    job that stops waiting leaves a stale heap entry behind, recognised and dropped when it
+    surfaces (`waiting_key` holds each waiting job's one live key).
+    """
+
+    waiting: dict[str, list[_WaitKey]] = field(default_factory=dict)
+    waiting_key: dict[str, _WaitKey] = field(default_factory=dict)
     deadlines: list[tuple[Instant, str]] = field(default_factory=list)
     active: dict[str, set[str]] = field(default_factory=dict)
 
-    def add(self, job: Job) -> None:
-        if job.state.is_waiting and job.cancel is None:
-            keys = self.waiting.setdefault(job.endpoint_id, [])
-            bisect.insort(keys, (job.eligible_at, job.created_at, job.id))
-        if job.deadline_at is not None:
-            bisect.insort(self.deadlines, (job.deadline_at, job.id))
-        if job.state.is_active:
-            self.active.setdefault(job.endpoint_id, set()).add(job.id)
+    def replace(self, old: Job | None, new: Job) -> None:
+        live = self.waiting_key.get(new.id)
+        if old is not None:
+            self._remove(old)
+        if new.claimable_at is not None:
+            key = (new.claimable_at, new.created_at, new.id)
+            if live != key:  # an unchanged key keeps its heap entry
+                heapq.heappush(self.waiting.setdefault(new.endpoint_id, []), key)
+            self.waiting_key[new.id] = key
+        if new.deadline_at is not None:
+            bisect.insort(self.deadlines, (new.deadline_at, new.id))
+        if new.state.is_active:
+            self.active.setdefault(new.endpoint_id, set()).add(new.id)
 
-    def remove(self, job: Job) -> None:
-        if job.state.is_waiting and job.cancel is None:
-            _remove_sorted(self.waiting[job.endpoint_id], (job.eligible_at, job.created_at, job.id))
+    def _remove(self, job: Job) -> None:
+        if job.claimable_at is not None:
+            self.waiting_key.pop(job.id, None)
         if job.deadline_at is not None:
-            _remove_sorted(self.deadlines, (job.deadline_at, job.id))
+            key = (job.deadline_at, job.id)
+            index = bisect.bisect_left(self.deadlines, key)
+            if index < len(self.deadlines) and self.deadlines[index] == key:
+                del self.deadlines[index]
         if job.state.is_active:
             self.active[job.endpoint_id].discard(job.id)
 
-
-_Key = TypeVar("_Key", tuple[Instant, Instant, str], tuple[Instant, str])
-
-
-def _remove_sorted(keys: list[_Key], key: _Key) -> None:
-    index = bisect.bisect_left(keys, key)
-    if index < len(keys) and keys[index] == key:
-        del keys[index]
+    def first_waiting(self, endpoint_id: str, now: Instant, limit: int) -> list[str]:
+        """Ids of up to `limit` jobs waiting with `claimable_at <= now`, in claim order."""
+        heap = self.waiting.get(endpoint_id, [])
+        taken: list[_WaitKey] = []
+        while heap and len(taken) < limit:
+            key = heap[0]
+            if self.waiting_key.get(key[2]) != key or (taken and key == taken[-1]):
+                heapq.heappop(heap)  # stale, or a duplicate of a live key: drop it for good
+                continue
+            if key[0] > now:
+                break
+            taken.append(heapq.heappop(heap))
+        for key in taken:
+            heapq.heappush(heap, key)
+        return [key[2] for key in taken]
 
 
 class MemoryStore:
@@ -72,26 +98,31 @@ class MemoryStore:
             if job.id in self._jobs:
                 raise AlreadyExists(f"job {job.id} already exists")
             self._jobs[job.id] = job
-            self._index.add(job)
+            self._index.replace(None, job)
 
     def replace_job(self, job: Job, expected_version: int) -> bool:
         with self._lock:
             stored = self._jobs.get(job.id)
             if stored is None or stored.version != expected_version:
                 return False
-            self._index.remove(stored)
             self._jobs[job.id] = job
-            self._index.add(job)
+            self._index.replace(stored, job)
             return True
 
     def claimable_jobs(self, endpoint_id: str, now: Instant, limit: int) -> list[Job]:
         with self._lock:
-            found: list[Job] = []
-            for eligible_at, _, job_id in self._index.waiting.get(endpoint_id, ()):
-                if eligible_at > now or len(found) >= limit:
-                    break
-                found.append(self._jobs[job_id])
-            return found
+            return [self._jobs[i] for i in self._index.first_waiting(endpoint_id, now, limit)]
+
+    def claim_jobs(
+        self, endpoint_id: str, now: Instant, limit: int, grant: Callable[[Job], Job]
+    ) -> list[Job]:
+        with self._lock:
+            # Grant everything before storing anything, so a failing grant changes nothing.
+            pairs = [(job, grant(job)) for job in self.claimable_jobs(endpoint_id, now, limit)]
+            for job, granted in pairs:
+                self._jobs[job.id] = granted
+                self._index.replace(job, granted)
+            return [granted for _, granted in pairs]
 
     def due_jobs(self, now: Instant, limit: int) -> list[Job]:
         with self._lock:
@@ -105,6 +136,10 @@ class MemoryStore:
     def active_jobs(self, endpoint_id: str) -> list[Job]:
         with self._lock:
             return [self._jobs[job_id] for job_id in self._index.active.get(endpoint_id, ())]
+
+    def job_counts(self) -> dict[JobState, int]:
+        with self._lock:
+            return dict(Counter(job.state for job in self._jobs.values()))
 
     def list_jobs(
         self,

@@ -7,7 +7,7 @@ a duplicate id or unique name raise `AlreadyExists`.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Protocol
 
 from moonrun.scheduling.jobs import Job, JobState
@@ -33,12 +33,25 @@ class Store(Protocol):
         oldest `eligible_at` first (then `created_at`, then id)."""
         ...
 
+    def claim_jobs(
+        self, endpoint_id: str, now: Instant, limit: int, grant: Callable[[Job], Job]
+    ) -> list[Job]:
+        """Atomically claim up to `limit` of `claimable_jobs(endpoint_id, now, limit)`: store what
+        `grant` returns for each (its `version` one above) and return those records. A job that
+        another caller is claiming at the same moment is skipped, so no job version is ever
+        granted twice."""
+        ...
+
     def due_jobs(self, now: Instant, limit: int) -> list[Job]:
         """Accepted/running jobs whose live deadline is `<= now`, earliest first."""
         ...
 
     def active_jobs(self, endpoint_id: str) -> list[Job]:
         """The endpoint's accepted/running jobs."""
+        ...
+
+    def job_counts(self) -> dict[JobState, int]:
+        """How many jobs are in each state (states with none may be missing)."""
         ...
 
     def list_jobs(

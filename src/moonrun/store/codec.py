@@ -1,0 +1,290 @@
+"""Records to SQL rows and back, field by field (the inverse of each other, and nothing else)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sqlalchemy import RowMapping
+
+from moonrun.scheduling.jobs import (
+    AttemptSummary,
+    CancelResult,
+    CancelState,
+    ErrorInfo,
+    Failure,
+    FailureReason,
+    Job,
+    JobState,
+    Outcome,
+    Progress,
+    ReconcileMark,
+    ReconcileOutcome,
+    RecordedResult,
+    RunResult,
+    Terminal,
+)
+from moonrun.scheduling.records import Endpoint, Server, Session, User
+from moonrun.scheduling.retry import RetryPolicy
+
+Row = RowMapping
+
+
+def job_to_row(job: Job) -> dict[str, Any]:
+    policy, progress, cancel = job.policy, job.progress, job.cancel
+    failure, recorded, terminal, mark = job.last_failure, job.result, job.terminal, job.reconcile
+    reported = recorded.result if recorded else None
+    return {
+        "id": job.id,
+        "server_id": job.server_id,
+        "endpoint_id": job.endpoint_id,
+        "kind": job.kind,
+        "payload_json": job.payload_json,
+        "state": job.state.value,
+        "attempt": job.attempt,
+        "max_attempts": policy.max_attempts,
+        "backoff_initial_s": policy.initial_s,
+        "backoff_multiplier": policy.multiplier,
+        "backoff_max_s": policy.max_s,
+        "backoff_jitter": policy.jitter,
+        "eligible_at": job.eligible_at,
+        "claimable_at": job.claimable_at,
+        "created_at": job.created_at,
+        "updated_at": job.updated_at,
+        "version": job.version,
+        "lease_hash": job.lease_hash,
+        "session_generation": job.session_generation,
+        "claimed_at": job.claimed_at,
+        "ack_deadline": job.ack_deadline,
+        "lease_expires_at": job.lease_expires_at,
+        "deadline_at": job.deadline_at,
+        "progress_seq": progress.seq if progress else None,
+        "progress_percent": progress.percent if progress else None,
+        "progress_message": progress.message if progress else None,
+        "progress_at": progress.at if progress else None,
+        "cancel_requested_at": cancel.requested_at if cancel else None,
+        "cancel_requested_by": cancel.requested_by if cancel else None,
+        "cancel_result": cancel.result.value if cancel and cancel.result else None,
+        "cancel_resolved_at": cancel.resolved_at if cancel else None,
+        "failure_reason": failure.reason.value if failure else None,
+        "failure_attempt": failure.attempt if failure else None,
+        "failure_at": failure.at if failure else None,
+        "failure_code": failure.code if failure else None,
+        "failure_message": failure.message if failure else None,
+        "result_attempt": recorded.attempt if recorded else None,
+        "result_outcome": reported.outcome.value if reported else None,
+        "result_retryable": reported.retryable if reported else None,
+        "result_error_code": reported.error.code if reported and reported.error else None,
+        "result_error_message": reported.error.message if reported and reported.error else None,
+        "result_output_json": reported.output_json if reported else None,
+        "result_fingerprint": reported.fingerprint if reported else None,
+        "result_at": recorded.at if recorded else None,
+        "terminal_outcome": terminal.outcome.value if terminal else None,
+        "terminal_attempt": terminal.attempt if terminal else None,
+        "terminal_at": terminal.at if terminal else None,
+        "terminal_error_code": terminal.error.code if terminal and terminal.error else None,
+        "terminal_error_message": terminal.error.message if terminal and terminal.error else None,
+        "reconcile_outcome": mark.outcome.value if mark else None,
+        "reconcile_at": mark.at if mark else None,
+        "reconcile_generation": mark.generation if mark else None,
+        "history_json": json.dumps(
+            [
+                [past.attempt, past.claimed_at, past.ended_at, past.outcome, past.code]
+                for past in job.history
+            ],
+            separators=(",", ":"),
+        ),
+    }
+
+
+def row_to_job(row: Row) -> Job:
+    return Job(
+        id=row["id"],
+        server_id=row["server_id"],
+        endpoint_id=row["endpoint_id"],
+        kind=row["kind"],
+        payload_json=row["payload_json"],
+        policy=RetryPolicy(
+            max_attempts=row["max_attempts"],
+            initial_s=row["backoff_initial_s"],
+            multiplier=row["backoff_multiplier"],
+            max_s=row["backoff_max_s"],
+            jitter=row["backoff_jitter"],
+        ),
+        state=JobState(row["state"]),
+        attempt=row["attempt"],
+        eligible_at=row["eligible_at"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        version=row["version"],
+        lease_hash=row["lease_hash"],
+        session_generation=row["session_generation"],
+        claimed_at=row["claimed_at"],
+        ack_deadline=row["ack_deadline"],
+        lease_expires_at=row["lease_expires_at"],
+        progress=None
+        if row["progress_seq"] is None
+        else Progress(
+            seq=row["progress_seq"],
+            percent=row["progress_percent"],
+            message=row["progress_message"],
+            at=row["progress_at"],
+        ),
+        cancel=None
+        if row["cancel_requested_at"] is None
+        else CancelState(
+            requested_at=row["cancel_requested_at"],
+            requested_by=row["cancel_requested_by"],
+            result=None if row["cancel_result"] is None else CancelResult(row["cancel_result"]),
+            resolved_at=row["cancel_resolved_at"],
+        ),
+        last_failure=None
+        if row["failure_reason"] is None
+        else Failure(
+            reason=FailureReason(row["failure_reason"]),
+            attempt=row["failure_attempt"],
+            at=row["failure_at"],
+            code=row["failure_code"],
+            message=row["failure_message"],
+        ),
+        result=None
+        if row["result_attempt"] is None
+        else RecordedResult(
+            attempt=row["result_attempt"],
+            result=RunResult(
+                outcome=Outcome(row["result_outcome"]),
+                retryable=bool(row["result_retryable"]),
+                error=_error(row["result_error_code"], row["result_error_message"]),
+                output_json=row["result_output_json"],
+                fingerprint=row["result_fingerprint"],
+            ),
+            at=row["result_at"],
+        ),
+        terminal=None
+        if row["terminal_outcome"] is None
+        else Terminal(
+            outcome=Outcome(row["terminal_outcome"]),
+            attempt=row["terminal_attempt"],
+            at=row["terminal_at"],
+            error=_error(row["terminal_error_code"], row["terminal_error_message"]),
+        ),
+        reconcile=None
+        if row["reconcile_outcome"] is None
+        else ReconcileMark(
+            outcome=ReconcileOutcome(row["reconcile_outcome"]),
+            at=row["reconcile_at"],
+            generation=row["reconcile_generation"],
+        ),
+        history=tuple(
+            AttemptSummary(attempt, claimed_at, ended_at, outcome, code)
+            for attempt, claimed_at, ended_at, outcome, code in json.loads(row["history_json"])
+        ),
+    )
+
+
+def _error(code: str | None, message: str | None) -> ErrorInfo | None:
+    return None if code is None else ErrorInfo(code, message or "")
+
+
+def endpoint_to_row(endpoint: Endpoint) -> dict[str, Any]:
+    return {
+        "id": endpoint.id,
+        "name": endpoint.name,
+        "created_at": endpoint.created_at,
+        "join_token_hash": endpoint.join_token_hash,
+        "join_token_expires_at": endpoint.join_token_expires_at,
+        "version": endpoint.version,
+        "identity_public_key": endpoint.identity_public_key,
+        "joined_at": endpoint.joined_at,
+        "generation": endpoint.generation,
+        "current_session_id": endpoint.current_session_id,
+    }
+
+
+def row_to_endpoint(row: Row) -> Endpoint:
+    return Endpoint(
+        id=row["id"],
+        name=row["name"],
+        created_at=row["created_at"],
+        join_token_hash=row["join_token_hash"],
+        join_token_expires_at=row["join_token_expires_at"],
+        version=row["version"],
+        identity_public_key=row["identity_public_key"],
+        joined_at=row["joined_at"],
+        generation=row["generation"],
+        current_session_id=row["current_session_id"],
+    )
+
+
+def session_to_row(session: Session) -> dict[str, Any]:
+    return {
+        "id": session.id,
+        "endpoint_id": session.endpoint_id,
+        "generation": session.generation,
+        "boot_id": session.boot_id,
+        "capacity": session.capacity,
+        "run_version": session.run_version,
+        "created_at": session.created_at,
+        "last_seen_at": session.last_seen_at,
+        "expires_at": session.expires_at,
+        "reconciled_at": session.reconciled_at,
+    }
+
+
+def row_to_session(row: Row) -> Session:
+    return Session(
+        id=row["id"],
+        endpoint_id=row["endpoint_id"],
+        generation=row["generation"],
+        boot_id=row["boot_id"],
+        capacity=row["capacity"],
+        run_version=row["run_version"],
+        created_at=row["created_at"],
+        last_seen_at=row["last_seen_at"],
+        expires_at=row["expires_at"],
+        reconciled_at=row["reconciled_at"],
+    )
+
+
+def user_to_row(user: User) -> dict[str, Any]:
+    return {
+        "id": user.id,
+        "name": user.name,
+        "platform_admin": user.platform_admin,
+        "created_at": user.created_at,
+        "password_hash": user.password_hash,
+    }
+
+
+def row_to_user(row: Row) -> User:
+    return User(
+        id=row["id"],
+        name=row["name"],
+        platform_admin=bool(row["platform_admin"]),
+        created_at=row["created_at"],
+        password_hash=row["password_hash"],
+    )
+
+
+def server_to_row(server: Server) -> dict[str, Any]:
+    """The `servers` row; administrators live in `server_admins`."""
+    return {
+        "id": server.id,
+        "name": server.name,
+        "endpoint_id": server.endpoint_id,
+        "owner_id": server.owner_id,
+        "created_at": server.created_at,
+        "version": server.version,
+    }
+
+
+def row_to_server(row: Row, admin_ids: tuple[str, ...]) -> Server:
+    return Server(
+        id=row["id"],
+        name=row["name"],
+        endpoint_id=row["endpoint_id"],
+        owner_id=row["owner_id"],
+        created_at=row["created_at"],
+        admin_ids=admin_ids,
+        version=row["version"],
+    )

@@ -1,0 +1,182 @@
+"""What FileStore and MySQLStore promise beyond the contract: files, schema, clear failures."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+from sqlalchemy import text
+
+from moonrun.errors import SchemaTooNew, StoreUnavailable
+from moonrun.store import DEFAULT_STORE_URL, open_store
+from moonrun.store.file import FileStore
+from moonrun.store.memory import MemoryStore
+from moonrun.store.mysql import MySQLStore, redact
+from moonrun.store.schema import SCHEMA_VERSION
+from tests.stores import StoreFactory
+
+ROOT = Path(__file__).resolve().parent.parent
+CANARY = "canary-pass-7f3a"
+
+
+def moonrun(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    """Run the real `moonrun` command line."""
+    return subprocess.run(
+        [sys.executable, "-m", "moonrun", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+    )
+
+
+def test_open_store_picks_the_store_from_the_url(tmp_path: Path, mysql_url: str) -> None:
+    """memory://, file:PATH and mysql://... open the matching store."""
+    stores = [
+        open_store("memory://"),
+        open_store(f"file:{tmp_path / 'p.db'}"),
+        open_store(mysql_url),
+    ]
+    assert [MemoryStore, FileStore, MySQLStore] == [type(store) for store in stores]
+    for store in stores:
+        store.close()
+
+
+def test_default_store_is_a_file_under_dot_moonrun(tmp_path: Path) -> None:
+    """Without --store the platform uses file:.moonrun/platform.db, in a 0700 directory."""
+    result = moonrun("store", "check", cwd=tmp_path)
+    assert (result.returncode, result.stderr) == (0, "")
+    assert DEFAULT_STORE_URL == "file:.moonrun/platform.db"
+    assert (tmp_path / ".moonrun" / "platform.db").is_file()
+    assert stat.S_IMODE((tmp_path / ".moonrun").stat().st_mode) == 0o700
+
+
+def test_file_store_runs_wal_with_full_sync(tmp_path: Path) -> None:
+    """The file is in WAL mode and every store connection syncs fully on commit."""
+    store = FileStore(tmp_path / "p.db")
+    with store._engine.connect() as connection:  # the pragmas are per connection
+        synchronous = connection.execute(text("PRAGMA synchronous")).scalar()
+        busy_timeout = connection.execute(text("PRAGMA busy_timeout")).scalar()
+    store.close()
+    with sqlite3.connect(tmp_path / "p.db") as raw:
+        journal_mode = raw.execute("PRAGMA journal_mode").fetchone()[0]
+    assert (journal_mode, synchronous, busy_timeout) == ("wal", 2, 5000)
+
+
+def test_schema_is_migrated_on_open_and_versioned(durable_factory: StoreFactory) -> None:
+    """Opening creates the schema and records its version."""
+    store = durable_factory.open()
+    assert isinstance(store, FileStore | MySQLStore)
+    assert store.schema_version() == SCHEMA_VERSION
+    store.close()
+    again = durable_factory.reopen(store)
+    assert isinstance(again, FileStore | MySQLStore)
+    assert again.schema_version() == SCHEMA_VERSION
+    again.close()
+
+
+def test_a_newer_schema_than_the_code_knows_is_refused(tmp_path: Path) -> None:
+    """A store written by a newer moonrun is a clear error, not a guess."""
+    FileStore(tmp_path / "p.db").close()
+    with sqlite3.connect(tmp_path / "p.db") as raw:
+        raw.execute("UPDATE schema_version SET version = 99")
+    with pytest.raises(SchemaTooNew) as refused:
+        FileStore(tmp_path / "p.db")
+    assert "schema version 99" in refused.value.message
+    assert "upgrade moonrun" in refused.value.message
+
+
+def test_mysql_urls_are_redacted() -> None:
+    """Descriptions and errors name the server and user, never the password."""
+    assert redact(f"mysql://bob:{CANARY}@db:3306/moonrun") == "mysql://bob:***@db:3306/moonrun"
+
+
+def test_mysql_store_without_pymysql_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A missing driver is an install hint, not an ImportError."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "pymysql" else real(name)
+    )
+    with pytest.raises(StoreUnavailable) as missing:
+        MySQLStore("mysql://root@127.0.0.1:3306/test")
+    assert "pip install 'moonrun[mysql]'" in missing.value.message
+
+
+def bad_stores(tmp_path: Path, mysql_url: str) -> dict[str, tuple[str, str]]:
+    """Bad store URLs and a fragment of the one-line error each must give."""
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"this is not an sqlite file at all" * 100)
+    parts = urlsplit(mysql_url)
+    host = f"{parts.hostname}:{parts.port or 3306}"
+    return {
+        "directory": (f"file:{tmp_path}", "it is a directory"),
+        "not sqlite": (f"file:{garbage}", "is not an SQLite database"),
+        "parent is a file": (f"file:{garbage}/p.db", "is not a directory"),
+        "unreachable mysql": (
+            f"mysql://root:{CANARY}@127.0.0.1:1/moonrun",
+            "cannot reach MySQL at 127.0.0.1:1",
+        ),
+        "bad credentials": (
+            f"mysql://nobody:{CANARY}@{host}/test",
+            "refused user 'nobody': wrong user or password",
+        ),
+        "unknown database": (
+            f"mysql://{parts.username or 'root'}@{host}/moonrun_nowhere_{os.getpid()}",
+            "has no database",
+        ),
+        "unknown scheme": ("postgres://db/moonrun", "unknown store 'postgres'"),
+        "bad file option": (f"file:{tmp_path / 'x.db'}?cache=1", "unknown file store option"),
+    }
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "directory",
+        "not sqlite",
+        "parent is a file",
+        "unreachable mysql",
+        "bad credentials",
+        "unknown database",
+        "unknown scheme",
+        "bad file option",
+    ],
+)
+def test_a_bad_store_is_one_clear_line_and_a_nonzero_exit(
+    case: str, tmp_path: Path, mysql_url: str
+) -> None:
+    """No traceback, no password, exit 1, and a line that says what is wrong."""
+    url, expected = bad_stores(tmp_path, mysql_url)[case]
+    result = moonrun("store", "check", "--store", url)
+    lines = result.stderr.splitlines()
+    assert (result.returncode, len(lines)) == (1, 1), result.stderr
+    assert lines[0].startswith("moonrun: error: ")
+    assert expected in lines[0]
+    assert CANARY not in result.stderr + result.stdout
+    assert "Traceback" not in result.stderr
+
+
+def test_a_locked_file_is_one_clear_line(tmp_path: Path) -> None:
+    """A store file another process holds an exclusive lock on is reported as locked."""
+    path = tmp_path / "p.db"
+    FileStore(path).close()
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        result = moonrun("store", "check", "--store", f"file:{path}?busy_timeout_ms=100")
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert result.returncode == 1
+    assert [f"moonrun: error: {path} is locked by another process (database is locked)"] == (
+        result.stderr.splitlines()
+    )
