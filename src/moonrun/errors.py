@@ -49,6 +49,14 @@ class AlreadyExists(MoonrunError):
     """A resource with that name already exists."""
 
 
+class ArtifactConflict(MoonrunError):
+    """That artifact chunk was already stored with different bytes."""
+
+
+class IdempotencyConflict(MoonrunError):
+    """That Idempotency-Key was already used with a different request."""
+
+
 # -- users ---------------------------------------------------------------------------------
 
 
@@ -174,6 +182,8 @@ ERROR_TABLE: Final[Mapping[type[MoonrunError], tuple[int, str]]] = {
     InvalidRequest: (422, "invalid_request"),
     TooLarge: (413, "too_large"),
     AlreadyExists: (409, "already_exists"),
+    IdempotencyConflict: (409, "idempotency_conflict"),
+    ArtifactConflict: (409, "artifact_conflict"),
     Unauthenticated: (401, "unauthenticated"),
     Forbidden: (403, "forbidden"),
     NotFound: (404, "not_found"),

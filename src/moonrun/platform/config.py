@@ -27,6 +27,8 @@ class SchedulingSettings:
     max_reconcile_entries: int = 4096
     sweep_batch: int = 500
     cas_retries: int = 32
+    transfer_grace_s: float = 60.0
+    """Logs and artifacts of an attempt are accepted this long after it ends."""
     session_extend_granularity_s: float = 1.0
     """A session's expiry is rewritten only when it would move by at least this much."""
 

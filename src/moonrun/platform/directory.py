@@ -9,7 +9,13 @@ from moonrun.errors import Contention, InvalidRequest, NotFound, Unauthenticated
 from moonrun.platform.service import NAME_PATTERN
 from moonrun.scheduling.fingerprint import token_hash
 from moonrun.scheduling.records import Server, User
-from moonrun.security.access import can_manage_admins, require, require_platform_admin
+from moonrun.security.access import (
+    can_manage_admins,
+    can_manage_jobs,
+    require,
+    require_platform_admin,
+)
+from moonrun.security.passwords import hash_password, password_matches
 from moonrun.security.tokens import API_PREFIX, TokenSource
 from moonrun.store.protocol import Store
 
@@ -53,14 +59,22 @@ class Directory:
         self._store.insert_api_token(token_hash(api_token), admin.id, now)
         return admin
 
-    def create_user(self, actor: User, name: str, *, platform_admin: bool = False) -> NewUser:
-        """A platform admin creates a user, who gets an API token."""
+    def create_user(
+        self,
+        actor: User,
+        name: str,
+        *,
+        platform_admin: bool = False,
+        password: str | None = None,
+    ) -> NewUser:
+        """A platform admin creates a user, who gets an API token (and may sign in)."""
         require_platform_admin(actor)
         _check_name(name)
         if not isinstance(platform_admin, bool):
             raise InvalidRequest("platform_admin must be a boolean")
+        password_hash = None if password is None else hash_password(password)
         now = self._clock.now()
-        user = User(self._tokens.identifier("usr_"), name, platform_admin, now)
+        user = User(self._tokens.identifier("usr_"), name, platform_admin, now, password_hash)
         self._store.insert_user(user)
         return NewUser(user, self.issue_api_token(user))
 
@@ -68,6 +82,22 @@ class Directory:
         token = self._tokens.token(API_PREFIX)
         self._store.insert_api_token(token_hash(token), user.id, self._clock.now())
         return token
+
+    def sign_in(self, name: str, password: str) -> User | None:
+        """The user with that name and password, or None (same work either way)."""
+        user = self._store.user_by_name(name) if isinstance(name, str) else None
+        stored = user.password_hash if user is not None else None
+        return user if password_matches(password, stored) and user is not None else None
+
+    def list_users(self, actor: User) -> list[User]:
+        require_platform_admin(actor)
+        return self._store.list_users()
+
+    def list_servers(self, actor: User) -> list[Server]:
+        """The servers the actor may see: all for platform admins, else owned or administered."""
+        if actor.platform_admin:
+            return self._store.list_servers()
+        return self._store.servers_of_user(actor.id)
 
     def create_server(self, actor: User, name: str, *, endpoint_id: str, owner_id: str) -> Server:
         """A platform admin creates a server on an endpoint, owned by a user."""
@@ -91,7 +121,7 @@ class Directory:
         server = self._store.get_server(server_id)
         if server is None:
             raise NotFound("no such server")
-        require(actor.platform_admin or actor.id == server.owner_id or actor.id in server.admin_ids)
+        require(can_manage_jobs(actor, server))
         return server
 
     def add_server_admin(self, actor: User, server_id: str, user_id: str) -> Server:

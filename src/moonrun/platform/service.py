@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
+import hashlib
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -16,10 +18,15 @@ from typing import Any, TypeVar
 
 from moonrun.clock import Clock
 from moonrun.errors import (
+    AckDeadlineExpired,
+    AlreadyExists,
     Contention,
+    IdempotencyConflict,
     InvalidRequest,
     JobNotFound,
     JoinTokenInvalid,
+    LeaseExpired,
+    NotActive,
     NotFound,
     ReconcileRequired,
     SessionExpired,
@@ -30,7 +37,7 @@ from moonrun.platform.config import SchedulingSettings
 from moonrun.scheduling import jobs as jobs_domain
 from moonrun.scheduling import messages
 from moonrun.scheduling import reconcile as reconcile_domain
-from moonrun.scheduling.fingerprint import JsonValue, token_hash
+from moonrun.scheduling.fingerprint import JsonValue, canonical_json, token_hash
 from moonrun.scheduling.jobs import Job, JobState, RunResult
 from moonrun.scheduling.messages import (
     AckAnswer,
@@ -55,6 +62,7 @@ T = TypeVar("T")
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 BOOT_ID_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 RUN_VERSION_PATTERN = re.compile(r"^[A-Za-z0-9_.+-]{1,64}$")
+IDEMPOTENCY_KEY_PATTERN = re.compile(r"^[!-~]{1,255}$")
 MAX_PAGE = 200
 
 
@@ -281,6 +289,42 @@ class SchedulingService:
             self._store.extend_session(session.id, now, expires_at)
             session = replace(session, last_seen_at=now, expires_at=expires_at)
         return session
+
+    def identity_key(self, endpoint_id: str) -> bytes:
+        """The Ed25519 public key a joined endpoint signs its registrations with."""
+        endpoint = self._store.get_endpoint(endpoint_id)
+        if endpoint is None or endpoint.identity_public_key is None:
+            raise SignatureInvalid("unknown endpoint")
+        return _b64decode(endpoint.identity_public_key)
+
+    def check_transfer(self, session_id: str, job_id: str, evidence: Evidence) -> Job:
+        """May the caller send logs or artifacts for this attempt? (PROTOCOL.md section 5)
+
+        The evidence is checked as for job messages, but nothing is written: transfers never
+        touch the job record. The attempt must be active or have ended at most
+        `transfer_grace_s` ago.
+        """
+        caller = self._caller(session_id)
+        job = self._store.get_job(job_id)
+        if job is None:
+            raise JobNotFound()
+        error = messages.fence(job, caller, evidence)
+        if error is not None and not isinstance(error, AckDeadlineExpired | LeaseExpired):
+            raise error
+        now = self._clock.now()
+        if job.state.is_active:
+            if job.deadline_at is None or now < job.deadline_at:
+                return job
+            ended: Instant | None = job.deadline_at  # passed, not applied yet
+        else:
+            ended = next(
+                (past.ended_at for past in job.history if past.attempt == job.attempt), None
+            )
+        if ended is not None and now <= ended + round(self._settings.transfer_grace_s * 1000):
+            return job
+        if error is not None:
+            raise error
+        raise NotActive("the attempt ended; its logs and artifacts are closed")
 
     def heartbeat(self, session_id: str) -> Heartbeat:
         session = self.authenticate_session(session_id)
@@ -532,20 +576,55 @@ class SchedulingService:
         max_attempts: int | None = None,
         backoff: Mapping[str, float] | None = None,
         not_before: Instant | None = None,
+        idempotency_key: str | None = None,
     ) -> Job:
-        """Queue a job for a server the actor may manage."""
+        """Queue a job for a server the actor may manage.
+
+        With an `idempotency_key`, the same key and the same request give the same job again;
+        the same key with a different request is `IdempotencyConflict`.
+        """
         server = self._server_for(actor, server_id)
-        job = jobs_domain.create_job(
-            job_id=self._tokens.identifier("job_"),
-            server_id=server.id,
-            endpoint_id=server.endpoint_id,
-            kind=kind,
-            payload=payload,
-            policy=self._policy(max_attempts, backoff),
-            now=self._clock.now(),
-            not_before=not_before,
-        )
-        self._store.insert_job(job)
+
+        def build(job_id: str) -> Job:
+            return jobs_domain.create_job(
+                job_id=job_id,
+                server_id=server.id,
+                endpoint_id=server.endpoint_id,
+                kind=kind,
+                payload=payload,
+                policy=self._policy(max_attempts, backoff),
+                now=self._clock.now(),
+                not_before=not_before,
+            )
+
+        job = build(self._tokens.identifier("job_"))
+        if idempotency_key is None:
+            self._store.insert_job(job)
+            return job
+        _check_pattern("Idempotency-Key", idempotency_key, IDEMPOTENCY_KEY_PATTERN)
+        request = {
+            "server_id": server.id,
+            "kind": kind,
+            "payload": payload,
+            "max_attempts": max_attempts,
+            "backoff": dict(backoff) if backoff is not None else None,
+            "not_before": not_before,
+        }
+        fingerprint = hashlib.sha256(
+            canonical_json(request, field="request", limit=1 << 20)
+        ).hexdigest()
+        try:
+            self._store.remember_idempotent_job(
+                actor.id, idempotency_key, fingerprint, job.id, job.created_at
+            )
+        except AlreadyExists:
+            remembered = self._store.idempotent_job(actor.id, idempotency_key)
+            assert remembered is not None
+            if remembered[0] != fingerprint:
+                raise IdempotencyConflict() from None
+            job = self._store.get_job(remembered[1]) or build(remembered[1])
+        with contextlib.suppress(AlreadyExists):  # the first request with this key did it
+            self._store.insert_job(job)
         return job
 
     def _policy(self, max_attempts: int | None, backoff: Mapping[str, float] | None) -> RetryPolicy:

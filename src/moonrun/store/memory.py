@@ -88,6 +88,7 @@ class MemoryStore:
         self._users: dict[str, User] = {}
         self._tokens: dict[str, str] = {}
         self._servers: dict[str, Server] = {}
+        self._idempotency: dict[tuple[str, str], tuple[str, str]] = {}
 
     # -- jobs ----------------------------------------------------------------------------
     def get_job(self, job_id: str) -> Job | None:
@@ -159,6 +160,17 @@ class MemoryStore:
             ]
         jobs.sort(key=lambda job: (job.created_at, job.id), reverse=True)
         return jobs[:limit]
+
+    def remember_idempotent_job(
+        self, user_id: str, key: str, fingerprint: str, job_id: str, at: Instant
+    ) -> None:
+        with self._lock:
+            if (user_id, key) in self._idempotency:
+                raise AlreadyExists("that Idempotency-Key was already used")
+            self._idempotency[(user_id, key)] = (fingerprint, job_id)
+
+    def idempotent_job(self, user_id: str, key: str) -> tuple[str, str] | None:
+        return self._idempotency.get((user_id, key))
 
     # -- endpoints and sessions ------------------------------------------------------------
     def insert_endpoint(self, endpoint: Endpoint) -> None:

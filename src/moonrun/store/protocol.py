@@ -66,6 +66,17 @@ class Store(Protocol):
         `server_ids=None` means every server."""
         ...
 
+    def remember_idempotent_job(
+        self, user_id: str, key: str, fingerprint: str, job_id: str, at: Instant
+    ) -> None:
+        """Record that `key` of `user_id` made `job_id` from a request with `fingerprint`;
+        `AlreadyExists` when the key is taken."""
+        ...
+
+    def idempotent_job(self, user_id: str, key: str) -> tuple[str, str] | None:
+        """(request fingerprint, job id) recorded for the user's key, if any."""
+        ...
+
     # -- endpoints and sessions ------------------------------------------------------------
     def insert_endpoint(self, endpoint: Endpoint) -> None: ...
 

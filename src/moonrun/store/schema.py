@@ -185,14 +185,30 @@ server_admins = Table(
     **TABLE_OPTIONS,
 )
 
-DATA_TABLES: Final = (jobs, endpoints, sessions, users, api_tokens, servers, server_admins)
+idempotency_keys = Table(
+    "idempotency_keys",
+    metadata,
+    Column("user_id", ID, primary_key=True),
+    Column("idempotency_key", String(255), primary_key=True),
+    Column("fingerprint", HASH, nullable=False),
+    Column("job_id", ID, nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    **TABLE_OPTIONS,
+)
+
+V1_TABLES: Final = (jobs, endpoints, sessions, users, api_tokens, servers, server_admins)
+DATA_TABLES: Final = (*V1_TABLES, idempotency_keys)
 
 
 def _create_v1(connection: Connection) -> None:
-    metadata.create_all(connection, tables=list(DATA_TABLES))
+    metadata.create_all(connection, tables=list(V1_TABLES))
 
 
-MIGRATIONS: Final[Sequence[Callable[[Connection], None]]] = (_create_v1,)
+def _idempotency_keys_v2(connection: Connection) -> None:
+    idempotency_keys.create(connection)
+
+
+MIGRATIONS: Final[Sequence[Callable[[Connection], None]]] = (_create_v1, _idempotency_keys_v2)
 """Migration n (1-based) brings the schema from version n-1 to n; never edit a shipped one."""
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

@@ -37,6 +37,7 @@ from moonrun.store.schema import (
     SCHEMA_VERSION,
     api_tokens,
     endpoints,
+    idempotency_keys,
     jobs,
     schema_version,
     server_admins,
@@ -259,6 +260,25 @@ class SqlStore:
                 )
             )
         return self._jobs(query.order_by(jobs.c.created_at.desc(), jobs.c.id.desc()).limit(limit))
+
+    def remember_idempotent_job(
+        self, user_id: str, key: str, fingerprint: str, job_id: str, at: Instant
+    ) -> None:
+        row = {
+            "user_id": user_id,
+            "idempotency_key": key,
+            "fingerprint": fingerprint,
+            "job_id": job_id,
+            "created_at": at,
+        }
+        self._transact(lambda c: c.execute(insert(idempotency_keys).values(row)))
+
+    def idempotent_job(self, user_id: str, key: str) -> tuple[str, str] | None:
+        query = select(idempotency_keys.c.fingerprint, idempotency_keys.c.job_id).where(
+            idempotency_keys.c.user_id == user_id, idempotency_keys.c.idempotency_key == key
+        )
+        row = self._query(lambda c: c.execute(query).first())
+        return None if row is None else (row[0], row[1])
 
     # -- endpoints and sessions ------------------------------------------------------------
 

@@ -1,0 +1,85 @@
+"""The ASGI app: Run API, transfers, user API, health and metrics, and the sweeper's lifecycle."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+
+from moonrun import __version__
+from moonrun.platform import run_api, transfers_api, user_api
+from moonrun.platform.http import (
+    BodyLimit,
+    Platform,
+    RequestLog,
+    error_response,
+    install_error_handlers,
+    platform_of,
+)
+from moonrun.platform.schemas import HealthAnswer
+from moonrun.platform.sweeper import Sweeper
+
+
+def create_app(platform: Platform, *, sweep: bool = True) -> FastAPI:
+    """The platform's HTTP service over `platform`; `sweep=False` leaves sweeping to the caller
+    (tests drive it with a manual clock)."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        stop = anyio.Event()
+        sweeper = Sweeper(platform.service, platform.channels.ops, platform.http.sweep_interval_s)
+        app.state.sweeper = sweeper
+        async with anyio.create_task_group() as tasks:
+            if sweep:
+                tasks.start_soon(sweeper.run, stop)
+            try:
+                yield
+            finally:
+                stop.set()
+
+    app = FastAPI(
+        title="moonrun platform",
+        version=__version__,
+        description="Durable job scheduling for fleets of hosts: the Run API and the user API.",
+        lifespan=lifespan,
+    )
+    app.state.platform = platform
+    install_error_handlers(app)
+    app.include_router(run_api.router)
+    app.include_router(transfers_api.router)
+    app.include_router(user_api.router)
+
+    @app.get("/healthz", response_model=HealthAnswer, tags=["ops"])
+    async def healthz(request: Request) -> Any:
+        """200 once the store is open and the sweeper runs."""
+        sweeper: Sweeper | None = getattr(request.app.state, "sweeper", None)
+        if sweep and (sweeper is None or not sweeper.running):
+            return error_response(503, "starting", "the sweeper is not running yet")
+        return {"status": "ok"}
+
+    @app.get("/metrics", tags=["ops"], response_class=Response)
+    async def metrics(request: Request) -> Response:
+        """Prometheus text: jobs by state, claims, rejections by code, latency by channel."""
+        platform = platform_of(request)
+        async with platform.channels.ops.admit():
+            body = await platform.channels.ops.run(platform.metrics.render)
+        return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    limits = platform.http
+
+    def body_limit(path: str) -> int:
+        if path.startswith("/run/v1/logs"):
+            return limits.log_body_limit
+        if path.startswith("/run/v1/artifacts"):
+            return limits.artifact_chunk_limit
+        if path.startswith("/run/"):
+            return limits.job_body_limit
+        return limits.user_body_limit
+
+    app.add_middleware(BodyLimit, limit_for=body_limit)
+    app.add_middleware(RequestLog, metrics_of=lambda: platform.metrics)
+    return app

@@ -1,0 +1,242 @@
+"""HTTP plumbing shared by every router: the Platform bundle, error bodies, body limits, logs."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from moonrun.clock import Clock
+from moonrun.errors import JobRejected, MoonrunError, TooLarge
+from moonrun.platform.artifacts import ArtifactStore
+from moonrun.platform.channels import Channels
+from moonrun.platform.directory import Directory
+from moonrun.platform.logstore import LogStore
+from moonrun.platform.metrics import Metrics
+from moonrun.platform.schemas import ErrorBody
+from moonrun.platform.service import SchedulingService
+from moonrun.security.keys import NonceCache
+from moonrun.security.signing import WINDOW_S
+from moonrun.store.protocol import Store
+
+log = logging.getLogger("moonrun.http")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class HttpSettings:
+    """Limits of the HTTP service (body sizes in bytes)."""
+
+    job_body_limit: int = 256 * 1024
+    log_body_limit: int = 1024 * 1024
+    artifact_chunk_limit: int = 4 * 1024 * 1024
+    user_body_limit: int = 1024 * 1024
+    sweep_interval_s: float = 1.0
+
+
+@dataclass
+class Platform:
+    """Everything the HTTP service needs, built once at the edge (cli.py) and passed in."""
+
+    store: Store
+    service: SchedulingService
+    directory: Directory
+    clock: Clock
+    secret: bytes
+    logs: LogStore
+    artifacts: ArtifactStore
+    channels: Channels = field(default_factory=Channels.with_limits)
+    http: HttpSettings = field(default_factory=HttpSettings)
+    metrics: Metrics = field(init=False)
+    nonces: NonceCache = field(default_factory=lambda: NonceCache(WINDOW_S))
+    started_at_s: float = field(init=False)
+    sweeper_running: bool = False
+
+    def __post_init__(self) -> None:
+        self.metrics = Metrics(self.store)
+        self.started_at_s = self.clock.now() / 1000
+
+
+def platform_of(request: Request) -> Platform:
+    platform: Platform = request.app.state.platform
+    return platform
+
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorBody, "description": description}
+    for status, description in {
+        401: "Not authenticated",
+        403: "Forbidden",
+        404: "Not found",
+        409: "Conflict",
+        413: "Too large",
+        422: "Invalid request",
+        429: "Channel busy",
+        503: "Store unavailable",
+    }.items()
+}
+"""Every route may answer these, each with the one error body."""
+
+
+def error_response(status: int, code: str, message: str) -> JSONResponse:
+    headers = {"Retry-After": "1"} if status in (429, 503) else None
+    return JSONResponse(
+        {"error": {"code": code, "message": message}}, status_code=status, headers=headers
+    )
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """moonrun errors by the one table; validation and routing errors in the same shape."""
+
+    async def moonrun_error(request: Request, error: Exception) -> JSONResponse:
+        assert isinstance(error, MoonrunError)
+        if request.url.path.startswith("/run/"):
+            metrics = platform_of(request).metrics
+            metrics.rejected.labels(code=error.code).inc()
+            if isinstance(error, JobRejected):
+                metrics.fenced.inc()
+        return error_response(error.status, error.code, error.message)
+
+    async def invalid(request: Request, error: Exception) -> JSONResponse:
+        assert isinstance(error, RequestValidationError)
+        # Name the field and the problem, never the input (it may be a secret).
+        problems = [
+            f"{'.'.join(str(p) for p in problem['loc'] if p != 'body')}: {problem['msg']}"
+            for problem in error.errors()[:5]
+        ]
+        return error_response(422, "invalid_request", "; ".join(problems) or "invalid request")
+
+    async def http_error(request: Request, error: Exception) -> JSONResponse:
+        assert isinstance(error, StarletteHTTPException)
+        codes = {404: "not_found", 405: "method_not_allowed"}
+        return error_response(
+            error.status_code, codes.get(error.status_code, "http_error"), str(error.detail)
+        )
+
+    app.add_exception_handler(MoonrunError, moonrun_error)
+    app.add_exception_handler(RequestValidationError, invalid)
+    app.add_exception_handler(StarletteHTTPException, http_error)
+
+
+def channel_of(path: str) -> str:
+    """Which channel a path belongs to, for metrics and logs."""
+    if path.startswith("/run/v1/logs"):
+        return "logs"
+    if path.startswith("/run/v1/artifacts"):
+        return "artifacts"
+    if path.startswith(("/run/v1/jobs", "/run/v1/reconcile")):
+        return "jobs"
+    if path.startswith("/run/v1/"):
+        return "control"
+    if path.startswith("/api/"):
+        return "user"
+    return "ops"
+
+
+class BodyLimit:
+    """Refuse bodies over a path's limit with 413 before they are read into memory."""
+
+    def __init__(self, app: ASGIApp, limit_for: Callable[[str], int]) -> None:
+        self.app = app
+        self.limit_for = limit_for
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = self.limit_for(scope["path"])
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            await _send_error(send, TooLarge(f"the body is over the limit of {limit} bytes"))
+            return
+        seen = 0
+        started = False
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > limit:
+                raise _Overflow()
+            return message
+
+        async def watch(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counted, watch)
+        except _Overflow:
+            if not started:
+                await _send_error(send, TooLarge(f"the body is over the limit of {limit} bytes"))
+
+
+class _Overflow(Exception):
+    pass
+
+
+async def _send_error(send: Send, error: MoonrunError) -> None:
+    body = json.dumps({"error": {"code": error.code, "message": error.message}}).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": error.status,
+            "headers": [(b"content-type", b"application/json")],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+class RequestLog:
+    """One JSON log line and one latency sample per request; no bodies, no headers."""
+
+    def __init__(self, app: ASGIApp, metrics_of: Callable[[], Metrics]) -> None:
+        self.app = app
+        self.metrics_of = metrics_of
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def capture(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, capture)
+        finally:
+            elapsed = time.perf_counter() - started
+            channel = channel_of(scope["path"])
+            self.metrics_of().latency.labels(channel=channel).observe(elapsed)
+            route = scope.get("route")
+            log.info(
+                "request",
+                extra={
+                    "fields": {
+                        "method": scope["method"],
+                        "route": getattr(route, "path", "unmatched"),
+                        "status": status,
+                        "channel": channel,
+                        "ms": round(elapsed * 1000, 3),
+                    }
+                },
+            )

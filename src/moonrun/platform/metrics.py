@@ -1,0 +1,58 @@
+"""Prometheus metrics of one platform instance: aggregate figures only, no ids or names."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from moonrun.scheduling.jobs import JobState
+from moonrun.store.protocol import Store
+
+
+class _JobsByState(Collector):
+    """Reads the store's counts at scrape time, so every replica reports the same truth."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily("moonrun_jobs", "Jobs by scheduling state", labels=["state"])
+        counts = self._store.job_counts()
+        for state in JobState:
+            family.add_metric([state.value], counts.get(state, 0))
+        yield family
+
+
+class Metrics:
+    """The counters and histograms the HTTP service updates, in a registry of its own."""
+
+    def __init__(self, store: Store) -> None:
+        self.registry = CollectorRegistry()
+        self.claims = Counter(
+            "moonrun_claims", "Attempts granted to Run by claims", registry=self.registry
+        )
+        self.rejected = Counter(
+            "moonrun_rejected_messages",
+            "Run messages rejected, by error code",
+            ["code"],
+            registry=self.registry,
+        )
+        self.fenced = Counter(
+            "fenced_writes_rejected",
+            "Job messages refused by fencing or state checks (nothing was written)",
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "moonrun_request_seconds",
+            "Request latency by channel",
+            ["channel"],
+            registry=self.registry,
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+        )
+        self.registry.register(_JobsByState(store))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

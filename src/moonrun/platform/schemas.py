@@ -1,0 +1,372 @@
+"""Request and response bodies of the HTTP API (PROTOCOL.md), as pydantic models.
+
+Requests are strict: a wrong JSON type is 422 `invalid_request`, never coerced. Responses
+are declared so that the served OpenAPI document describes every route, and FastAPI filters
+each response through its model: a field the model does not name never leaves.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+
+class Answer(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# -- errors ------------------------------------------------------------------------------------
+
+
+class ErrorDetail(Answer):
+    code: str
+    message: str
+
+
+class ErrorBody(Answer):
+    error: ErrorDetail
+
+
+# -- Run: control channel ------------------------------------------------------------------------
+
+
+class JoinRequest(Strict):
+    join_token: str
+    identity_public_key: str
+
+
+class JoinAnswer(Answer):
+    endpoint_id: str
+
+
+class RegisterRequest(Strict):
+    boot_id: str
+    run_version: str
+    capacity: int
+
+
+class RegisterAnswer(Answer):
+    session_id: str
+    session_key: str
+    generation: int
+    expires_at: str
+    heartbeat_interval_s: float
+    session_ttl_s: float
+    ack_timeout_s: float
+    lease_ttl_s: float
+
+
+class HeartbeatAnswer(Answer):
+    session_expires_at: str
+    server_time: str
+
+
+# -- Run: jobs channel ---------------------------------------------------------------------------
+
+
+class EvidenceRequest(Strict):
+    attempt: int
+    lease: str
+
+
+class ReconcileEntryModel(Strict):
+    job_id: str
+    attempt: int
+    lease: str
+
+
+class ReconcileRequest(Strict):
+    entries: list[ReconcileEntryModel]
+
+
+class ConfirmedModel(Answer):
+    job_id: str
+    attempt: int
+    state: str
+    cancel_requested: bool
+    deadline: str
+
+
+class DiscardModel(Answer):
+    job_id: str
+    attempt: int
+    reason: str
+
+
+class LostModel(Answer):
+    job_id: str
+    attempt: int
+    state: str
+
+
+class ReconcileAnswer(Answer):
+    confirmed: list[ConfirmedModel]
+    discard: list[DiscardModel]
+    lost: list[LostModel]
+
+
+class ClaimRequest(Strict):
+    max_jobs: int
+
+
+class ClaimedModel(Answer):
+    job_id: str
+    server_id: str
+    kind: str
+    payload: Any
+    attempt: int
+    lease: str
+    ack_deadline: str
+    lease_ttl_s: float
+    max_attempts: int
+
+
+class ClaimAnswer(Answer):
+    jobs: list[ClaimedModel]
+
+
+class AckAnswerModel(Answer):
+    state: str
+    lease_expires_at: str
+
+
+class ProgressRequest(EvidenceRequest):
+    seq: int
+    percent: float | None = None
+    message: str | None = None
+
+
+class ProgressAnswerModel(Answer):
+    lease_expires_at: str
+    cancel_requested: bool
+
+
+class CancelPollAnswerModel(Answer):
+    cancel_requested: bool
+    requested_at: str | None
+
+
+class ErrorInfoModel(Strict):
+    code: str
+    message: str
+
+
+class ResultRequest(EvidenceRequest):
+    outcome: str
+    retryable: bool
+    error: ErrorInfoModel | None = None
+    output: Any = None
+
+
+class ResultAnswerModel(Answer):
+    state: str
+    attempt: int
+    fingerprint: str
+    next_eligible_at: str | None
+    replayed: bool
+
+
+# -- Run: logs channel ---------------------------------------------------------------------------
+
+
+class LogLineModel(Strict):
+    ts: str
+    stream: str = Field(pattern="^(stdout|stderr)$")
+    text: str
+
+
+class LogBatchRequest(Strict):
+    job_id: str
+    attempt: int
+    lease: str
+    seq: int
+    lines: list[LogLineModel]
+
+
+class LogBatchAnswer(Answer):
+    accepted_through_seq: int
+
+
+# -- users ---------------------------------------------------------------------------------------
+
+
+class UserModel(Answer):
+    id: str
+    name: str
+    platform_admin: bool
+    created_at: str
+
+
+class CreateUserRequest(Strict):
+    name: str
+    password: str | None = None
+    platform_admin: bool = False
+
+
+class CreatedUserAnswer(Answer):
+    user: UserModel
+    api_token: str
+
+
+class UsersAnswer(Answer):
+    users: list[UserModel]
+
+
+class ServerModel(Answer):
+    id: str
+    name: str
+    endpoint_id: str
+    owner_id: str
+    admin_ids: list[str]
+    created_at: str
+
+
+class ServersAnswer(Answer):
+    servers: list[ServerModel]
+
+
+class CreateServerRequest(Strict):
+    name: str
+    endpoint_id: str
+    owner_id: str
+
+
+class AddAdminRequest(Strict):
+    user_id: str
+
+
+class EndpointModel(Answer):
+    id: str
+    name: str
+    online: bool
+    generation: int
+    last_seen_at: str | None
+    capacity: int | None
+    run_version: str | None
+
+
+class EndpointsAnswer(Answer):
+    endpoints: list[EndpointModel]
+
+
+class CreateEndpointRequest(Strict):
+    name: str
+
+
+class CreatedEndpointAnswer(Answer):
+    endpoint: EndpointModel
+    join_token: str
+    join_token_expires_at: str
+
+
+class BackoffModel(Strict):
+    initial_s: float | None = None
+    multiplier: float | None = None
+    max_s: float | None = None
+
+
+class CreateJobRequest(Strict):
+    kind: str
+    payload: dict[str, Any] | None = None
+    max_attempts: int | None = None
+    backoff: BackoffModel | None = None
+    not_before: str | None = None
+
+
+class LastFailureModel(Answer):
+    reason: str
+    code: str | None
+    attempt: int
+    at: str
+    message: str | None
+
+
+class RetryModel(Answer):
+    next_eligible_at: str | None
+    initial_s: float
+    multiplier: float
+    max_s: float
+    last_failure: LastFailureModel | None
+
+
+class ProgressModel(Answer):
+    seq: int
+    percent: float | None
+    message: str | None
+    at: str
+
+
+class CancelModel(Answer):
+    requested: bool
+    requested_at: str | None
+    result: str | None
+    resolved_at: str | None
+
+
+class TerminalErrorModel(Answer):
+    code: str
+    message: str
+
+
+class TerminalModel(Answer):
+    outcome: str
+    attempt: int
+    at: str
+    error: TerminalErrorModel | None
+
+
+class ReconcileModel(Answer):
+    outcome: str | None
+    at: str | None
+
+
+class HistoryModel(Answer):
+    attempt: int
+    claimed_at: str | None
+    ended_at: str
+    outcome: str
+    code: str | None
+
+
+class JobViewModel(Answer):
+    id: str
+    server_id: str
+    kind: str
+    state: str
+    attempt: int
+    max_attempts: int
+    created_at: str
+    updated_at: str
+    retry: RetryModel
+    progress: ProgressModel | None
+    cancel: CancelModel
+    terminal: TerminalModel | None
+    reconcile: ReconcileModel
+    history: list[HistoryModel]
+
+
+class JobsAnswer(Answer):
+    jobs: list[JobViewModel]
+    next_cursor: str | None
+
+
+class UserLogLine(Answer):
+    attempt: int
+    seq: int
+    ts: str
+    stream: str
+    text: str
+
+
+class LogsAnswer(Answer):
+    attempt: int | None
+    lines: list[UserLogLine]
+
+
+class HealthAnswer(Answer):
+    status: str

@@ -1,0 +1,45 @@
+"""The sweeper: applies passed deadlines found through the store's deadline index.
+
+Correctness never waits for it (every message applies a passed deadline lazily); it makes
+sure that jobs whose Run went silent move on even when nobody asks about them.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import anyio
+
+from moonrun.errors import MoonrunError
+from moonrun.platform.channels import Channel
+from moonrun.platform.service import SchedulingService
+
+log = logging.getLogger("moonrun.sweeper")
+
+
+class Sweeper:
+    """Sweeps every `interval_s`, and at once again while whole batches come back."""
+
+    def __init__(self, service: SchedulingService, channel: Channel, interval_s: float) -> None:
+        self._service = service
+        self._channel = channel
+        self._interval_s = interval_s
+        self.running = False
+        self.swept = 0
+
+    async def run(self, stop: anyio.Event) -> None:
+        self.running = True
+        try:
+            while not stop.is_set():
+                try:
+                    applied = await self._channel.run(self._service.sweep)
+                except MoonrunError as error:  # the store is down: log, and try again later
+                    log.warning("sweep failed", extra={"fields": {"error": error.message}})
+                    applied = 0
+                self.swept += applied
+                if applied >= self._service.settings.sweep_batch:
+                    continue
+                with anyio.move_on_after(self._interval_s):
+                    await stop.wait()
+        finally:
+            self.running = False

@@ -1,0 +1,82 @@
+"""The platform secret, session keys derived from it, and the nonce cache against replays."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets
+import stat
+import threading
+from pathlib import Path
+
+from moonrun.errors import MoonrunError, Replayed
+
+SESSION_KEY_PREFIX = b"moonrun-session:"
+
+
+class SecretFileError(MoonrunError):
+    """The platform secret file is missing, malformed or readable by others."""
+
+
+def load_or_create_secret(path: Path) -> bytes:
+    """The 32-byte platform secret from `path` (64 hex characters), created 0600 if missing.
+
+    A file readable or writable by group or others, or holding anything but 64 hex
+    characters, is refused: replicas must share one secret, and nobody else may read it.
+    """
+    if not path.exists():
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        secret = secrets.token_bytes(32)
+        try:
+            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            return load_or_create_secret(path)  # another replica created it first
+        with os.fdopen(descriptor, "w") as handle:
+            handle.write(secret.hex() + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        return secret
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & 0o077:
+        raise SecretFileError(
+            f"{path} is accessible by group or others (mode {mode:o}); chmod 600 {path}"
+        )
+    text = path.read_text().strip()
+    if len(text) != 64 or any(c not in "0123456789abcdefABCDEF" for c in text):
+        raise SecretFileError(f"{path} must hold exactly 64 hex characters")
+    return bytes.fromhex(text)
+
+
+def session_key(secret: bytes, session_id: str) -> bytes:
+    """HMAC-SHA256(platform secret, "moonrun-session:" + session_id): never stored anywhere."""
+    return hmac.new(secret, SESSION_KEY_PREFIX + session_id.encode(), hashlib.sha256).digest()
+
+
+class NonceCache:
+    """Nonces seen within the signature window; a second sighting is a replay.
+
+    In memory, per platform instance: a restarted instance refuses signatures created before
+    it started, so the window its lost cache covered cannot be replayed into.
+    """
+
+    def __init__(self, window_s: int, max_entries: int = 2_000_000) -> None:
+        self._window_s = window_s
+        self._max_entries = max_entries
+        self._seen: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._next_purge = 0.0
+
+    def remember(self, key_id: str, nonce: str, created: float, now_s: float) -> None:
+        """Record a verified nonce, or raise `Replayed` if it was seen within the window."""
+        entry = f"{key_id} {nonce}"
+        with self._lock:
+            if now_s >= self._next_purge or len(self._seen) >= self._max_entries:
+                self._purge(now_s)
+            if entry in self._seen:
+                raise Replayed()
+            self._seen[entry] = created + self._window_s
+
+    def _purge(self, now_s: float) -> None:
+        self._seen = {nonce: until for nonce, until in self._seen.items() if until >= now_s}
+        self._next_purge = now_s + 10

@@ -1,0 +1,208 @@
+"""Request signing for Run -> platform (PROTOCOL.md section 2): an RFC 9421 subset with an
+RFC 9530 `Content-Digest`.
+
+One label, `run`; covered components exactly `("@method" "@path" "@query" "content-digest")`;
+parameters `created`, `nonce`, `keyid`, `alg`. Session registration is signed with the
+endpoint's Ed25519 identity key, everything else with the session's HMAC-SHA256 key. Both
+sides of the wire use this module; it reads no clock (times are passed in).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from moonrun.errors import SignatureExpired, SignatureInvalid, SignatureMissing
+from moonrun.security.sfv import (
+    Member,
+    SfvError,
+    Token,
+    parse_dictionary,
+    serialize_inner_list,
+)
+
+LABEL = "run"
+COMPONENTS = ("@method", "@path", "@query", "content-digest")
+HMAC_ALG = "hmac-sha256"
+ED25519_ALG = "ed25519"
+WINDOW_S = 300
+MIN_NONCE_BYTES = 16
+
+
+def b64url_decode(text: str) -> bytes:
+    """Base64url, padded or not (PROTOCOL.md: the platform accepts both)."""
+    try:
+        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except (binascii.Error, ValueError):
+        raise ValueError("not base64url") from None
+
+
+def b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def content_digest(body: bytes) -> str:
+    """The RFC 9530 `Content-Digest` value for `body`: `sha-256=:...:`."""
+    return "sha-256=:" + base64.b64encode(hashlib.sha256(body).digest()).decode("ascii") + ":"
+
+
+@dataclass(frozen=True, slots=True)
+class Signed:
+    """A parsed, structurally valid signature, ready to be verified with a key."""
+
+    key_id: str
+    alg: str
+    created: int
+    nonce: str
+    base: bytes
+    signature: bytes
+
+    @property
+    def key_kind(self) -> str:
+        """`endpoint` or `session`."""
+        return self.key_id.split(":", 1)[0]
+
+    @property
+    def key_subject(self) -> str:
+        """The endpoint or session id the key id names."""
+        return self.key_id.split(":", 1)[1]
+
+
+def signature_base(
+    method: str, path: str, query: str, digest: str, params_serialized: str
+) -> bytes:
+    lines = [
+        f'"@method": {method.upper()}',
+        f'"@path": {path}',
+        f'"@query": {query or "?"}',
+        f'"content-digest": {digest}',
+        f'"@signature-params": {params_serialized}',
+    ]
+    return "\n".join(lines).encode("utf-8")
+
+
+def _query_component(query: str) -> str:
+    return "?" + query if query else "?"
+
+
+def sign(
+    method: str,
+    path: str,
+    query: str,
+    body: bytes,
+    *,
+    key_id: str,
+    key: bytes | Ed25519PrivateKey,
+    created: int,
+    nonce: str,
+) -> dict[str, str]:
+    """The `Content-Digest`, `Signature-Input` and `Signature` headers for a request.
+
+    `key` is the session key (HMAC) or the identity key (Ed25519); `query` is the raw query
+    string without `?`.
+    """
+    alg = ED25519_ALG if isinstance(key, Ed25519PrivateKey) else HMAC_ALG
+    digest = content_digest(body)
+    params = serialize_inner_list(
+        COMPONENTS, {"created": created, "nonce": nonce, "keyid": key_id, "alg": alg}
+    )
+    base = signature_base(method, path, _query_component(query), digest, params)
+    if isinstance(key, Ed25519PrivateKey):
+        signature = key.sign(base)
+    else:
+        signature = hmac.new(key, base, hashlib.sha256).digest()
+    return {
+        "Content-Digest": digest,
+        "Signature-Input": f"{LABEL}={params}",
+        "Signature": f"{LABEL}=:{base64.b64encode(signature).decode('ascii')}:",
+    }
+
+
+def parse(method: str, path: str, query: str, headers: Mapping[str, str], body: bytes) -> Signed:
+    """Check the signature headers' shape and the body digest; the MAC is checked later."""
+    raw_input = headers.get("signature-input")
+    raw_signature = headers.get("signature")
+    raw_digest = headers.get("content-digest")
+    if not raw_input or not raw_signature or not raw_digest:
+        raise SignatureMissing()
+    try:
+        inputs = parse_dictionary(raw_input)
+        signatures = parse_dictionary(raw_signature)
+        digests = parse_dictionary(raw_digest)
+    except SfvError as error:
+        raise SignatureMissing(f"signature headers do not parse: {error}") from None
+    member, signature = inputs.get(LABEL), signatures.get(LABEL)
+    if member is None or signature is None or not isinstance(signature.value, bytes):
+        raise SignatureInvalid("no signature labelled run")
+    created, nonce, key_id, alg = _parameters(member)
+    expected = digests.get("sha-256")
+    if expected is None or not isinstance(expected.value, bytes):
+        raise SignatureInvalid("Content-Digest needs a sha-256 member")
+    if not hmac.compare_digest(expected.value, hashlib.sha256(body).digest()):
+        raise SignatureInvalid("Content-Digest does not match the body")
+    params = serialize_inner_list(COMPONENTS, dict(member.params))
+    base = signature_base(method, path, _query_component(query), raw_digest.strip(), params)
+    return Signed(key_id, alg, created, nonce, base, signature.value)
+
+
+def _parameters(member: Member) -> tuple[int, str, str, str]:
+    items = member.value
+    if (
+        not isinstance(items, tuple)
+        or items != COMPONENTS
+        or any(isinstance(item, Token) for item in items)
+    ):
+        raise SignatureInvalid(f"covered components must be exactly {' '.join(COMPONENTS)}")
+    params = member.params
+    created = params.get("created")
+    if isinstance(created, bool) or not isinstance(created, int):
+        raise SignatureInvalid("created must be an integer")
+    nonce, key_id, alg = (
+        _string_param(params.get(name), name) for name in ("nonce", "keyid", "alg")
+    )
+    try:
+        nonce_bytes = b64url_decode(nonce)
+    except ValueError:
+        raise SignatureInvalid("nonce is not base64url") from None
+    if len(nonce_bytes) < MIN_NONCE_BYTES:
+        raise SignatureInvalid(f"nonce must be at least {MIN_NONCE_BYTES} bytes")
+    kind, _, subject = key_id.partition(":")
+    if kind not in ("endpoint", "session") or not subject:
+        raise SignatureInvalid("keyid must be endpoint:<id> or session:<id>")
+    if (kind, alg) not in (("endpoint", ED25519_ALG), ("session", HMAC_ALG)):
+        raise SignatureInvalid(f"alg {alg!r} does not fit keyid {kind}:")
+    return created, nonce, key_id, alg
+
+
+def _string_param(value: object, name: str) -> str:
+    if not isinstance(value, str) or isinstance(value, Token):
+        raise SignatureInvalid(f"{name} must be a string parameter")
+    return value
+
+
+def check_created(signed: Signed, *, now_s: float, started_s: float) -> None:
+    """`created` within +-300 s of the platform clock, and not before this instance started."""
+    if abs(now_s - signed.created) > WINDOW_S:
+        raise SignatureExpired(f"created is more than {WINDOW_S} s from the platform clock")
+    if signed.created < started_s - 1:
+        raise SignatureExpired("the signature predates this platform instance; sign again")
+
+
+def verify_hmac(signed: Signed, key: bytes) -> None:
+    expected = hmac.new(key, signed.base, hashlib.sha256).digest()
+    if not hmac.compare_digest(expected, signed.signature):
+        raise SignatureInvalid()
+
+
+def verify_ed25519(signed: Signed, public_key: bytes) -> None:
+    try:
+        Ed25519PublicKey.from_public_bytes(public_key).verify(signed.signature, signed.base)
+    except (InvalidSignature, ValueError):
+        raise SignatureInvalid() from None

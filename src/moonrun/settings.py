@@ -1,0 +1,80 @@
+"""Wiring of the platform: configuration values in, the chosen implementations out.
+
+`cli.py` fills a `PlatformConfig` from flags and `MOONRUN_*` environment variables; this
+module opens the store, loads the secret and builds the `Platform` the HTTP app serves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from moonrun.clock import SystemClock
+from moonrun.platform.artifacts import FileArtifactStore
+from moonrun.platform.config import SchedulingSettings
+from moonrun.platform.directory import Directory
+from moonrun.platform.http import HttpSettings, Platform
+from moonrun.platform.logstore import MemoryLogStore
+from moonrun.platform.service import SchedulingService
+from moonrun.security.keys import load_or_create_secret
+from moonrun.security.tokens import SystemTokenSource
+from moonrun.store import DEFAULT_STORE_URL, open_store
+
+
+@dataclass(frozen=True)
+class PlatformConfig:
+    store_url: str = DEFAULT_STORE_URL
+    listen: str = "127.0.0.1:8470"
+    secret_file: Path | None = None
+    data_dir: Path | None = None
+    bootstrap_admin_token: str | None = None
+    scheduling: SchedulingSettings = field(default_factory=SchedulingSettings)
+    sweep_interval_s: float = 1.0
+
+    @property
+    def host_and_port(self) -> tuple[str, int]:
+        host, _, port = self.listen.rpartition(":")
+        if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise ValueError(f"--listen must be HOST:PORT, not {self.listen!r}")
+        return host.strip("[]"), int(port)
+
+    @property
+    def state_dir(self) -> Path:
+        """Beside a file store, else `.moonrun`: where the secret and artifacts live by default."""
+        if self.store_url.startswith("file:"):
+            path = self.store_url.removeprefix("file:").removeprefix("//").partition("?")[0]
+            return Path(path).parent
+        return Path(".moonrun")
+
+    @property
+    def secret_path(self) -> Path:
+        return self.secret_file or self.state_dir / "platform.secret"
+
+    @property
+    def artifacts_dir(self) -> Path:
+        return (self.data_dir or self.state_dir) / "artifacts"
+
+
+def build_platform(config: PlatformConfig) -> Platform:
+    """Open everything the platform needs; errors are `MoonrunError`s with one clear line."""
+    store = open_store(config.store_url)
+    try:
+        secret = load_or_create_secret(config.secret_path)
+        clock, tokens = SystemClock(), SystemTokenSource()
+        service = SchedulingService(store, clock, tokens, config.scheduling)
+        directory = Directory(store, clock, tokens)
+        if config.bootstrap_admin_token:
+            directory.ensure_bootstrap_admin(config.bootstrap_admin_token)
+        return Platform(
+            store=store,
+            service=service,
+            directory=directory,
+            clock=clock,
+            secret=secret,
+            logs=MemoryLogStore(),
+            artifacts=FileArtifactStore(config.artifacts_dir),
+            http=HttpSettings(sweep_interval_s=config.sweep_interval_s),
+        )
+    except BaseException:
+        store.close()
+        raise
