@@ -35,6 +35,7 @@ test: check pytest
 bench: $(STAMP)
 	$(BIN)/python bench/service_bench.py
 	$(BIN)/python bench/store_bench.py
+	$(BIN)/python bench/http_bench.py
 
 # Longer runs of the property, crash and race tests, e.g.
 # `make soak EXAMPLES=5000 STEPS=100 KILLS=2000 RACE_JOBS=20000`.

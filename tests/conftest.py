@@ -24,6 +24,11 @@ from tests.stores import (
 )
 
 
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
 @pytest.fixture(scope="session")
 def mysql_url() -> Iterator[str]:
     try:

@@ -7,9 +7,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from moonrun.clock import ManualClock
+from moonrun.platform.answers import ClaimedJob
 from moonrun.platform.config import SchedulingSettings
 from moonrun.platform.directory import Directory
-from moonrun.platform.service import ClaimedJob, SchedulingService
+from moonrun.platform.service import SchedulingService
 from moonrun.scheduling.jobs import Job
 from moonrun.scheduling.messages import Evidence
 from moonrun.scheduling.reconcile import ReconcileEntry

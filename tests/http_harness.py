@@ -18,6 +18,8 @@ from typing import Any
 import httpx2 as httpx
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from fastapi import FastAPI
+from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 
 from moonrun.clock import ManualClock
@@ -46,6 +48,22 @@ SETTINGS = SchedulingSettings(
     backoff_multiplier=2,
     backoff_max_s=60,
 )
+
+
+def user_routes(app: FastAPI) -> set[tuple[str, str]]:
+    """(method, path template) of every route under /api/v1/, read from the app's routes."""
+    found: set[tuple[str, str]] = set()
+
+    def walk(routes: list[Any], prefix: str) -> None:
+        for route in routes:
+            included = getattr(route, "original_router", None)
+            if included is not None:  # newer FastAPI keeps an included router as one route
+                walk(included.routes, prefix + route.include_context.prefix)
+            elif isinstance(route, APIRoute):
+                found.update((method, prefix + route.path) for method in route.methods)
+
+    walk(list(app.routes), "")
+    return {(method, path) for method, path in found if path.startswith("/api/v1/")}
 
 
 def public_key_of(key: Ed25519PrivateKey) -> str:

@@ -12,12 +12,12 @@ from fastapi.responses import Response
 
 from moonrun import __version__
 from moonrun.platform import run_api, transfers_api, user_api
+from moonrun.platform.error_handlers import install_error_handlers
 from moonrun.platform.http import (
     BodyLimit,
     Platform,
     RequestLog,
     error_response,
-    install_error_handlers,
     platform_of,
 )
 from moonrun.platform.schemas import HealthAnswer

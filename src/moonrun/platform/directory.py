@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 
 from moonrun.clock import Clock
 from moonrun.errors import Contention, InvalidRequest, NotFound, Unauthenticated
-from moonrun.platform.service import NAME_PATTERN
+from moonrun.platform.checks import NAME_PATTERN
 from moonrun.scheduling.fingerprint import token_hash
 from moonrun.scheduling.records import Server, User
 from moonrun.security.access import (

@@ -9,13 +9,11 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
+from fastapi import Request
 from fastapi.responses import JSONResponse
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from moonrun.clock import Clock
-from moonrun.errors import JobRejected, MoonrunError, TooLarge
+from moonrun.errors import MoonrunError, TooLarge
 from moonrun.platform.artifacts import ArtifactStore
 from moonrun.platform.channels import Channels
 from moonrun.platform.directory import Directory
@@ -96,39 +94,6 @@ def error_response(status: int, code: str, message: str) -> JSONResponse:
     return JSONResponse(
         {"error": {"code": code, "message": message}}, status_code=status, headers=headers
     )
-
-
-def install_error_handlers(app: FastAPI) -> None:
-    """moonrun errors by the one table; validation and routing errors in the same shape."""
-
-    async def moonrun_error(request: Request, error: Exception) -> JSONResponse:
-        assert isinstance(error, MoonrunError)
-        if request.url.path.startswith("/run/"):
-            metrics = platform_of(request).metrics
-            metrics.rejected.labels(code=error.code).inc()
-            if isinstance(error, JobRejected):
-                metrics.fenced.inc()
-        return error_response(error.status, error.code, error.message)
-
-    async def invalid(request: Request, error: Exception) -> JSONResponse:
-        assert isinstance(error, RequestValidationError)
-        # Name the field and the problem, never the input (it may be a secret).
-        problems = [
-            f"{'.'.join(str(p) for p in problem['loc'] if p != 'body')}: {problem['msg']}"
-            for problem in error.errors()[:5]
-        ]
-        return error_response(422, "invalid_request", "; ".join(problems) or "invalid request")
-
-    async def http_error(request: Request, error: Exception) -> JSONResponse:
-        assert isinstance(error, StarletteHTTPException)
-        codes = {404: "not_found", 405: "method_not_allowed"}
-        return error_response(
-            error.status_code, codes.get(error.status_code, "http_error"), str(error.detail)
-        )
-
-    app.add_exception_handler(MoonrunError, moonrun_error)
-    app.add_exception_handler(RequestValidationError, invalid)
-    app.add_exception_handler(StarletteHTTPException, http_error)
 
 
 def channel_of(path: str) -> str:

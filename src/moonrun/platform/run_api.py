@@ -38,6 +38,7 @@ from moonrun.scheduling.reconcile import ReconcileEntry
 from moonrun.scheduling.time import format_instant, format_optional
 from moonrun.security import signing
 from moonrun.security.keys import session_key
+from moonrun.security.tokens import b64url
 
 router = APIRouter(prefix="/run/v1", tags=["run"], responses=ERROR_RESPONSES)
 
@@ -47,7 +48,11 @@ KeyKind = Literal["endpoint", "session"]
 async def verify_signature(
     request: Request, platform: Platform, channel: Channel, kind: KeyKind
 ) -> signing.Signed:
-    """Check a signed request: shape, time window, digest, key, then its nonce."""
+    """Check a signed request: shape, time window, digest, key, then its nonce (once per
+    request: the answer is kept on the request)."""
+    verified: signing.Signed | None = getattr(request.state, "signed", None)
+    if verified is not None:
+        return verified
     body = await request.body()
     raw_path = request.scope.get("raw_path")
     path = raw_path.decode("latin-1") if raw_path else request.url.path
@@ -63,6 +68,7 @@ async def verify_signature(
         public_key = await channel.run(platform.service.identity_key, signed.key_subject)
         signing.verify_ed25519(signed, public_key)
     platform.nonces.remember(signed.key_id, signed.nonce, signed.created, now_s)
+    request.state.signed = signed
     return signed
 
 
@@ -118,7 +124,7 @@ async def register(
     session = registration.session
     return {
         "session_id": session.id,
-        "session_key": signing.b64url(session_key(platform.secret, session.id)),
+        "session_key": b64url(session_key(platform.secret, session.id)),
         "generation": session.generation,
         "expires_at": format_instant(session.expires_at),
         "heartbeat_interval_s": registration.heartbeat_interval_s,

@@ -11,6 +11,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from moonrun.platform.checks import NAME_PATTERN
+from moonrun.scheduling.jobs import KIND_PATTERN
+
 
 class Strict(BaseModel):
     model_config = ConfigDict(strict=True, extra="ignore")
@@ -202,8 +205,11 @@ class UserModel(Answer):
     created_at: str
 
 
+NAME = Field(pattern=NAME_PATTERN.pattern)
+
+
 class CreateUserRequest(Strict):
-    name: str
+    name: str = NAME
     password: str | None = None
     platform_admin: bool = False
 
@@ -231,7 +237,7 @@ class ServersAnswer(Answer):
 
 
 class CreateServerRequest(Strict):
-    name: str
+    name: str = NAME
     endpoint_id: str
     owner_id: str
 
@@ -255,7 +261,7 @@ class EndpointsAnswer(Answer):
 
 
 class CreateEndpointRequest(Strict):
-    name: str
+    name: str = NAME
 
 
 class CreatedEndpointAnswer(Answer):
@@ -271,7 +277,7 @@ class BackoffModel(Strict):
 
 
 class CreateJobRequest(Strict):
-    kind: str
+    kind: str = Field(pattern=KIND_PATTERN.pattern)
     payload: dict[str, Any] | None = None
     max_attempts: int | None = None
     backoff: BackoffModel | None = None

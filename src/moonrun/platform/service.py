@@ -7,13 +7,10 @@ instance over the same store answers every call exactly as this one would.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import contextlib
 import hashlib
-import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from moonrun.clock import Clock
@@ -33,6 +30,17 @@ from moonrun.errors import (
     SessionRotated,
     SignatureInvalid,
 )
+from moonrun.platform import checks
+from moonrun.platform.answers import (
+    CancelOutcome,
+    ClaimedJob,
+    EnrolledEndpoint,
+    Heartbeat,
+    JobPage,
+    ReconcileReport,
+    Registration,
+    ReportBuilder,
+)
 from moonrun.platform.config import SchedulingSettings
 from moonrun.scheduling import jobs as jobs_domain
 from moonrun.scheduling import messages
@@ -48,126 +56,18 @@ from moonrun.scheduling.messages import (
     ProgressAnswer,
     ResultAnswer,
 )
-from moonrun.scheduling.reconcile import Discard, ReconcileEntry
+from moonrun.scheduling.reconcile import ReconcileEntry
 from moonrun.scheduling.records import Endpoint, Server, Session, User
 from moonrun.scheduling.retry import RetryPolicy
 from moonrun.scheduling.time import Instant
 from moonrun.scheduling.views import EndpointView, endpoint_view
 from moonrun.security.access import can_manage_jobs, require, require_platform_admin
-from moonrun.security.tokens import JOIN_PREFIX, LEASE_PREFIX, TokenSource
-from moonrun.store.protocol import JobCursor, Store
+from moonrun.security.tokens import JOIN_PREFIX, LEASE_PREFIX, TokenSource, b64url_decode
+from moonrun.store.protocol import Store
 
 T = TypeVar("T")
 
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-BOOT_ID_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
-RUN_VERSION_PATTERN = re.compile(r"^[A-Za-z0-9_.+-]{1,64}$")
-IDEMPOTENCY_KEY_PATTERN = re.compile(r"^[!-~]{1,255}$")
 MAX_PAGE = 200
-
-
-# -- answers -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class EnrolledEndpoint:
-    """A new endpoint and its one-time join token (returned once, never stored raw)."""
-
-    endpoint: Endpoint
-    join_token: str
-    join_token_expires_at: Instant
-
-
-@dataclass(frozen=True, slots=True)
-class Registration:
-    """A new session; the HTTP layer derives the session key from `session.id`."""
-
-    session: Session
-    heartbeat_interval_s: float
-    session_ttl_s: float
-    ack_timeout_s: float
-    lease_ttl_s: float
-
-
-@dataclass(frozen=True, slots=True)
-class Heartbeat:
-    session_expires_at: Instant
-    server_time: Instant
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimedJob:
-    """One granted attempt; `lease` is the raw token, handed out here and nowhere else."""
-
-    job_id: str
-    server_id: str
-    kind: str
-    payload: JsonValue
-    attempt: int
-    lease: str
-    ack_deadline: Instant
-    lease_ttl_s: float
-    max_attempts: int
-
-
-@dataclass(frozen=True, slots=True)
-class Confirmed:
-    job_id: str
-    attempt: int
-    state: JobState
-    cancel_requested: bool
-    deadline: Instant
-
-
-@dataclass(frozen=True, slots=True)
-class Lost:
-    job_id: str
-    attempt: int
-    state: JobState
-
-
-@dataclass(frozen=True, slots=True)
-class ReconcileReport:
-    confirmed: tuple[Confirmed, ...]
-    discard: tuple[Discard, ...]
-    lost: tuple[Lost, ...]
-
-
-@dataclass
-class _ReportBuilder:
-    confirmed: list[Confirmed] = field(default_factory=list)
-    discard: list[Discard] = field(default_factory=list)
-    lost: list[Lost] = field(default_factory=list)
-    decided: set[str] = field(default_factory=set)
-
-    def add(self, plan: reconcile_domain.ReconcilePlan, job: Job | None) -> None:
-        self.discard.extend(plan.discard)
-        if job is None:
-            return
-        if plan.confirm:
-            assert job.deadline_at is not None
-            self.confirmed.append(
-                Confirmed(job.id, job.attempt, job.state, job.cancel is not None, job.deadline_at)
-            )
-        if plan.lost:
-            self.lost.append(Lost(job.id, job.attempt, job.state))
-        self.decided.add(job.id)
-
-    def build(self) -> ReconcileReport:
-        return ReconcileReport(tuple(self.confirmed), tuple(self.discard), tuple(self.lost))
-
-
-@dataclass(frozen=True, slots=True)
-class CancelOutcome:
-    job: Job
-    waits_on_run: bool
-    """True while only Run can resolve the intent (the API answers 202)."""
-
-
-@dataclass(frozen=True, slots=True)
-class JobPage:
-    jobs: tuple[Job, ...]
-    next_cursor: str | None
 
 
 # -- the service -----------------------------------------------------------------------------
@@ -198,7 +98,7 @@ class SchedulingService:
     def create_endpoint(self, actor: User, name: str) -> EnrolledEndpoint:
         """A platform admin creates an endpoint and gets its one-time join token."""
         require_platform_admin(actor)
-        _check_name("name", name)
+        checks.check_name("name", name)
         now = self._clock.now()
         join_token = self._tokens.token(JOIN_PREFIX)
         expires_at = now + self._settings.join_token_ttl_ms
@@ -214,7 +114,7 @@ class SchedulingService:
 
     def join_endpoint(self, join_token: str, identity_public_key: str) -> Endpoint:
         """Run burns its join token and records its Ed25519 public key."""
-        key = _decode_public_key(identity_public_key)
+        key = checks.decode_public_key(identity_public_key)
         if not isinstance(join_token, str) or not join_token:
             raise JoinTokenInvalid()
         for _ in range(self._settings.cas_retries):
@@ -237,9 +137,9 @@ class SchedulingService:
         self, endpoint_id: str, *, boot_id: str, run_version: str, capacity: int
     ) -> Registration:
         """A new session at generation + 1; every earlier session of the endpoint is rotated."""
-        _check_pattern("boot_id", boot_id, BOOT_ID_PATTERN)
-        _check_pattern("run_version", run_version, RUN_VERSION_PATTERN)
-        _check_int("capacity", capacity, 1, self._settings.max_capacity)
+        checks.check_pattern("boot_id", boot_id, checks.BOOT_ID_PATTERN)
+        checks.check_pattern("run_version", run_version, checks.RUN_VERSION_PATTERN)
+        checks.check_int("capacity", capacity, 1, self._settings.max_capacity)
         for _ in range(self._settings.cas_retries):
             endpoint = self._store.get_endpoint(endpoint_id)
             if endpoint is None or endpoint.joined_at is None:
@@ -295,7 +195,7 @@ class SchedulingService:
         endpoint = self._store.get_endpoint(endpoint_id)
         if endpoint is None or endpoint.identity_public_key is None:
             raise SignatureInvalid("unknown endpoint")
-        return _b64decode(endpoint.identity_public_key)
+        return b64url_decode(endpoint.identity_public_key)
 
     def check_transfer(self, session_id: str, job_id: str, evidence: Evidence) -> Job:
         """May the caller send logs or artifacts for this attempt? (PROTOCOL.md section 5)
@@ -350,7 +250,7 @@ class SchedulingService:
         caller = Caller(session.endpoint_id, session.generation)
         self._check_entries(entries)
         now = self._clock.now()
-        report = _ReportBuilder()
+        report = ReportBuilder()
         for entry in entries:
             self._reconcile_job(entry.job_id, [entry], caller, now, report)
         for job in self._store.active_jobs(caller.endpoint_id):
@@ -365,7 +265,7 @@ class SchedulingService:
         entries: list[ReconcileEntry],
         caller: Caller,
         now: Instant,
-        report: _ReportBuilder,
+        report: ReportBuilder,
     ) -> None:
         """Plan and write one job's part of a reconciliation; a conflict re-plans that job."""
         s = self._settings
@@ -412,7 +312,7 @@ class SchedulingService:
         for entry in entries:
             if not isinstance(entry.job_id, str) or not isinstance(entry.lease, str):
                 raise InvalidRequest("each entry needs string job_id and lease")
-            _check_int("attempt", entry.attempt, 0, 2**31)
+            checks.check_int("attempt", entry.attempt, 0, 2**31)
             if entry.job_id in seen:
                 raise InvalidRequest(f"job {entry.job_id} is listed twice")
             seen.add(entry.job_id)
@@ -420,7 +320,7 @@ class SchedulingService:
     def claim(self, session_id: str, max_jobs: int) -> list[ClaimedJob]:
         """Grant up to `max_jobs` eligible jobs (and no more than free capacity), oldest first."""
         session = self.authenticate_session(session_id)
-        _check_int("max_jobs", max_jobs, 1, 2**31)
+        checks.check_int("max_jobs", max_jobs, 1, 2**31)
         if session.reconciled_at is None:
             raise ReconcileRequired("reconcile after registering, before claiming")
         now = self._clock.now()
@@ -601,7 +501,7 @@ class SchedulingService:
         if idempotency_key is None:
             self._store.insert_job(job)
             return job
-        _check_pattern("Idempotency-Key", idempotency_key, IDEMPOTENCY_KEY_PATTERN)
+        checks.check_pattern("Idempotency-Key", idempotency_key, checks.IDEMPOTENCY_KEY_PATTERN)
         request = {
             "server_id": server.id,
             "kind": kind,
@@ -675,9 +575,9 @@ class SchedulingService:
         cursor: str | None = None,
     ) -> JobPage:
         """The jobs the actor may see, newest first, a page at a time."""
-        _check_int("limit", limit, 1, MAX_PAGE)
+        checks.check_int("limit", limit, 1, MAX_PAGE)
         if state is not None and state not in JobState.__members__.values():
-            raise InvalidRequest(f"unknown state {state!r}")
+            raise InvalidRequest(f"state must be one of {', '.join(JobState)}")
         server_ids: list[str] | None
         if server_id is not None:
             server_ids = [self._server_for(actor, server_id).id]
@@ -689,10 +589,10 @@ class SchedulingService:
             server_ids=server_ids,
             state=None if state is None else JobState(state),
             limit=limit + 1,
-            after=_decode_cursor(cursor),
+            after=checks.decode_cursor(cursor),
         )
         page = tuple(jobs[:limit])
-        next_cursor = _encode_cursor(page[-1]) if len(jobs) > limit else None
+        next_cursor = checks.encode_cursor(page[-1]) if len(jobs) > limit else None
         return JobPage(page, next_cursor)
 
     def _accessible_job(self, actor: User, job_id: str) -> Job:
@@ -709,51 +609,3 @@ class SchedulingService:
             raise NotFound("no such server")
         require(can_manage_jobs(actor, server))
         return server
-
-
-# -- input checks -----------------------------------------------------------------------------
-
-
-def _check_int(name: str, value: object, low: int, high: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise InvalidRequest(f"{name} must be an integer from {low} to {high}")
-
-
-def _check_pattern(name: str, value: object, pattern: re.Pattern[str]) -> None:
-    if not isinstance(value, str) or not pattern.match(value):
-        raise InvalidRequest(f"{name} must match {pattern.pattern}")
-
-
-def _check_name(name: str, value: object) -> None:
-    _check_pattern(name, value, NAME_PATTERN)
-
-
-def _b64decode(text: str) -> bytes:
-    """Base64url, padded or not."""
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-
-
-def _decode_public_key(text: object) -> str:
-    if not isinstance(text, str):
-        raise InvalidRequest("identity_public_key must be a base64url string")
-    try:
-        raw = _b64decode(text)
-    except (binascii.Error, ValueError):
-        raise InvalidRequest("identity_public_key is not base64url") from None
-    if len(raw) != 32:
-        raise InvalidRequest("identity_public_key must be 32 raw bytes (Ed25519)")
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
-
-
-def _encode_cursor(job: Job) -> str:
-    return base64.urlsafe_b64encode(f"{job.created_at}:{job.id}".encode()).decode().rstrip("=")
-
-
-def _decode_cursor(cursor: str | None) -> JobCursor | None:
-    if cursor is None:
-        return None
-    try:
-        created_at, job_id = _b64decode(cursor).decode().split(":", 1)
-        return int(created_at), job_id
-    except (binascii.Error, ValueError, UnicodeDecodeError):
-        raise InvalidRequest("cursor is not one this platform issued") from None

@@ -52,7 +52,9 @@ async def current_user(request: Request) -> AsyncIterator[User]:
         token = bearer_token(request)
         if token is None:
             raise Unauthenticated("send Authorization: Bearer <api token>")
-        yield await platform.channels.user.run(platform.directory.authenticate, token)
+        user = await platform.channels.user.run(platform.directory.authenticate, token)
+        request.state.user = user
+        yield user
 
 
 Caller = Annotated[User, Depends(current_user)]
@@ -168,7 +170,7 @@ async def create_job(
 ) -> dict[str, Any]:
     """Queue a job. The same Idempotency-Key with the same body gives the same job."""
     backoff = None if body.backoff is None else body.backoff.model_dump(exclude_none=True)
-    not_before = None if body.not_before is None else parse_instant(body.not_before)
+    not_before = None if body.not_before is None else parse_instant(body.not_before, "not_before")
     job = await run(
         request,
         platform_of(request).service.create_job,

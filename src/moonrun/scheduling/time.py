@@ -36,13 +36,15 @@ def format_optional(instant: Instant | None) -> str | None:
     return None if instant is None else format_instant(instant)
 
 
-def parse_instant(text: str) -> Instant:
-    """An RFC 3339 timestamp as an instant; anything else is `InvalidRequest`."""
-    if not _RFC3339.match(text):
-        raise InvalidRequest(f"not an RFC 3339 timestamp: {text[:64]!r}")
+def parse_instant(text: str, field: str = "timestamp") -> Instant:
+    """An RFC 3339 timestamp as an instant; anything else is `InvalidRequest` (which never
+    repeats the value: it may be something secret sent in the wrong field)."""
+    problem = f"{field} must be an RFC 3339 timestamp such as 2026-11-30T04:00:00.000Z"
+    if not isinstance(text, str) or not _RFC3339.match(text):
+        raise InvalidRequest(problem)
     try:
         moment = datetime.fromisoformat(text.upper().replace("Z", "+00:00"))
-    except ValueError as exc:
-        raise InvalidRequest(f"not an RFC 3339 timestamp: {text[:64]!r}") from exc
+    except ValueError:
+        raise InvalidRequest(problem) from None
     delta = moment - _EPOCH
     return math.floor(delta / timedelta(milliseconds=1))

@@ -26,26 +26,33 @@ def load_or_create_secret(path: Path) -> bytes:
     characters, is refused: replicas must share one secret, and nobody else may read it.
     """
     if not path.exists():
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         secret = secrets.token_bytes(32)
         try:
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:
             return load_or_create_secret(path)  # another replica created it first
+        except OSError as error:
+            raise SecretFileError(f"cannot create {path}: {error.strerror}") from None
         with os.fdopen(descriptor, "w") as handle:
             handle.write(secret.hex() + "\n")
             handle.flush()
             os.fsync(handle.fileno())
         return secret
+    if not path.is_file():
+        raise SecretFileError(f"{path} is not a regular file")
     mode = stat.S_IMODE(path.stat().st_mode)
     if mode & 0o077:
         raise SecretFileError(
             f"{path} is accessible by group or others (mode {mode:o}); chmod 600 {path}"
         )
-    text = path.read_text().strip()
-    if len(text) != 64 or any(c not in "0123456789abcdefABCDEF" for c in text):
+    try:
+        text = path.read_bytes().strip()
+    except OSError as error:
+        raise SecretFileError(f"cannot read {path}: {error.strerror}") from None
+    if len(text) != 64 or any(c not in b"0123456789abcdefABCDEF" for c in text):
         raise SecretFileError(f"{path} must hold exactly 64 hex characters")
-    return bytes.fromhex(text)
+    return bytes.fromhex(text.decode("ascii"))
 
 
 def session_key(secret: bytes, session_id: str) -> bytes:

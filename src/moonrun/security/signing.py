@@ -10,7 +10,6 @@ sides of the wire use this module; it reads no clock (times are passed in).
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 import hmac
 from collections.abc import Mapping
@@ -27,6 +26,19 @@ from moonrun.security.sfv import (
     parse_dictionary,
     serialize_inner_list,
 )
+from moonrun.security.tokens import b64url, b64url_decode
+
+__all__ = [
+    "Signed",
+    "b64url",
+    "b64url_decode",
+    "check_created",
+    "content_digest",
+    "parse",
+    "sign",
+    "verify_ed25519",
+    "verify_hmac",
+]
 
 LABEL = "run"
 COMPONENTS = ("@method", "@path", "@query", "content-digest")
@@ -34,18 +46,6 @@ HMAC_ALG = "hmac-sha256"
 ED25519_ALG = "ed25519"
 WINDOW_S = 300
 MIN_NONCE_BYTES = 16
-
-
-def b64url_decode(text: str) -> bytes:
-    """Base64url, padded or not (PROTOCOL.md: the platform accepts both)."""
-    try:
-        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-    except (binascii.Error, ValueError):
-        raise ValueError("not base64url") from None
-
-
-def b64url(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
 
 
 def content_digest(body: bytes) -> str:

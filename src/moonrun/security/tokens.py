@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import binascii
 import random
 import secrets
 from typing import Protocol
@@ -15,6 +16,14 @@ LEASE_PREFIX = "mrl_"
 def b64url(data: bytes) -> str:
     """Base64url without padding (RFC 4648 section 5)."""
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def b64url_decode(text: str) -> bytes:
+    """Base64url, padded or not (PROTOCOL.md: the platform accepts both); else ValueError."""
+    try:
+        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except (binascii.Error, ValueError):
+        raise ValueError("not base64url") from None
 
 
 class TokenSource(Protocol):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,9 @@ class FileStore(SqlStore):
 
     def __init__(self, path: str | Path, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS):
         self.path = Path(path)
+        # SQLite has one writer; threads of this process queue here instead of in SQLite's
+        # busy handler, which sleeps in steps of milliseconds. Other processes still wait in it.
+        self._write_lock = threading.Lock()
         _prepare_directory(self.path)
         engine = create_engine(f"sqlite+pysqlite:///{self.path}")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Collection
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, TypeVar
 
 from sqlalchemy import (
@@ -61,6 +62,8 @@ class SqlStore:
     store-wide write lock (SQLite)."""
     write_retries = 1
     """How many times a write transaction runs before a retryable database error is final."""
+    _write_lock: AbstractContextManager[Any] = nullcontext()
+    """Held around every write transaction of this process (FileStore: one writer at a time)."""
 
     def __init__(self, engine: Engine, description: str, read_engine: Engine | None = None):
         self._engine = engine
@@ -107,6 +110,7 @@ class SqlStore:
         for attempt in range(1, self.write_retries + 1):
             try:
                 with (
+                    self._write_lock,
                     self._engine.connect().execution_options(**WRITE) as connection,
                     connection.begin(),
                 ):

@@ -1,0 +1,79 @@
+"""Errors to HTTP: moonrun's one table, and validation and routing errors in the same shape."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from moonrun.errors import JobRejected, MoonrunError, Unauthenticated
+from moonrun.platform.http import error_response, platform_of
+from moonrun.platform.run_api import KeyKind, verify_signature
+from moonrun.platform.user_api import bearer_token
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """moonrun errors by the one table; validation and routing errors in the same shape."""
+
+    async def moonrun_error(request: Request, error: Exception) -> JSONResponse:
+        assert isinstance(error, MoonrunError)
+        if request.url.path.startswith("/run/"):
+            metrics = platform_of(request).metrics
+            metrics.rejected.labels(code=error.code).inc()
+            if isinstance(error, JobRejected):
+                metrics.fenced.inc()
+        return error_response(error.status, error.code, error.message)
+
+    async def invalid(request: Request, error: Exception) -> JSONResponse:
+        assert isinstance(error, RequestValidationError)
+        refused = await credentials_error(request)
+        if refused is not None:
+            return await moonrun_error(request, refused)
+        # Name the field and the problem, never the input (it may be a secret).
+        problems = [
+            f"{'.'.join(str(p) for p in problem['loc'] if p != 'body')}: {problem['msg']}"
+            for problem in error.errors()[:5]
+        ]
+        return error_response(422, "invalid_request", "; ".join(problems) or "invalid request")
+
+    async def http_error(request: Request, error: Exception) -> JSONResponse:
+        assert isinstance(error, StarletteHTTPException)
+        if error.status_code == 400:  # a body that is not JSON, or not UTF-8
+            refused = await credentials_error(request)
+            if refused is not None:
+                return await moonrun_error(request, refused)
+            return error_response(422, "invalid_request", "the body is not valid JSON")
+        codes = {404: "not_found", 405: "method_not_allowed"}
+        response = error_response(
+            error.status_code, codes.get(error.status_code, "http_error"), str(error.detail)
+        )
+        response.headers.update(error.headers or {})
+        return response
+
+    app.add_exception_handler(MoonrunError, moonrun_error)
+    app.add_exception_handler(RequestValidationError, invalid)
+    app.add_exception_handler(StarletteHTTPException, http_error)
+
+
+async def credentials_error(request: Request) -> MoonrunError | None:
+    """Why the request's credentials fail, or None.
+
+    FastAPI parses a body before it runs the dependencies that check credentials; when that
+    parsing fails, this runs the same checks first, so that a request without valid
+    credentials is always 401 whatever its body.
+    """
+    platform = platform_of(request)
+    path = request.url.path
+    try:
+        if path.startswith("/api/") and getattr(request.state, "user", None) is None:
+            token = bearer_token(request)
+            if token is None:
+                return Unauthenticated("send Authorization: Bearer <api token>")
+            await platform.channels.user.run(platform.directory.authenticate, token)
+        elif path.startswith("/run/") and path != "/run/v1/join":
+            kind: KeyKind = "endpoint" if path == "/run/v1/sessions" else "session"
+            await verify_signature(request, platform, platform.channels.control, kind)
+    except MoonrunError as error:
+        return error
+    return None
