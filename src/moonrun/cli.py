@@ -8,13 +8,13 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, ParamSpec, TypeVar
+from urllib.parse import urlsplit
 
 import typer
 
 from moonrun import __version__
 from moonrun.errors import InvalidRequest, MoonrunError
-from moonrun.store import DEFAULT_STORE_URL, open_store
-from moonrun.store.sql import SqlStore
+from moonrun.store import DEFAULT_STORE_URL
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -29,6 +29,8 @@ store_app = typer.Typer(no_args_is_help=True, help="Open, migrate and inspect a 
 app.add_typer(store_app, name="store")
 platform_app = typer.Typer(no_args_is_help=True, help="Run the moonrun platform.")
 app.add_typer(platform_app, name="platform")
+run_app = typer.Typer(no_args_is_help=True, help="Run, the agent on each host.")
+app.add_typer(run_app, name="run")
 
 StoreOption = Annotated[
     str,
@@ -65,6 +67,9 @@ def version() -> None:
 @one_line_errors
 def store_check(store: StoreOption = DEFAULT_STORE_URL) -> None:
     """Open the store (creating and migrating it when needed) and print what it holds."""
+    from moonrun.store import open_store
+    from moonrun.store.sql import SqlStore
+
     opened = open_store(store)
     try:
         counts = opened.job_counts()
@@ -183,6 +188,103 @@ def platform_serve(
         server.run()
     finally:
         platform.store.close()
+
+
+PlatformOption = Annotated[
+    str,
+    typer.Option("--platform", envvar="MOONRUN_PLATFORM", help="The platform's base URL"),
+]
+DataDirOption = Annotated[
+    Path,
+    typer.Option("--data-dir", envvar="MOONRUN_RUN_DATA_DIR", help="Run's data directory"),
+]
+
+
+def _check_url(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InvalidRequest(f"--platform must be an http:// or https:// URL, not {url!r}")
+    return url.rstrip("/")
+
+
+@run_app.command("join")
+@one_line_errors
+def run_join(
+    platform: PlatformOption,
+    token: Annotated[
+        str, typer.Option("--token", envvar="MOONRUN_JOIN_TOKEN", help="The one-time join token")
+    ],
+    data_dir: DataDirOption,
+) -> None:
+    """Join a platform once: create the identity key (0600) and burn the join token."""
+    import asyncio
+
+    from moonrun.run import client, identity
+    from moonrun.security.tokens import b64url
+
+    url = _check_url(platform)
+    key = identity.new_key(data_dir)
+    public = key.public_key().public_bytes_raw()
+    try:
+        endpoint_id = asyncio.run(client.join(url, token, b64url(public)))
+    except BaseException:
+        identity.forget_key(data_dir)
+        raise
+    identity.save_endpoint(data_dir, endpoint_id, url)
+    typer.echo(f"joined {url} as endpoint {endpoint_id}")
+
+
+@run_app.command("start")
+@one_line_errors
+def run_start(
+    platform: PlatformOption,
+    data_dir: DataDirOption,
+    capacity: Annotated[
+        int,
+        typer.Option(
+            "--capacity",
+            envvar="MOONRUN_CAPACITY",
+            min=1,
+            max=1024,
+            help="How many attempts to hold at once",
+        ),
+    ] = 4,
+    cancel_grace_s: Annotated[
+        float,
+        typer.Option(
+            "--cancel-grace-s",
+            envvar="MOONRUN_CANCEL_GRACE_S",
+            min=0,
+            help="SIGTERM-to-SIGKILL grace for cancelled commands",
+        ),
+    ] = 10.0,
+    log_level: Annotated[str, typer.Option("--log-level", envvar="MOONRUN_LOG_LEVEL")] = "info",
+) -> None:
+    """Run the agent: register, reconcile the journal, then claim and execute jobs."""
+    import asyncio
+    import signal
+
+    from moonrun import jsonlog
+    from moonrun.run import identity
+    from moonrun.run.agent import Agent, RunConfig
+    from moonrun.run.handlers import load_handlers
+    from moonrun.run.journal import Journal
+
+    url = _check_url(platform)
+    jsonlog.configure(log_level)
+    held = identity.load(data_dir)
+    journal = Journal.open(data_dir)
+    config = RunConfig(url, data_dir, capacity, cancel_grace_s=cancel_grace_s)
+    agent = Agent(config, held, journal, load_handlers())
+
+    async def serve() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        await agent.run(stop)
+
+    asyncio.run(serve())
 
 
 def main() -> None:

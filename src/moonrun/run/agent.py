@@ -1,0 +1,451 @@
+"""The Run agent: register -> reconcile -> resume -> claim -> journal -> ack -> execute.
+
+Four loops run side by side, each on its own channel: control (heartbeat), jobs (claims, and
+one supervisor task per held attempt: ack, progress, cancel, result), logs and artifacts.
+Any `session_*` or `reconcile_required` answer makes Run register again and reconcile its
+whole journal before it claims anything else. A supervisor that cannot get a lease renewal
+accepted in time stops its own attempt (self-fencing): Run never works on a lease the
+platform may already have handed to someone else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from moonrun.errors import MoonrunError, SequenceRegression
+from moonrun.run.client import SESSION_ERRORS, TRANSIENT, PlatformClient
+from moonrun.run.handlers import Handler, HandlerResult, JobContext
+from moonrun.run.identity import Identity
+from moonrun.run.journal import Assignment, Journal
+from moonrun.run.transfers import ArtifactUploader, Attempt, LogShipper
+from moonrun.security.tokens import b64url
+
+log = logging.getLogger("moonrun.run")
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    platform_url: str
+    data_dir: Path
+    capacity: int
+    claim_interval_s: float = 1.0
+    log_interval_s: float = 1.0
+    cancel_grace_s: float = 10.0
+    max_backoff_s: float = 10.0
+
+
+class Agent:
+    """One Run process: its journal, its session, and the attempts it holds."""
+
+    def __init__(
+        self,
+        config: RunConfig,
+        identity: Identity,
+        journal: Journal,
+        handlers: dict[str, Handler],
+        *,
+        now_ms: Callable[[], int] = wall_ms,
+    ) -> None:
+        self.config = config
+        self.journal = journal
+        self.handlers = handlers
+        self.boot_id = b64url(secrets.token_bytes(16))
+        self.client = PlatformClient(config.platform_url, identity.endpoint_id, identity.key)
+        self.logs = LogShipper(self.client, interval_s=config.log_interval_s)
+        self.artifacts = ArtifactUploader(self.client)
+        self._now_ms = now_ms
+        self._running: dict[str, asyncio.Task[None]] = {}
+        self._renewed_until: dict[str, float] = {}
+        self._session_ok = asyncio.Event()
+        self._renew_lock = asyncio.Lock()
+        self._journal_lock = asyncio.Lock()
+        self._slot_freed = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._background: set[asyncio.Task[None]] = set()
+        self.self_fenced = 0
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Run until `stop` is set; held attempts stay in the journal for the next start."""
+        self._stop = stop
+        async with self.client:
+            await self._renew_session(None)
+            try:
+                async with asyncio.TaskGroup() as loops:
+                    loops.create_task(self._control_loop())
+                    loops.create_task(self._jobs_loop())
+                    loops.create_task(self.logs.run(stop))
+                    loops.create_task(self.artifacts.run(stop))
+            finally:
+                supervisors = list(self._running.values())
+                for task in supervisors:
+                    task.cancel()
+                await asyncio.gather(*supervisors, return_exceptions=True)
+                await self.logs.flush()
+
+    async def _pause(self, seconds: float) -> None:
+        """Wait, but wake at once when Run stops."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop.wait(), timeout=seconds)
+
+    async def _until(self, event: asyncio.Event) -> None:
+        """Wait for `event`, or for Run to stop."""
+        waiters = [asyncio.ensure_future(event.wait()), asyncio.ensure_future(self._stop.wait())]
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+
+    async def _save(self) -> None:
+        """Write the journal (off the event loop: it fsyncs)."""
+        async with self._journal_lock:
+            await asyncio.to_thread(self.journal.write, self.journal.snapshot())
+
+    # -- session ---------------------------------------------------------------------------
+
+    async def _renew_session(self, seen_generation: int | None) -> None:
+        """Register again and reconcile the whole journal; once per generation seen."""
+        async with self._renew_lock:
+            current = self.client.session
+            if seen_generation is not None and (
+                current is None or current.generation != seen_generation
+            ):
+                return  # another task already renewed since that answer was given
+            self._session_ok.clear()
+            delay = 0.5
+            while not self._stop.is_set():
+                try:
+                    await self.client.register(self.boot_id, self.config.capacity)
+                    sent = time.monotonic()
+                    report = await self.client.reconcile(self._journal_entries())
+                    await self._apply_reconcile(report, sent)
+                    self._session_ok.set()
+                    log.info(
+                        "registered and reconciled",
+                        extra={
+                            "fields": {
+                                "generation": self.client.session.generation
+                                if self.client.session
+                                else None,
+                                "confirmed": len(report.get("confirmed", [])),
+                                "discarded": len(report.get("discard", [])),
+                                "lost": len(report.get("lost", [])),
+                            }
+                        },
+                    )
+                    return
+                except MoonrunError as error:
+                    log.warning(
+                        "register and reconcile failed; retrying",
+                        extra={"fields": {"code": error.code, "error": error.message[:200]}},
+                    )
+                    await self._pause(delay)
+                    delay = min(self.config.max_backoff_s, delay * 2)
+
+    def _journal_entries(self) -> list[dict[str, Any]]:
+        return [
+            {"job_id": entry.job_id, "attempt": entry.attempt, "lease": entry.lease}
+            for entry in self.journal.entries.values()
+            if entry.state != "self_fenced"
+        ]
+
+    async def _apply_reconcile(self, report: dict[str, Any], sent: float) -> None:
+        """Keep and resume what the platform confirmed; drop everything else."""
+        session = self.client.session
+        assert session is not None
+        confirmed = {item["job_id"] for item in report.get("confirmed", [])}
+        for job_id in confirmed:
+            self._renewed_until[job_id] = sent + session.lease_ttl_s
+        for job_id, entry in list(self.journal.entries.items()):
+            if job_id in confirmed:
+                continue
+            del self.journal.entries[job_id]
+            task = self._running.pop(job_id, None)
+            if task is not None:
+                task.cancel()
+            log.info(
+                "journal entry dropped",
+                extra={"fields": {"job_id": job_id, "attempt": entry.attempt}},
+            )
+        await self._save()
+        for job_id in confirmed:
+            if job_id not in self._running and job_id in self.journal.entries:
+                self._start(self.journal.entries[job_id], resumed=True)
+
+    async def _on_session_error(self) -> None:
+        session = self.client.session
+        await self._renew_session(session.generation if session else None)
+
+    # -- control channel -------------------------------------------------------------------
+
+    async def _control_loop(self) -> None:
+        lost_contact = False
+        while not self._stop.is_set():
+            session = self.client.session
+            interval = session.heartbeat_interval_s if session else 1.0
+            await self._pause(1.0 if lost_contact else interval)
+            if self._stop.is_set():
+                return
+            try:
+                await self.client.heartbeat()
+            except SESSION_ERRORS:
+                await self._on_session_error()
+                continue
+            except TRANSIENT as error:
+                log.warning("heartbeat failed", extra={"fields": {"code": error.code}})
+                lost_contact = True
+                continue
+            except MoonrunError as error:
+                log.warning("heartbeat refused", extra={"fields": {"code": error.code}})
+                continue
+            if lost_contact:
+                # The platform may have restarted: register and reconcile so that both sides
+                # agree on every attempt before going on.
+                lost_contact = False
+                await self._on_session_error()
+
+    # -- jobs channel ------------------------------------------------------------------------
+
+    async def _jobs_loop(self) -> None:
+        delay = 0.5
+        while not self._stop.is_set():
+            if not self._session_ok.is_set():
+                await self._until(self._session_ok)
+                continue
+            free = self.config.capacity - len(self._running)
+            if free > 0:
+                try:
+                    granted = await self.client.claim(free)
+                    delay = 0.5
+                except SESSION_ERRORS:
+                    await self._on_session_error()
+                    continue
+                except MoonrunError as error:
+                    log.warning("claim failed", extra={"fields": {"code": error.code}})
+                    await self._pause(delay)
+                    delay = min(self.config.max_backoff_s, delay * 2)
+                    continue
+                if granted:
+                    await self._accept(granted)
+                    continue
+            self._slot_freed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._slot_freed.wait(), self.config.claim_interval_s)
+
+    async def _accept(self, granted: list[dict[str, Any]]) -> None:
+        """Journal every granted attempt (durably) before acking any of them."""
+        entries = [
+            Assignment(
+                job_id=job["job_id"],
+                attempt=job["attempt"],
+                lease=job["lease"],
+                kind=job["kind"],
+                payload=job["payload"],
+                server_id=job["server_id"],
+            )
+            for job in granted
+        ]
+        for entry in entries:
+            self.journal.entries[entry.job_id] = entry
+        await self._save()
+        for entry in entries:
+            log.info(
+                "claimed", extra={"fields": {"job_id": entry.job_id, "attempt": entry.attempt}}
+            )
+            self._start(entry, resumed=False)
+
+    def _start(self, entry: Assignment, *, resumed: bool) -> None:
+        self._running[entry.job_id] = asyncio.create_task(self._supervise(entry, resumed))
+
+    async def _supervise(self, entry: Assignment, resumed: bool) -> None:
+        """Everything about one held attempt, from ack to an accepted result."""
+        try:
+            if entry.state == "accepted" and not await self._ack(entry):
+                await self._forget(entry)
+                return
+            if entry.state == "running":
+                result = await self._execute(entry, resumed)
+                if result is None:
+                    return
+                entry.state, entry.result = "finished", result.as_message()
+                await self._save()
+            if entry.state == "finished":
+                await self._deliver(entry)
+        except asyncio.CancelledError:
+            pass  # Run stops, or reconcile dropped the attempt: the journal says what to do
+        finally:
+            if self._running.get(entry.job_id) is asyncio.current_task():
+                del self._running[entry.job_id]
+            self._renewed_until.pop(entry.job_id, None)
+            self._slot_freed.set()
+
+    async def _forget(self, entry: Assignment) -> None:
+        if self.journal.entries.get(entry.job_id) is entry:
+            del self.journal.entries[entry.job_id]
+            await self._save()
+
+    async def _ack(self, entry: Assignment) -> bool:
+        """True once the ack is accepted; False when the attempt is gone for good."""
+        delay = 0.5
+        while not self._stop.is_set():
+            sent = time.monotonic()
+            try:
+                await self.client.ack(entry.job_id, entry.attempt, entry.lease)
+            except SESSION_ERRORS:
+                await self._on_session_error()
+                if self.journal.entries.get(entry.job_id) is not entry:
+                    return False
+                continue
+            except TRANSIENT:
+                await self._pause(delay)
+                delay = min(self.config.max_backoff_s, delay * 2)
+                continue
+            except MoonrunError as error:
+                log.info(
+                    "ack refused", extra={"fields": {"job_id": entry.job_id, "code": error.code}}
+                )
+                return False
+            session = self.client.session
+            assert session is not None
+            self._renewed_until[entry.job_id] = sent + session.lease_ttl_s
+            entry.state, entry.started_at_ms = "running", self._now_ms()
+            await self._save()
+            return True
+        return False
+
+    async def _execute(self, entry: Assignment, resumed: bool) -> HandlerResult | None:
+        """Run the handler under lease renewals; None when the attempt was given up."""
+        handler = self.handlers.get(entry.kind)
+        if handler is None:
+            return HandlerResult.failed("unknown_kind", f"this Run has no handler for {entry.kind}")
+        if resumed and not handler.resumable:
+            return HandlerResult.failed(
+                "run_restarted", "Run restarted and this kind cannot resume", retryable=True
+            )
+        attempt = Attempt(entry.job_id, entry.attempt, entry.lease)
+        context = JobContext(
+            job_id=entry.job_id,
+            attempt=entry.attempt,
+            kind=entry.kind,
+            payload=entry.payload,
+            started_at_ms=entry.started_at_ms or self._now_ms(),
+            now_ms=self._now_ms,
+            log_line=lambda stream, text: self.logs.add(attempt, stream, text),
+            upload=lambda path, name: self.artifacts.add(attempt, path, name),
+            grace_s=self.config.cancel_grace_s,
+        )
+        with contextlib.suppress(MoonrunError):
+            if (await self.client.cancel_poll(entry.job_id, entry.attempt, entry.lease))[
+                "cancel_requested"
+            ]:
+                context.cancelled.set()
+        work = asyncio.create_task(handler.run(context))
+        try:
+            if not await self._renew_while(work, entry, context):
+                return None
+        finally:
+            if not work.done():
+                work.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await work
+        try:
+            return work.result()
+        except Exception as error:  # a handler bug fails the attempt, not Run
+            return HandlerResult.failed("handler_error", type(error).__name__, retryable=True)
+
+    async def _renew_while(
+        self, work: asyncio.Task[HandlerResult], entry: Assignment, context: JobContext
+    ) -> bool:
+        """Renew the lease every lease_ttl/4 until `work` is done; False when Run gave up."""
+        session = self.client.session
+        assert session is not None
+        tick, margin = session.lease_ttl_s / 4, session.lease_ttl_s / 8
+        while True:
+            done, _ = await asyncio.wait({work}, timeout=tick)
+            if work in done:
+                return True
+            entry.progress_seq += 1
+            await self._save()  # before sending: a restart never reuses a seq the platform saw
+            sent = time.monotonic()
+            try:
+                answer = await self.client.progress(
+                    entry.job_id,
+                    entry.attempt,
+                    entry.lease,
+                    entry.progress_seq,
+                    context.percent,
+                    context.message,
+                )
+                lease_ttl = self.client.session.lease_ttl_s if self.client.session else 0
+                self._renewed_until[entry.job_id] = sent + lease_ttl
+                if answer["cancel_requested"]:
+                    context.cancelled.set()
+            except SESSION_ERRORS:
+                renewal = asyncio.create_task(self._on_session_error())
+                self._background.add(renewal)  # keep a reference until it is done
+                renewal.add_done_callback(self._background.discard)
+            except SequenceRegression:
+                entry.progress_seq += 1000
+            except TRANSIENT:
+                pass
+            except MoonrunError as error:  # the platform gave the attempt away
+                log.info(
+                    "attempt ended by the platform",
+                    extra={"fields": {"job_id": entry.job_id, "code": error.code}},
+                )
+                await self._forget(entry)
+                return False
+            renewed_until = self._renewed_until.get(entry.job_id, 0.0)
+            if time.monotonic() + tick >= renewed_until - margin:
+                await self._self_fence(entry)
+                return False
+
+    async def _self_fence(self, entry: Assignment) -> None:
+        """Stop an attempt whose lease may lapse before another renewal could be accepted."""
+        self.self_fenced += 1
+        entry.state = "self_fenced"
+        await self._save()
+        log.warning(
+            "attempt self-fenced: no lease renewal accepted in time",
+            extra={"fields": {"job_id": entry.job_id, "attempt": entry.attempt}},
+        )
+
+    async def _deliver(self, entry: Assignment) -> None:
+        """Send the result until it is accepted or refused for good (same fingerprint)."""
+        assert entry.result is not None
+        delay = 0.5
+        while not self._stop.is_set():
+            try:
+                await self.client.result(entry.job_id, entry.attempt, entry.lease, entry.result)
+            except SESSION_ERRORS:
+                await self._on_session_error()
+                if self.journal.entries.get(entry.job_id) is not entry:
+                    return
+                continue
+            except TRANSIENT:
+                await self._pause(delay)
+                delay = min(self.config.max_backoff_s, delay * 2)
+                continue
+            except MoonrunError as error:
+                log.info(
+                    "result refused", extra={"fields": {"job_id": entry.job_id, "code": error.code}}
+                )
+            else:
+                fields = {"job_id": entry.job_id, "outcome": entry.result.get("outcome")}
+                log.info("result accepted", extra={"fields": fields})
+            await self._forget(entry)
+            return

@@ -1,0 +1,304 @@
+"""Run's side of the wire: four channels, each with its own aiohttp session, and signing.
+
+Each channel (control, jobs, logs, artifacts) has its own connection pool and timeouts, so a
+stuck artifact upload can never hold a connection a heartbeat needs. Every request is signed
+afresh when sent (a retry gets a new nonce and `created`). Error answers become the
+`moonrun.errors` type their code names; a failure to get any answer is `Unreachable`.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from moonrun import __version__
+from moonrun.errors import (
+    ERROR_TABLE,
+    ChannelBusy,
+    Contention,
+    MoonrunError,
+    ReconcileRequired,
+    Replayed,
+    SessionExpired,
+    SessionRotated,
+    SignatureExpired,
+    StoreUnavailable,
+)
+from moonrun.security import signing
+
+_BY_CODE: dict[str, type[MoonrunError]] = {
+    code: error for error, (_, code) in ERROR_TABLE.items() if code != "internal"
+}
+
+
+class Unreachable(MoonrunError):
+    """The platform did not answer (connection failed, timed out, or answered 5xx)."""
+
+
+SESSION_ERRORS: tuple[type[MoonrunError], ...] = (SessionRotated, SessionExpired, ReconcileRequired)
+"""Answers that mean: register again and reconcile, then try once more."""
+
+TRANSIENT: tuple[type[MoonrunError], ...] = (
+    Unreachable,
+    ChannelBusy,
+    Contention,
+    StoreUnavailable,
+    SignatureExpired,
+    Replayed,
+)
+"""Answers that mean: the same request may well succeed a little later."""
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    session_id: str
+    key: bytes
+    generation: int
+    heartbeat_interval_s: float
+    session_ttl_s: float
+    ack_timeout_s: float
+    lease_ttl_s: float
+
+
+@dataclass(frozen=True)
+class ChannelSettings:
+    timeout_s: float
+    connections: int
+
+
+CHANNELS: Mapping[str, ChannelSettings] = {
+    "control": ChannelSettings(timeout_s=5, connections=2),
+    "jobs": ChannelSettings(timeout_s=10, connections=8),
+    "logs": ChannelSettings(timeout_s=15, connections=2),
+    "artifacts": ChannelSettings(timeout_s=60, connections=2),
+}
+
+
+def error_from(status: int, body: Any) -> MoonrunError:
+    """The typed error an error answer names."""
+    detail = body.get("error") if isinstance(body, dict) else None
+    code = detail.get("code") if isinstance(detail, dict) else None
+    message = detail.get("message") if isinstance(detail, dict) else None
+    if status >= 500 or code is None:
+        return Unreachable(f"the platform answered {status}")
+    error_type = _BY_CODE.get(code, MoonrunError)
+    return error_type(str(message or code))
+
+
+class PlatformClient:
+    """Signed requests to one platform, over four independent channels."""
+
+    def __init__(
+        self,
+        base_url: str,
+        endpoint_id: str,
+        identity: Ed25519PrivateKey,
+        *,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.endpoint_id = endpoint_id
+        self._identity = identity
+        self._wall_clock = wall_clock
+        self._sessions: dict[str, aiohttp.ClientSession] = {}
+        self.session: SessionInfo | None = None
+
+    async def __aenter__(self) -> PlatformClient:
+        for name, settings in CHANNELS.items():
+            self._sessions[name] = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=settings.connections),
+                timeout=aiohttp.ClientTimeout(total=settings.timeout_s),
+            )
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        for session in self._sessions.values():
+            await session.close()
+        self._sessions.clear()
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    async def _send(
+        self,
+        channel: str,
+        method: str,
+        path: str,
+        body: bytes,
+        *,
+        key_id: str | None = None,
+        key: bytes | Ed25519PrivateKey | None = None,
+        extra_headers: Mapping[str, str] | None = None,
+        content_type: str = "application/json",
+    ) -> Any:
+        headers = {"Content-Type": content_type, **(extra_headers or {})}
+        if key is not None and key_id is not None:
+            headers.update(
+                signing.sign(
+                    method,
+                    path,
+                    "",
+                    body,
+                    key_id=key_id,
+                    key=key,
+                    created=int(self._wall_clock()),
+                    nonce=signing.b64url(secrets.token_bytes(16)),
+                )
+            )
+        try:
+            async with self._sessions[channel].request(
+                method, self.base_url + path, data=body, headers=headers
+            ) as response:
+                text = await response.text()
+                status = response.status
+        except (aiohttp.ClientError, TimeoutError, OSError) as error:
+            raise Unreachable(f"{channel}: {type(error).__name__}: {error}") from None
+        try:
+            answer = json.loads(text) if text else None
+        except ValueError:
+            answer = None
+        if status >= 400:
+            raise error_from(status, answer)
+        return answer
+
+    def _session(self) -> SessionInfo:
+        if self.session is None:
+            raise MoonrunError("no session: register first")
+        return self.session
+
+    async def _signed(self, channel: str, path: str, document: Any) -> Any:
+        session = self._session()
+        body = json.dumps(document).encode()
+        return await self._send(
+            channel, "POST", path, body, key_id=f"session:{session.session_id}", key=session.key
+        )
+
+    # -- control channel -----------------------------------------------------------------------
+
+    async def register(self, boot_id: str, capacity: int) -> SessionInfo:
+        body = json.dumps(
+            {"boot_id": boot_id, "run_version": __version__, "capacity": capacity}
+        ).encode()
+        answer = await self._send(
+            "control",
+            "POST",
+            "/run/v1/sessions",
+            body,
+            key_id=f"endpoint:{self.endpoint_id}",
+            key=self._identity,
+        )
+        self.session = SessionInfo(
+            session_id=answer["session_id"],
+            key=signing.b64url_decode(answer["session_key"]),
+            generation=answer["generation"],
+            heartbeat_interval_s=answer["heartbeat_interval_s"],
+            session_ttl_s=answer["session_ttl_s"],
+            ack_timeout_s=answer["ack_timeout_s"],
+            lease_ttl_s=answer["lease_ttl_s"],
+        )
+        return self.session
+
+    async def heartbeat(self) -> Any:
+        return await self._signed("control", "/run/v1/heartbeat", {})
+
+    # -- jobs channel --------------------------------------------------------------------------
+
+    async def reconcile(self, entries: list[dict[str, Any]]) -> Any:
+        return await self._signed("jobs", "/run/v1/reconcile", {"entries": entries})
+
+    async def claim(self, max_jobs: int) -> list[dict[str, Any]]:
+        answer = await self._signed("jobs", "/run/v1/jobs/claim", {"max_jobs": max_jobs})
+        jobs: list[dict[str, Any]] = answer["jobs"]
+        return jobs
+
+    async def ack(self, job_id: str, attempt: int, lease: str) -> Any:
+        evidence = {"attempt": attempt, "lease": lease}
+        return await self._signed("jobs", f"/run/v1/jobs/{job_id}/ack", evidence)
+
+    async def progress(
+        self,
+        job_id: str,
+        attempt: int,
+        lease: str,
+        seq: int,
+        percent: float | None,
+        message: str | None,
+    ) -> Any:
+        body = {"attempt": attempt, "lease": lease, "seq": seq}
+        if percent is not None:
+            body["percent"] = percent
+        if message is not None:
+            body["message"] = message
+        return await self._signed("jobs", f"/run/v1/jobs/{job_id}/progress", body)
+
+    async def cancel_poll(self, job_id: str, attempt: int, lease: str) -> Any:
+        evidence = {"attempt": attempt, "lease": lease}
+        return await self._signed("jobs", f"/run/v1/jobs/{job_id}/cancel-poll", evidence)
+
+    async def result(self, job_id: str, attempt: int, lease: str, result: dict[str, Any]) -> Any:
+        body = {"attempt": attempt, "lease": lease, **result}
+        return await self._signed("jobs", f"/run/v1/jobs/{job_id}/result", body)
+
+    # -- logs and artifacts channels -----------------------------------------------------------
+
+    async def send_logs(
+        self, job_id: str, attempt: int, lease: str, seq: int, lines: list[dict[str, str]]
+    ) -> Any:
+        body = {"job_id": job_id, "attempt": attempt, "lease": lease, "seq": seq, "lines": lines}
+        return await self._signed("logs", "/run/v1/logs", body)
+
+    async def put_chunk(
+        self,
+        job_id: str,
+        attempt: int,
+        lease: str,
+        name: str,
+        index: int,
+        data: bytes,
+        *,
+        final: bool,
+    ) -> Any:
+        session = self._session()
+        headers = {"Run-Lease": lease}
+        if final:
+            headers["Run-Final"] = "true"
+        return await self._send(
+            "artifacts",
+            "PUT",
+            f"/run/v1/artifacts/{job_id}/{attempt}/{name}/{index}",
+            data,
+            key_id=f"session:{session.session_id}",
+            key=session.key,
+            extra_headers=headers,
+            content_type="application/octet-stream",
+        )
+
+
+async def join(base_url: str, token: str, public_key: str, timeout_s: float = 10) -> str:
+    """Burn a join token; returns the endpoint id."""
+    body = {"join_token": token, "identity_public_key": public_key}
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session,
+            session.post(base_url.rstrip("/") + "/run/v1/join", json=body) as response,
+        ):
+            status = response.status
+            text = await response.text()
+    except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as error:
+        raise Unreachable(f"cannot reach the platform at {base_url}: {error}") from None
+    try:
+        answer = json.loads(text) if text else None
+    except ValueError:
+        answer = None
+    if status >= 400:
+        raise error_from(status, answer)
+    if not isinstance(answer, dict) or not isinstance(answer.get("endpoint_id"), str):
+        raise Unreachable(f"{base_url} did not answer like a moonrun platform")
+    endpoint_id: str = answer["endpoint_id"]
+    return endpoint_id

@@ -1,0 +1,96 @@
+"""Job handlers: the built-in `noop`, `sleep` and `command`, and plugins from the
+`moonrun.handlers` entry-point group (name = job kind, value = a Handler class)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import Any, Protocol
+
+log = logging.getLogger("moonrun.run.handlers")
+
+ENTRY_POINT_GROUP = "moonrun.handlers"
+
+
+@dataclass(frozen=True)
+class HandlerResult:
+    """How an attempt ended, as Run will report it."""
+
+    outcome: str
+    retryable: bool = False
+    error: dict[str, str] | None = None
+    output: Any = None
+
+    @classmethod
+    def failed(cls, code: str, message: str, *, retryable: bool = False) -> HandlerResult:
+        return cls("failed", retryable, {"code": code, "message": message[:4096]})
+
+    def as_message(self) -> dict[str, Any]:
+        message: dict[str, Any] = {"outcome": self.outcome, "retryable": self.retryable}
+        if self.error is not None:
+            message["error"] = self.error
+        if self.output is not None:
+            message["output"] = self.output
+        return message
+
+
+@dataclass
+class JobContext:
+    """What a handler sees of its attempt, and how it talks back."""
+
+    job_id: str
+    attempt: int
+    kind: str
+    payload: Any
+    started_at_ms: int
+    """When this attempt first started (kept across Run restarts, for resumable handlers)."""
+    now_ms: Callable[[], int]
+    log_line: Callable[[str, str], None]
+    upload: Callable[[str, str], None]
+    """`upload(path, name)` queues a file for the artifacts channel (never blocks)."""
+    grace_s: float = 10.0
+    cancelled: asyncio.Event = field(default_factory=asyncio.Event)
+    percent: float | None = None
+    message: str | None = None
+
+    def report(self, percent: float | None = None, message: str | None = None) -> None:
+        """Note progress; Run sends the latest with its next lease renewal."""
+        if percent is not None:
+            self.percent = max(0.0, min(100.0, float(percent)))
+        if message is not None:
+            self.message = message[:4096]
+
+    def log(self, stream: str, text: str) -> None:
+        self.log_line(stream, text)
+
+
+class Handler(Protocol):
+    resumable: bool
+    """Whether an attempt confirmed after a Run restart may be run again from its payload."""
+
+    async def run(self, context: JobContext) -> HandlerResult: ...
+
+
+def load_handlers() -> dict[str, Handler]:
+    """The built-ins, then every installed plugin (a plugin may replace a built-in)."""
+    from moonrun.run.handlers.command import CommandHandler
+    from moonrun.run.handlers.noop import NoopHandler
+    from moonrun.run.handlers.sleep import SleepHandler
+
+    handlers: dict[str, Handler] = {
+        "noop": NoopHandler(),
+        "sleep": SleepHandler(),
+        "command": CommandHandler(),
+    }
+    for entry in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            handlers[entry.name] = entry.load()()
+        except Exception as error:  # a broken plugin must not stop Run; its kind fails
+            log.warning(
+                "handler plugin failed to load",
+                extra={"fields": {"kind": entry.name, "error": type(error).__name__}},
+            )
+    return handlers

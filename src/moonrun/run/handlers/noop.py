@@ -1,0 +1,13 @@
+"""`noop`: succeeds at once."""
+
+from __future__ import annotations
+
+from moonrun.run.handlers import HandlerResult, JobContext
+
+
+class NoopHandler:
+    resumable = True
+
+    async def run(self, context: JobContext) -> HandlerResult:
+        context.report(100.0, "done")
+        return HandlerResult("succeeded")

@@ -1,0 +1,76 @@
+"""Run's data directory: its Ed25519 identity key (0600) and the endpoint it joined as."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from moonrun.errors import MoonrunError
+
+KEY_FILE = "identity.key"
+ENDPOINT_FILE = "endpoint.json"
+
+
+class DataDirError(MoonrunError):
+    """Run's data directory is missing, not joined, or already joined."""
+
+
+@dataclass(frozen=True)
+class Identity:
+    endpoint_id: str
+    key: Ed25519PrivateKey
+
+
+def check_data_dir(data_dir: Path) -> None:
+    if not data_dir.is_dir():
+        raise DataDirError(f"data directory {data_dir} does not exist; create it first")
+
+
+def new_key(data_dir: Path) -> Ed25519PrivateKey:
+    """Create the identity key, mode 0600, refusing to replace one."""
+    check_data_dir(data_dir)
+    path = data_dir / KEY_FILE
+    if path.exists() or (data_dir / ENDPOINT_FILE).exists():
+        raise DataDirError(f"{data_dir} already holds an identity; Run joins only once")
+    key = Ed25519PrivateKey.generate()
+    pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "wb") as handle:
+        handle.write(pem)
+        handle.flush()
+        os.fsync(handle.fileno())
+    return key
+
+
+def forget_key(data_dir: Path) -> None:
+    """Undo `new_key` when the join it was made for failed."""
+    (data_dir / KEY_FILE).unlink(missing_ok=True)
+
+
+def save_endpoint(data_dir: Path, endpoint_id: str, platform_url: str) -> None:
+    path = data_dir / ENDPOINT_FILE
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps({"endpoint_id": endpoint_id, "platform_url": platform_url}))
+    os.replace(temporary, path)
+
+
+def load(data_dir: Path) -> Identity:
+    check_data_dir(data_dir)
+    key_path, endpoint_path = data_dir / KEY_FILE, data_dir / ENDPOINT_FILE
+    if not key_path.exists() or not endpoint_path.exists():
+        raise DataDirError(f"{data_dir} has not joined a platform; run `moonrun run join` first")
+    try:
+        key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
+        endpoint_id = json.loads(endpoint_path.read_text())["endpoint_id"]
+    except (ValueError, KeyError, TypeError) as error:
+        raise DataDirError(f"{data_dir} holds a damaged identity: {error}") from None
+    if not isinstance(key, Ed25519PrivateKey) or not isinstance(endpoint_id, str):
+        raise DataDirError(f"{data_dir} holds a damaged identity")
+    return Identity(endpoint_id, key)

@@ -1,0 +1,179 @@
+"""Run's logs and artifacts channels: bounded buffers, their own tasks, their own retries.
+
+Handlers hand lines and files over without ever waiting: when the log buffer is full the
+oldest line is dropped (and counted); artifact uploads queue up to a bound and are dropped
+beyond it (and counted). Nothing here is awaited by a job's lifecycle or by the heartbeat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+from moonrun.errors import MoonrunError
+from moonrun.run.client import SESSION_ERRORS, TRANSIENT, PlatformClient
+
+log = logging.getLogger("moonrun.run.transfers")
+
+CHUNK_BYTES = 1024 * 1024
+RETRYABLE = (*TRANSIENT, *SESSION_ERRORS)
+"""A session being renewed is a pause for transfers, not the end of their attempt."""
+
+
+@dataclass(frozen=True)
+class Attempt:
+    job_id: str
+    attempt: int
+    lease: str
+
+
+@dataclass(frozen=True)
+class Line:
+    attempt: Attempt
+    ts: str
+    stream: str
+    text: str
+
+
+def _now_rfc3339() -> str:
+    now = time.time()
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z"
+
+
+class LogShipper:
+    """Batches log lines about every `interval_s` and posts them on the logs channel."""
+
+    def __init__(
+        self,
+        client: PlatformClient,
+        *,
+        capacity: int = 10_000,
+        interval_s: float = 1.0,
+        batch_lines: int = 500,
+    ) -> None:
+        self._client = client
+        self._buffer: deque[Line] = deque()
+        self._capacity = capacity
+        self._interval_s = interval_s
+        self._batch_lines = batch_lines
+        self._seqs: dict[Attempt, int] = {}
+        self.dropped = 0
+        self.shipped = 0
+
+    def add(self, attempt: Attempt, stream: str, text: str) -> None:
+        """Buffer a line; never blocks. A full buffer drops its oldest line."""
+        if len(self._buffer) >= self._capacity:
+            self._buffer.popleft()
+            self.dropped += 1
+        self._buffer.append(Line(attempt, _now_rfc3339(), stream, text[:16_384]))
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=self._interval_s)
+            await self.flush()
+
+    async def flush(self) -> None:
+        """Send what is buffered, one batch per attempt; failures stay buffered for later."""
+        if not self._buffer or self._client.session is None:
+            return
+        batch: dict[Attempt, list[Line]] = {}
+        while self._buffer and sum(len(lines) for lines in batch.values()) < self._batch_lines:
+            line = self._buffer.popleft()
+            batch.setdefault(line.attempt, []).append(line)
+        for attempt, lines in batch.items():
+            seq = self._seqs.get(attempt, 0) + 1
+            body = [{"ts": ln.ts, "stream": ln.stream, "text": ln.text} for ln in lines]
+            try:
+                await self._client.send_logs(
+                    attempt.job_id, attempt.attempt, attempt.lease, seq, body
+                )
+            except RETRYABLE:
+                self._buffer.extendleft(reversed(lines))  # keep order; try again next round
+                while len(self._buffer) > self._capacity:
+                    self._buffer.popleft()
+                    self.dropped += 1
+                continue
+            except MoonrunError as error:  # the attempt is over for good: its lines are moot
+                log.info(
+                    "log lines dropped",
+                    extra={"fields": {"job_id": attempt.job_id, "code": error.code}},
+                )
+                self.dropped += len(lines)
+                continue
+            self._seqs[attempt] = seq
+            self.shipped += len(lines)
+
+
+@dataclass(frozen=True)
+class Upload:
+    attempt: Attempt
+    path: str
+    name: str
+
+
+class ArtifactUploader:
+    """Uploads files in chunks on the artifacts channel, one at a time, retrying with backoff."""
+
+    def __init__(
+        self, client: PlatformClient, *, queue_size: int = 64, max_retry_s: float = 30.0
+    ) -> None:
+        self._client = client
+        self._queue: asyncio.Queue[Upload] = asyncio.Queue(maxsize=queue_size)
+        self._max_retry_s = max_retry_s
+        self.dropped = 0
+        self.uploaded = 0
+
+    def add(self, attempt: Attempt, path: str, name: str) -> None:
+        """Queue a file; never blocks. A full queue drops the new upload."""
+        try:
+            self._queue.put_nowait(Upload(attempt, path, name))
+        except asyncio.QueueFull:
+            self.dropped += 1
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            getter = asyncio.ensure_future(self._queue.get())
+            stopper = asyncio.ensure_future(stop.wait())
+            done, _ = await asyncio.wait({getter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            stopper.cancel()
+            if getter not in done:
+                getter.cancel()
+                return
+            await self._upload(getter.result(), stop)
+
+    async def _upload(self, upload: Upload, stop: asyncio.Event) -> None:
+        try:
+            data = await asyncio.to_thread(Path(upload.path).read_bytes)
+        except OSError as error:
+            log.warning("artifact unreadable", extra={"fields": {"error": error.strerror}})
+            self.dropped += 1
+            return
+        chunks = [data[i : i + CHUNK_BYTES] for i in range(0, len(data), CHUNK_BYTES)] or [b""]
+        for index, chunk in enumerate(chunks):
+            delay = 0.5
+            while not stop.is_set():
+                try:
+                    await self._client.put_chunk(
+                        upload.attempt.job_id,
+                        upload.attempt.attempt,
+                        upload.attempt.lease,
+                        upload.name,
+                        index,
+                        chunk,
+                        final=index == len(chunks) - 1,
+                    )
+                    break
+                except RETRYABLE:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), timeout=delay)
+                    delay = min(self._max_retry_s, delay * 2)
+                except MoonrunError:
+                    self.dropped += 1
+                    return
+        self.uploaded += 1
