@@ -180,3 +180,27 @@ def test_a_locked_file_is_one_clear_line(tmp_path: Path) -> None:
     assert [f"moonrun: error: {path} is locked by another process (database is locked)"] == (
         result.stderr.splitlines()
     )
+
+
+def test_an_older_schema_is_migrated_forward_on_open(tmp_path: Path) -> None:
+    """A store at schema version 1 gains the later tables and records the new version."""
+    from sqlalchemy import create_engine, insert
+
+    from moonrun.store.schema import MIGRATIONS, schema_version
+
+    path = tmp_path / "old.db"
+    engine = create_engine(f"sqlite+pysqlite:///{path}")
+    with engine.begin() as connection:
+        schema_version.create(connection)
+        connection.execute(insert(schema_version).values(version=1))
+        MIGRATIONS[0](connection)
+    engine.dispose()
+    store = FileStore(path)
+    try:
+        store.remember_idempotent_job("usr-1", "key", "fp", "job-1", 0)
+        assert (
+            store.schema_version(),
+            store.idempotent_job("usr-1", "key"),
+        ) == (SCHEMA_VERSION, ("fp", "job-1"))
+    finally:
+        store.close()

@@ -47,7 +47,7 @@ def test_errors_have_the_protocol_shape(memory_cast: Cast) -> None:
     """Unknown routes, bad bodies and missing credentials answer {"error": {code, message}}."""
     world = memory_cast.world
     cases = [
-        (world.client.get("/nowhere"), 404, "not_found"),
+        (world.client.get("/api/v1/nowhere"), 404, "not_found"),
         (world.api("GET", "/api/v1/jobs", token=None), 401, "unauthenticated"),
         (world.api("GET", "/api/v1/jobs/job_missing"), 404, "not_found"),
         (world.client.post("/run/v1/jobs/claim", json={"max_jobs": 1}), 401, "signature_missing"),

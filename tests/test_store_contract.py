@@ -996,3 +996,31 @@ def test_servers_of_user_follow_administrator_changes(store: Store) -> None:
     demoted = replace(promoted, version=3, admin_ids=())
     assert store.replace_server(demoted, expected_version=2)
     assert store.servers_of_user("user-2") == []
+
+
+# -- console sessions --------------------------------------------------------------------------
+
+
+def test_web_sessions_find_their_user_until_they_expire(store: Store) -> None:
+    """A session hash maps to its user while unexpired; deleting it ends it at once."""
+    user = make_user("usr-web", name="web")
+    store.insert_user(user)
+    store.insert_web_session("hash-1", user.id, T0, T0 + 1_000)
+    assert user == store.web_session_user("hash-1", T0 + 999)
+    assert store.web_session_user("hash-1", T0 + 1_000) is None
+    assert store.web_session_user("hash-unknown", T0) is None
+    store.delete_web_session("hash-1")
+    assert store.web_session_user("hash-1", T0) is None
+    store.insert_web_session("hash-2", user.id, T0, T0 + 1_000)
+    with pytest.raises(AlreadyExists):
+        store.insert_web_session("hash-2", user.id, T0, T0 + 1_000)
+
+
+def test_idempotency_keys_are_per_user_and_taken_once(store: Store) -> None:
+    """A key records one (fingerprint, job) per user; reusing it is AlreadyExists."""
+    store.remember_idempotent_job("usr-1", "key", "fp-1", "job-1", T0)
+    store.remember_idempotent_job("usr-2", "key", "fp-2", "job-2", T0)
+    assert store.idempotent_job("usr-1", "key") == ("fp-1", "job-1")
+    assert store.idempotent_job("usr-1", "other") is None
+    with pytest.raises(AlreadyExists):
+        store.remember_idempotent_job("usr-1", "key", "fp-3", "job-3", T0)

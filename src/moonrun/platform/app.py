@@ -9,6 +9,7 @@ from typing import Any
 import anyio
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
+from fastapi.staticfiles import StaticFiles
 
 from moonrun import __version__
 from moonrun.platform import run_api, transfers_api, user_api
@@ -22,6 +23,7 @@ from moonrun.platform.http import (
 )
 from moonrun.platform.schemas import HealthAnswer
 from moonrun.platform.sweeper import Sweeper
+from moonrun.platform.web import views
 
 
 def create_app(platform: Platform, *, sweep: bool = True) -> FastAPI:
@@ -48,10 +50,13 @@ def create_app(platform: Platform, *, sweep: bool = True) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.platform = platform
+    app.state.templates = views.environment()
     install_error_handlers(app)
     app.include_router(run_api.router)
     app.include_router(transfers_api.router)
     app.include_router(user_api.router)
+    app.include_router(views.router)
+    app.mount("/static", StaticFiles(packages=[("moonrun.platform.web", "static")]), "static")
 
     @app.get("/healthz", response_model=HealthAnswer, tags=["ops"])
     async def healthz(request: Request) -> Any:

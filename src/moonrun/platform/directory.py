@@ -89,6 +89,14 @@ class Directory:
         stored = user.password_hash if user is not None else None
         return user if password_matches(password, stored) and user is not None else None
 
+    def user_named(self, name: str) -> User | None:
+        return self._store.user_by_name(name)
+
+    def names_of(self, user_ids: set[str]) -> dict[str, str]:
+        """Display names of users (names are not secret; ids the caller already holds)."""
+        found = (self._store.get_user(user_id) for user_id in user_ids)
+        return {user.id: user.name for user in found if user is not None}
+
     def list_users(self, actor: User) -> list[User]:
         require_platform_admin(actor)
         return self._store.list_users()

@@ -4,20 +4,23 @@ from __future__ import annotations
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from moonrun.errors import JobRejected, MoonrunError, Unauthenticated
+from moonrun.errors import JobRejected, MoonrunError, NotFound
 from moonrun.platform.http import error_response, platform_of
 from moonrun.platform.run_api import KeyKind, verify_signature
-from moonrun.platform.user_api import bearer_token
+from moonrun.platform.user_api import authenticate
+from moonrun.platform.web import views
 
 
 def install_error_handlers(app: FastAPI) -> None:
     """moonrun errors by the one table; validation and routing errors in the same shape."""
 
-    async def moonrun_error(request: Request, error: Exception) -> JSONResponse:
+    async def moonrun_error(request: Request, error: Exception) -> Response:
         assert isinstance(error, MoonrunError)
+        if views.is_console(request.url.path):
+            return views.console_error(request, error)
         if request.url.path.startswith("/run/"):
             metrics = platform_of(request).metrics
             metrics.rejected.labels(code=error.code).inc()
@@ -25,7 +28,7 @@ def install_error_handlers(app: FastAPI) -> None:
                 metrics.fenced.inc()
         return error_response(error.status, error.code, error.message)
 
-    async def invalid(request: Request, error: Exception) -> JSONResponse:
+    async def invalid(request: Request, error: Exception) -> Response:
         assert isinstance(error, RequestValidationError)
         refused = await credentials_error(request)
         if refused is not None:
@@ -37,7 +40,7 @@ def install_error_handlers(app: FastAPI) -> None:
         ]
         return error_response(422, "invalid_request", "; ".join(problems) or "invalid request")
 
-    async def http_error(request: Request, error: Exception) -> JSONResponse:
+    async def http_error(request: Request, error: Exception) -> Response:
         assert isinstance(error, StarletteHTTPException)
         if error.status_code == 400:  # a body that is not JSON, or not UTF-8
             refused = await credentials_error(request)
@@ -45,6 +48,8 @@ def install_error_handlers(app: FastAPI) -> None:
                 return await moonrun_error(request, refused)
             return error_response(422, "invalid_request", "the body is not valid JSON")
         codes = {404: "not_found", 405: "method_not_allowed"}
+        if views.is_console(request.url.path) and error.status_code in (404, 405):
+            return views.console_error(request, _ConsolePageMissing())
         response = error_response(
             error.status_code, codes.get(error.status_code, "http_error"), str(error.detail)
         )
@@ -67,13 +72,14 @@ async def credentials_error(request: Request) -> MoonrunError | None:
     path = request.url.path
     try:
         if path.startswith("/api/") and getattr(request.state, "user", None) is None:
-            token = bearer_token(request)
-            if token is None:
-                return Unauthenticated("send Authorization: Bearer <api token>")
-            await platform.channels.user.run(platform.directory.authenticate, token)
+            await authenticate(request, platform)
         elif path.startswith("/run/") and path != "/run/v1/join":
             kind: KeyKind = "endpoint" if path == "/run/v1/sessions" else "session"
             await verify_signature(request, platform, platform.channels.control, kind)
     except MoonrunError as error:
         return error
     return None
+
+
+class _ConsolePageMissing(NotFound):
+    """There is no such page."""

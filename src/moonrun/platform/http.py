@@ -21,6 +21,7 @@ from moonrun.platform.logstore import LogStore
 from moonrun.platform.metrics import Metrics
 from moonrun.platform.schemas import ErrorBody
 from moonrun.platform.service import SchedulingService
+from moonrun.platform.web.sessions import SignInThrottle, WebSessions
 from moonrun.security.keys import NonceCache
 from moonrun.security.signing import WINDOW_S
 from moonrun.store.protocol import Store
@@ -61,11 +62,14 @@ class Platform:
     metrics: Metrics = field(init=False)
     nonces: NonceCache = field(default_factory=lambda: NonceCache(WINDOW_S))
     started_at_s: float = field(init=False)
-    sweeper_running: bool = False
+    web: WebSessions = field(init=False)
+    throttle: SignInThrottle = field(init=False)
 
     def __post_init__(self) -> None:
         self.metrics = Metrics(self.store)
         self.started_at_s = self.clock.now() / 1000
+        self.web = WebSessions(self.store, self.clock, self.secret)
+        self.throttle = SignInThrottle(self.clock)
 
 
 def platform_of(request: Request) -> Platform:

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import JSONResponse
 
-from moonrun.errors import Unauthenticated
+from moonrun.errors import Forbidden, Unauthenticated
 from moonrun.platform.http import ERROR_RESPONSES, Platform, platform_of
 from moonrun.platform.schemas import (
     AddAdminRequest,
@@ -30,13 +30,12 @@ from moonrun.platform.schemas import (
     ServersAnswer,
     UsersAnswer,
 )
+from moonrun.platform.web.sessions import SESSION_COOKIE
 from moonrun.scheduling.records import User
 from moonrun.scheduling.time import format_instant, parse_instant
 from moonrun.scheduling.views import endpoint_view, job_view, server_view, user_view
 
 router = APIRouter(prefix="/api/v1", tags=["users"], responses=ERROR_RESPONSES)
-
-SESSION_COOKIE = "moonrun_session"
 
 
 def bearer_token(request: Request) -> str | None:
@@ -46,15 +45,29 @@ def bearer_token(request: Request) -> str | None:
 
 
 async def current_user(request: Request) -> AsyncIterator[User]:
-    """The authenticated caller, admitted to the user channel."""
+    """The authenticated caller, admitted to the user channel: a Bearer token, or the
+    console's session cookie (then writes also need the session's X-CSRF-Token header)."""
     platform = platform_of(request)
     async with platform.channels.user.admit():
-        token = bearer_token(request)
-        if token is None:
-            raise Unauthenticated("send Authorization: Bearer <api token>")
-        user = await platform.channels.user.run(platform.directory.authenticate, token)
+        user = await authenticate(request, platform)
         request.state.user = user
         yield user
+
+
+async def authenticate(request: Request, platform: Platform) -> User:
+    token = bearer_token(request)
+    if token is not None:
+        user: User = await platform.channels.user.run(platform.directory.authenticate, token)
+        return user
+    cookie = request.cookies.get(SESSION_COOKIE)
+    found = await platform.channels.user.run(platform.web.user, cookie) if cookie else None
+    if found is None:
+        raise Unauthenticated("send Authorization: Bearer <api token>")
+    if request.method not in ("GET", "HEAD") and not platform.web.csrf_ok(
+        cookie, request.headers.get("x-csrf-token")
+    ):
+        raise Forbidden("a cookie-authenticated write needs the X-CSRF-Token header")
+    return found
 
 
 Caller = Annotated[User, Depends(current_user)]

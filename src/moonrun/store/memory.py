@@ -89,6 +89,7 @@ class MemoryStore:
         self._tokens: dict[str, str] = {}
         self._servers: dict[str, Server] = {}
         self._idempotency: dict[tuple[str, str], tuple[str, str]] = {}
+        self._web_sessions: dict[str, tuple[str, Instant]] = {}
 
     # -- jobs ----------------------------------------------------------------------------
     def get_job(self, job_id: str) -> Job | None:
@@ -255,6 +256,24 @@ class MemoryStore:
     def user_by_api_token(self, token_hash: str) -> User | None:
         user_id = self._tokens.get(token_hash)
         return None if user_id is None else self._users.get(user_id)
+
+    def insert_web_session(
+        self, token_hash: str, user_id: str, created_at: Instant, expires_at: Instant
+    ) -> None:
+        with self._lock:
+            if token_hash in self._web_sessions:
+                raise AlreadyExists("that console session already exists")
+            self._web_sessions[token_hash] = (user_id, expires_at)
+
+    def web_session_user(self, token_hash: str, now: Instant) -> User | None:
+        found = self._web_sessions.get(token_hash)
+        if found is None or found[1] <= now:
+            return None
+        return self._users.get(found[0])
+
+    def delete_web_session(self, token_hash: str) -> None:
+        with self._lock:
+            self._web_sessions.pop(token_hash, None)
 
     def insert_server(self, server: Server) -> None:
         with self._lock:

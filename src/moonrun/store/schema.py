@@ -196,8 +196,19 @@ idempotency_keys = Table(
     **TABLE_OPTIONS,
 )
 
+web_sessions = Table(
+    "web_sessions",
+    metadata,
+    Column("token_hash", HASH, primary_key=True),
+    Column("user_id", ID, nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    Column("expires_at", BigInteger, nullable=False),
+    Index("ix_web_sessions_expiry", "expires_at"),
+    **TABLE_OPTIONS,
+)
+
 V1_TABLES: Final = (jobs, endpoints, sessions, users, api_tokens, servers, server_admins)
-DATA_TABLES: Final = (*V1_TABLES, idempotency_keys)
+DATA_TABLES: Final = (*V1_TABLES, idempotency_keys, web_sessions)
 
 
 def _create_v1(connection: Connection) -> None:
@@ -208,7 +219,15 @@ def _idempotency_keys_v2(connection: Connection) -> None:
     idempotency_keys.create(connection)
 
 
-MIGRATIONS: Final[Sequence[Callable[[Connection], None]]] = (_create_v1, _idempotency_keys_v2)
+def _web_sessions_v3(connection: Connection) -> None:
+    web_sessions.create(connection)
+
+
+MIGRATIONS: Final[Sequence[Callable[[Connection], None]]] = (
+    _create_v1,
+    _idempotency_keys_v2,
+    _web_sessions_v3,
+)
 """Migration n (1-based) brings the schema from version n-1 to n; never edit a shipped one."""
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

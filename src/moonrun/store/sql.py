@@ -45,6 +45,7 @@ from moonrun.store.schema import (
     servers,
     sessions,
     users,
+    web_sessions,
 )
 
 T = TypeVar("T")
@@ -368,6 +369,29 @@ class SqlStore:
             .where(api_tokens.c.token_hash == token_hash)
         )
         return found[0] if found else None
+
+    def insert_web_session(
+        self, token_hash: str, user_id: str, created_at: Instant, expires_at: Instant
+    ) -> None:
+        row = {
+            "token_hash": token_hash,
+            "user_id": user_id,
+            "created_at": created_at,
+            "expires_at": expires_at,
+        }
+        self._transact(lambda c: c.execute(insert(web_sessions).values(row)))
+
+    def web_session_user(self, token_hash: str, now: Instant) -> User | None:
+        found = self._users(
+            select(users)
+            .join(web_sessions, web_sessions.c.user_id == users.c.id)
+            .where(web_sessions.c.token_hash == token_hash, web_sessions.c.expires_at > now)
+        )
+        return found[0] if found else None
+
+    def delete_web_session(self, token_hash: str) -> None:
+        statement = delete(web_sessions).where(web_sessions.c.token_hash == token_hash)
+        self._transact(lambda c: c.execute(statement))
 
     def _servers(self, query: Select[Any]) -> list[Server]:
         def work(connection: Connection) -> list[Server]:

@@ -1,0 +1,1 @@
+"""platform_web: the crystal-moonlight console, served by the platform under `/`."""

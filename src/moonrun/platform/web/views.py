@@ -1,0 +1,344 @@
+"""The console's pages. They call the same service and build the same JobView as the API:
+there is no second projection, and nothing a user may not see reaches a template."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import parse_qs, quote, urlencode
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from jinja2 import Environment, PackageLoader, select_autoescape
+
+from moonrun.errors import (
+    Forbidden,
+    InvalidRequest,
+    MoonrunError,
+    NotFound,
+    Unauthenticated,
+)
+from moonrun.platform.http import Platform, platform_of
+from moonrun.platform.web.sessions import SESSION_COOKIE, SIGN_IN_COOKIE
+from moonrun.scheduling.jobs import JobState
+from moonrun.scheduling.records import User
+from moonrun.scheduling.views import job_view, server_view, user_view
+
+router = APIRouter(include_in_schema=False)
+
+TERMINAL_STATES = {"succeeded", "failed", "cancelled"}
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+NOT_CONSOLE = ("/api/", "/run/", "/healthz", "/metrics", "/openapi.json", "/docs", "/redoc")
+
+
+def environment() -> Environment:
+    return Environment(
+        loader=PackageLoader("moonrun.platform.web", "templates"),
+        autoescape=select_autoescape(["html"]),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+
+def is_console(path: str) -> bool:
+    return not path.startswith(NOT_CONSOLE)
+
+
+class SignInRequired(Unauthenticated):
+    """Sign in to see this page."""
+
+
+# -- plumbing ----------------------------------------------------------------------------------
+
+
+def render(request: Request, template: str, status: int = 200, **context: Any) -> HTMLResponse:
+    platform = platform_of(request)
+    user: User | None = getattr(request.state, "user", None)
+    token = request.cookies.get(SESSION_COOKIE)
+    values: dict[str, Any] = {
+        "user": user,
+        "csrf": platform.web.csrf(token) if user is not None and token else "",
+        "path": request.url.path,
+    }
+    values.update(context)
+    html = request.app.state.templates.get_template(template).render(**values)
+    return HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)
+
+
+async def signed_in(request: Request) -> User:
+    """The signed-in user, or `SignInRequired` (a redirect to the sign-in page)."""
+    platform = platform_of(request)
+    token = request.cookies.get(SESSION_COOKIE)
+    user = await platform.channels.user.run(platform.web.user, token) if token else None
+    if user is None:
+        raise SignInRequired()
+    request.state.user = user
+    return user
+
+
+async def form_of(request: Request) -> dict[str, str]:
+    """An urlencoded form body (the console sends nothing else)."""
+    body = await request.body()
+    try:
+        fields = parse_qs(body.decode("utf-8"), keep_blank_values=True, max_num_fields=32)
+    except (UnicodeDecodeError, ValueError):
+        raise InvalidRequest("the form could not be read") from None
+    return {name: values[0] for name, values in fields.items()}
+
+
+async def checked_form(request: Request) -> dict[str, str]:
+    """The form of a signed-in user's POST, refused without the session's CSRF token."""
+    platform = platform_of(request)
+    fields = await form_of(request)
+    if not platform.web.csrf_ok(request.cookies.get(SESSION_COOKIE), fields.get("csrf_token")):
+        raise Forbidden("this form is missing its security token; reload the page and try again")
+    return fields
+
+
+def safe_next(target: str | None) -> str:
+    """Only a path on this site: never another host (`//host`, `https:`...)."""
+    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+        return "/jobs"
+    return target
+
+
+def set_cookie(request: Request, response: Response, name: str, value: str, max_age: int) -> None:
+    response.set_cookie(
+        name,
+        value,
+        max_age=max_age,
+        httponly=True,
+        samesite="lax",
+        secure=request.url.scheme == "https",
+        path="/",
+    )
+
+
+async def run(request: Request, work: Any, *args: Any, **kwargs: Any) -> Any:
+    platform: Platform = platform_of(request)
+    return await platform.channels.user.run(work, *args, **kwargs)
+
+
+def console_error(request: Request, error: MoonrunError) -> Response:
+    """Errors on console pages: sign-in redirects, and styled 403/404/other pages."""
+    if isinstance(error, Unauthenticated):
+        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        return RedirectResponse(f"/login?next={quote(target, safe='')}", status_code=303)
+    titles = {403: "Not yours to see", 404: "Nothing here", 429: "Slow down"}
+    return render(
+        request,
+        "error.html",
+        status=error.status,
+        title=titles.get(error.status, "Something went wrong"),
+        message=error.message,
+        error_status=error.status,
+    )
+
+
+# -- sign-in -----------------------------------------------------------------------------------
+
+
+@router.get("/", response_class=RedirectResponse)
+async def home() -> RedirectResponse:
+    return RedirectResponse("/jobs", status_code=303)
+
+
+@router.get("/login")
+async def login_form(request: Request, next: str | None = None) -> Response:
+    platform = platform_of(request)
+    token = request.cookies.get(SESSION_COOKIE)
+    if token and await run(request, platform.web.user, token) is not None:
+        return RedirectResponse(safe_next(next), status_code=303)
+    return _login_page(request, next=safe_next(next))
+
+
+def _login_page(
+    request: Request, *, next: str, message: str = "", status: int = 200, name: str = ""
+) -> Response:
+    csrf = request.cookies.get(SIGN_IN_COOKIE) or platform_of(request).web.new_sign_in_token()
+    response = render(
+        request, "login.html", status=status, next=next, message=message, csrf=csrf, name=name
+    )
+    set_cookie(request, response, SIGN_IN_COOKIE, csrf, max_age=3600)
+    return response
+
+
+@router.post("/login")
+async def login(request: Request) -> Response:
+    platform = platform_of(request)
+    fields = await form_of(request)
+    name, password = fields.get("username", ""), fields.get("password", "")
+    target = safe_next(fields.get("next"))
+    cookie = request.cookies.get(SIGN_IN_COOKIE)
+    if not cookie or not platform.web.same(cookie, fields.get("csrf_token", "")):
+        return _login_page(
+            request,
+            next=target,
+            status=403,
+            message="This sign-in form expired. Please try again.",
+        )
+    address = request.client.host if request.client else "unknown"
+    wait_s = platform.throttle.wait_s(name, address)
+    if wait_s:
+        minutes = max(1, (wait_s + 59) // 60)
+        return _login_page(
+            request,
+            next=target,
+            status=429,
+            name=name,
+            message=f"Too many failed sign-ins. Try again in {minutes} minute(s).",
+        )
+    user = await run(request, platform.directory.sign_in, name, password)
+    if user is None:
+        platform.throttle.failed(name, address)
+        return _login_page(
+            request, next=target, status=401, name=name, message="Wrong name or password."
+        )
+    platform.throttle.succeeded(name)
+    token = await run(request, platform.web.open, user)
+    response = RedirectResponse(target, status_code=303)
+    set_cookie(request, response, SESSION_COOKIE, token, max_age=int(platform.web.ttl_s))
+    response.delete_cookie(SIGN_IN_COOKIE, path="/")
+    return response
+
+
+@router.post("/logout")
+async def logout(request: Request) -> Response:
+    await signed_in(request)
+    await checked_form(request)
+    platform = platform_of(request)
+    await run(request, platform.web.close, request.cookies.get(SESSION_COOKIE))
+    response = RedirectResponse("/login", status_code=303)
+    response.delete_cookie(SESSION_COOKIE, path="/")
+    return response
+
+
+# -- jobs --------------------------------------------------------------------------------------
+
+
+@router.get("/jobs")
+async def jobs_page(
+    request: Request,
+    server_id: str | None = None,
+    state: str | None = None,
+    cursor: str | None = None,
+    fragment: bool = False,
+) -> Response:
+    user = await signed_in(request)
+    platform = platform_of(request)
+    server_id, state = server_id or None, state or None
+    page = await run(
+        request,
+        platform.service.list_jobs,
+        user,
+        server_id=server_id,
+        state=state,
+        limit=25,
+        cursor=cursor,
+    )
+    servers = await run(request, platform.directory.list_servers, user)
+    names = {server.id: server.name for server in servers}
+    filters = {k: v for k, v in {"server_id": server_id, "state": state}.items() if v}
+    older = (
+        "/jobs?" + urlencode({**filters, "cursor": page.next_cursor}) if page.next_cursor else None
+    )
+    context: dict[str, Any] = {
+        "jobs": [job_view(job) for job in page.jobs],
+        "server_names": names,
+        "servers": [server_view(server) for server in servers],
+        "states": [s.value for s in JobState],
+        "filters": filters,
+        "older": older,
+        "live_url": "/jobs?" + urlencode({**filters, "fragment": "1", **_cursor(cursor)}),
+    }
+    return render(request, "_jobs_table.html" if fragment else "jobs.html", **context)
+
+
+def _cursor(cursor: str | None) -> dict[str, str]:
+    return {"cursor": cursor} if cursor else {}
+
+
+@router.get("/jobs/{job_id}")
+async def job_page(request: Request, job_id: str, fragment: bool = False) -> Response:
+    user = await signed_in(request)
+    platform = platform_of(request)
+    job = await run(request, platform.service.get_job, user, job_id)
+    view = job_view(job)
+    attempts = await run(request, platform.logs.attempts, job_id)
+    lines = []
+    if attempts:
+        lines = (await run(request, platform.logs.read, job_id, attempts[-1], -1))[-200:]
+    server = await run(request, platform.directory.get_server, user, job.server_id)
+    context: dict[str, Any] = {
+        "job": view,
+        "server_name": server.name,
+        "logs": lines,
+        "final": view["state"] in TERMINAL_STATES,
+        "can_cancel": view["state"] not in TERMINAL_STATES and not view["cancel"]["requested"],
+        "live_url": f"/jobs/{quote(job_id)}?fragment=1",
+    }
+    return render(request, "_job_detail.html" if fragment else "job.html", **context)
+
+
+@router.post("/jobs/{job_id}/cancel")
+async def cancel_job(request: Request, job_id: str) -> Response:
+    user = await signed_in(request)
+    await checked_form(request)
+    await run(request, platform_of(request).service.cancel_job, user, job_id)
+    return RedirectResponse(f"/jobs/{quote(job_id)}", status_code=303)
+
+
+# -- servers, endpoints, users -----------------------------------------------------------------
+
+
+@router.get("/servers")
+async def servers_page(request: Request, message: str | None = None) -> Response:
+    user = await signed_in(request)
+    platform = platform_of(request)
+    servers = await run(request, platform.directory.list_servers, user)
+    ids = {s.owner_id for s in servers} | {a for s in servers for a in s.admin_ids}
+    names = await run(request, platform.directory.names_of, ids)
+    rows = [
+        {
+            **server_view(server),
+            "owner": names.get(server.owner_id, "?"),
+            "admins": [names.get(admin, "?") for admin in server.admin_ids],
+            "can_add_admin": user.platform_admin or user.id == server.owner_id,
+        }
+        for server in servers
+    ]
+    return render(request, "servers.html", servers=rows, message=message or "")
+
+
+@router.post("/servers/{server_id}/admins")
+async def add_admin(request: Request, server_id: str) -> Response:
+    user = await signed_in(request)
+    fields = await checked_form(request)
+    directory = platform_of(request).directory
+    added = await run(request, directory.user_named, fields.get("username", "").strip())
+    if added is None:
+        raise NotFound("no user with that name")
+    await run(request, directory.add_server_admin, user, server_id, added.id)
+    return RedirectResponse("/servers", status_code=303)
+
+
+@router.get("/endpoints")
+async def endpoints_page(request: Request) -> Response:
+    user = await signed_in(request)
+    views = await run(request, platform_of(request).service.endpoint_views, user)
+    return render(request, "endpoints.html", endpoints=views)
+
+
+@router.get("/users")
+async def users_page(request: Request) -> Response:
+    user = await signed_in(request)
+    users = await run(request, platform_of(request).directory.list_users, user)
+    return render(request, "users.html", users=[user_view(u) for u in users])
