@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test check lint format typecheck pytest bench soak clean
+.PHONY: venv demo screenshots test check lint format typecheck pytest bench soak clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -14,13 +14,21 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# One platform and one Run on this machine, four jobs end to end (state in .moonrun-demo/).
+demo: $(STAMP)
+	$(BIN)/python scripts/demo.py
+
+# The console's pictures in docs/img/, taken with Debian's Chromium (/usr/bin/chromium).
+screenshots: $(STAMP)
+	$(BIN)/python scripts/screenshots.py
+
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench scripts
+	$(BIN)/ruff format --check src tests bench scripts
 
 format: $(STAMP)
-	$(BIN)/ruff format src tests bench
-	$(BIN)/ruff check --fix src tests bench
+	$(BIN)/ruff format src tests bench scripts
+	$(BIN)/ruff check --fix src tests bench scripts
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -36,6 +44,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/service_bench.py
 	$(BIN)/python bench/store_bench.py
 	$(BIN)/python bench/http_bench.py
+	$(BIN)/python bench/heartbeat_bench.py
 
 # Longer runs of the property, crash and race tests, e.g.
 # `make soak EXAMPLES=5000 STEPS=100 KILLS=2000 RACE_JOBS=20000`.

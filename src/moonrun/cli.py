@@ -273,6 +273,7 @@ def run_start(
     url = _check_url(platform)
     jsonlog.configure(log_level)
     held = identity.load(data_dir)
+    lock = identity.hold_lock(data_dir)
     journal = Journal.open(data_dir)
     config = RunConfig(url, data_dir, capacity, cancel_grace_s=cancel_grace_s)
     agent = Agent(config, held, journal, load_handlers())
@@ -284,7 +285,10 @@ def run_start(
             loop.add_signal_handler(signum, stop.set)
         await agent.run(stop)
 
-    asyncio.run(serve())
+    try:
+        asyncio.run(serve())
+    finally:
+        lock.close()
 
 
 def main() -> None:

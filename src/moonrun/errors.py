@@ -161,6 +161,10 @@ class ChannelBusy(MoonrunError):
     """This channel is at its concurrency limit; retry later."""
 
 
+class PlatformUnreachable(MoonrunError):
+    """The platform did not answer (connection failed, timed out, or answered 5xx)."""
+
+
 class Contention(MoonrunError):
     """The record changed too often under this request; retry."""
 
@@ -208,6 +212,7 @@ ERROR_TABLE: Final[Mapping[type[MoonrunError], tuple[int, str]]] = {
     TerminalConflict: (409, "terminal_conflict"),
     ChannelBusy: (429, "channel_busy"),
     Contention: (503, "contention"),
+    PlatformUnreachable: (503, "unreachable"),
     StoreUnavailable: (503, "store_unavailable"),
     IllegalTransition: (500, "internal"),
 }

@@ -20,7 +20,7 @@ def install_error_handlers(app: FastAPI) -> None:
     async def moonrun_error(request: Request, error: Exception) -> Response:
         assert isinstance(error, MoonrunError)
         if views.is_console(request.url.path):
-            return views.console_error(request, error)
+            return await views.console_error(request, error)
         if request.url.path.startswith("/run/"):
             metrics = platform_of(request).metrics
             metrics.rejected.labels(code=error.code).inc()
@@ -49,7 +49,7 @@ def install_error_handlers(app: FastAPI) -> None:
             return error_response(422, "invalid_request", "the body is not valid JSON")
         codes = {404: "not_found", 405: "method_not_allowed"}
         if views.is_console(request.url.path) and error.status_code in (404, 405):
-            return views.console_error(request, _ConsolePageMissing())
+            return await views.console_error(request, _ConsolePageMissing())
         response = error_response(
             error.status_code, codes.get(error.status_code, "http_error"), str(error.detail)
         )

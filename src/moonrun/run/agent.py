@@ -23,6 +23,7 @@ from typing import Any
 from moonrun.errors import MoonrunError, SequenceRegression
 from moonrun.run.client import SESSION_ERRORS, TRANSIENT, PlatformClient
 from moonrun.run.handlers import Handler, HandlerResult, JobContext
+from moonrun.run.handlers.command import process_record, stop_left_behind
 from moonrun.run.identity import Identity
 from moonrun.run.journal import Assignment, Journal
 from moonrun.run.transfers import ArtifactUploader, Attempt, LogShipper
@@ -177,6 +178,8 @@ class Agent:
             task = self._running.pop(job_id, None)
             if task is not None:
                 task.cancel()
+            elif entry.process is not None:  # left behind by a previous Run process
+                await asyncio.to_thread(stop_left_behind, entry.process, self.config.cancel_grace_s)
             log.info(
                 "journal entry dropped",
                 extra={"fields": {"job_id": job_id, "attempt": entry.attempt}},
@@ -194,6 +197,7 @@ class Agent:
 
     async def _control_loop(self) -> None:
         lost_contact = False
+        lost_generation: int | None = None
         while not self._stop.is_set():
             session = self.client.session
             interval = session.heartbeat_interval_s if session else 1.0
@@ -207,16 +211,18 @@ class Agent:
                 continue
             except TRANSIENT as error:
                 log.warning("heartbeat failed", extra={"fields": {"code": error.code}})
-                lost_contact = True
+                if not lost_contact:
+                    lost_contact = True
+                    lost_generation = session.generation if session else None
                 continue
             except MoonrunError as error:
                 log.warning("heartbeat refused", extra={"fields": {"code": error.code}})
                 continue
             if lost_contact:
                 # The platform may have restarted: register and reconcile so that both sides
-                # agree on every attempt before going on.
+                # agree on every attempt before going on (unless that happened meanwhile).
                 lost_contact = False
-                await self._on_session_error()
+                await self._renew_session(lost_generation)
 
     # -- jobs channel ------------------------------------------------------------------------
 
@@ -333,6 +339,7 @@ class Agent:
         if handler is None:
             return HandlerResult.failed("unknown_kind", f"this Run has no handler for {entry.kind}")
         if resumed and not handler.resumable:
+            await self._stop_left_behind(entry)
             return HandlerResult.failed(
                 "run_restarted", "Run restarted and this kind cannot resume", retryable=True
             )
@@ -346,6 +353,7 @@ class Agent:
             now_ms=self._now_ms,
             log_line=lambda stream, text: self.logs.add(attempt, stream, text),
             upload=lambda path, name: self.artifacts.add(attempt, path, name),
+            remember_process=lambda pid: self._remember_process(entry, pid),
             grace_s=self.config.cancel_grace_s,
         )
         with contextlib.suppress(MoonrunError):
@@ -367,6 +375,17 @@ class Agent:
         except Exception as error:  # a handler bug fails the attempt, not Run
             return HandlerResult.failed("handler_error", type(error).__name__, retryable=True)
 
+    async def _remember_process(self, entry: Assignment, pid: int) -> None:
+        entry.process = process_record(pid)
+        await self._save()
+
+    async def _stop_left_behind(self, entry: Assignment) -> None:
+        """Stop the process group a previous Run process started for this attempt."""
+        if entry.process is not None:
+            await asyncio.to_thread(stop_left_behind, entry.process, self.config.cancel_grace_s)
+            entry.process = None
+            await self._save()
+
     async def _renew_while(
         self, work: asyncio.Task[HandlerResult], entry: Assignment, context: JobContext
     ) -> bool:
@@ -381,14 +400,21 @@ class Agent:
             entry.progress_seq += 1
             await self._save()  # before sending: a restart never reuses a seq the platform saw
             sent = time.monotonic()
+            # A renewal is only worth waiting for while the lease it renews still holds.
+            budget = self._renewed_until.get(entry.job_id, 0.0) - margin - sent
             try:
-                answer = await self.client.progress(
-                    entry.job_id,
-                    entry.attempt,
-                    entry.lease,
-                    entry.progress_seq,
-                    context.percent,
-                    context.message,
+                if budget <= 0:
+                    raise TimeoutError
+                answer = await asyncio.wait_for(
+                    self.client.progress(
+                        entry.job_id,
+                        entry.attempt,
+                        entry.lease,
+                        entry.progress_seq,
+                        context.percent,
+                        context.message,
+                    ),
+                    timeout=budget,
                 )
                 lease_ttl = self.client.session.lease_ttl_s if self.client.session else 0
                 self._renewed_until[entry.job_id] = sent + lease_ttl
@@ -402,6 +428,8 @@ class Agent:
                 entry.progress_seq += 1000
             except TRANSIENT:
                 pass
+            except TimeoutError:
+                pass  # no answer in time: the check below decides whether to go on
             except MoonrunError as error:  # the platform gave the attempt away
                 log.info(
                     "attempt ended by the platform",

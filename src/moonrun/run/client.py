@@ -24,26 +24,37 @@ from moonrun.errors import (
     ChannelBusy,
     Contention,
     MoonrunError,
+    PlatformUnreachable,
     ReconcileRequired,
     Replayed,
     SessionExpired,
     SessionRotated,
     SignatureExpired,
+    SignatureInvalid,
     StoreUnavailable,
 )
 from moonrun.security import signing
 
 _BY_CODE: dict[str, type[MoonrunError]] = {
-    code: error for error, (_, code) in ERROR_TABLE.items() if code != "internal"
+    code: error
+    for error, (_, code) in ERROR_TABLE.items()
+    if code not in ("internal", "unreachable")
 }
 
 
-class Unreachable(MoonrunError):
-    """The platform did not answer (connection failed, timed out, or answered 5xx)."""
+Unreachable = PlatformUnreachable
+"""Run's name for a platform that did not answer."""
 
 
-SESSION_ERRORS: tuple[type[MoonrunError], ...] = (SessionRotated, SessionExpired, ReconcileRequired)
-"""Answers that mean: register again and reconcile, then try once more."""
+SESSION_ERRORS: tuple[type[MoonrunError], ...] = (
+    SessionRotated,
+    SessionExpired,
+    ReconcileRequired,
+    SignatureInvalid,
+)
+"""Answers that mean: register again and reconcile, then try once more. (`signature_invalid`
+on a session-signed request means the platform no longer knows the session's key: a new
+platform secret, or a store restored from before the session.)"""
 
 TRANSIENT: tuple[type[MoonrunError], ...] = (
     Unreachable,

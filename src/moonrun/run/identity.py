@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -14,6 +16,7 @@ from moonrun.errors import MoonrunError
 
 KEY_FILE = "identity.key"
 ENDPOINT_FILE = "endpoint.json"
+LOCK_FILE = "run.lock"
 
 
 class DataDirError(MoonrunError):
@@ -24,6 +27,19 @@ class DataDirError(MoonrunError):
 class Identity:
     endpoint_id: str
     key: Ed25519PrivateKey
+
+
+def hold_lock(data_dir: Path) -> IO[str]:
+    """Take the data directory for this process: two Runs on one journal would corrupt it.
+    The lock goes with the returned file (and with the process, however it ends)."""
+    check_data_dir(data_dir)
+    handle = open(data_dir / LOCK_FILE, "a")  # noqa: SIM115 (held for the process's life)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise DataDirError(f"another Run is already using {data_dir}") from None
+    return handle
 
 
 def check_data_dir(data_dir: Path) -> None:

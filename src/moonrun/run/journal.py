@@ -41,6 +41,9 @@ class Assignment:
     progress_seq: int = 0
     result: dict[str, Any] | None = None
     """The result to deliver (outcome, retryable, error, output), kept until accepted."""
+    process: dict[str, int] | None = None
+    """The process group a handler started for this attempt (`pgid`, and the leader's start
+    time in clock ticks), so that a restarted Run can stop what its predecessor left behind."""
     notes: list[str] = field(default_factory=list)
 
 
@@ -76,6 +79,7 @@ class Journal:
 
     def write(self, snapshot: bytes) -> None:
         """Replace the file with `snapshot`, atomically and durably."""
+        # One writer at a time: `moonrun run start` holds the data directory's lock.
         temporary = self.path.with_name(self.path.name + ".tmp")
         descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(descriptor, "wb") as handle:

@@ -12,6 +12,7 @@ import contextlib
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,13 +56,16 @@ class LogShipper:
         capacity: int = 10_000,
         interval_s: float = 1.0,
         batch_lines: int = 500,
+        clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     ) -> None:
         self._client = client
+        self._clock_ms = clock_ms
         self._buffer: deque[Line] = deque()
         self._capacity = capacity
         self._interval_s = interval_s
         self._batch_lines = batch_lines
         self._seqs: dict[Attempt, int] = {}
+        self._pending: dict[Attempt, tuple[int, list[Line]]] = {}
         self.dropped = 0
         self.shipped = 0
 
@@ -79,35 +83,56 @@ class LogShipper:
             await self.flush()
 
     async def flush(self) -> None:
-        """Send what is buffered, one batch per attempt; failures stay buffered for later."""
-        if not self._buffer or self._client.session is None:
+        """Send what is buffered, one batch per attempt.
+
+        A batch that failed is kept whole under its seq and sent again unchanged before any
+        newer line: the platform stores each (job, attempt, seq) once, so a batch that was
+        stored but whose answer got lost must not come back with more lines in it.
+        """
+        if self._client.session is None:
             return
-        batch: dict[Attempt, list[Line]] = {}
-        while self._buffer and sum(len(lines) for lines in batch.values()) < self._batch_lines:
-            line = self._buffer.popleft()
-            batch.setdefault(line.attempt, []).append(line)
-        for attempt, lines in batch.items():
-            seq = self._seqs.get(attempt, 0) + 1
+        for attempt, lines in self._take_batches().items():
+            self._pending.setdefault(attempt, (self._next_seq(attempt), lines))
+        for attempt, (seq, lines) in list(self._pending.items()):
             body = [{"ts": ln.ts, "stream": ln.stream, "text": ln.text} for ln in lines]
             try:
                 await self._client.send_logs(
                     attempt.job_id, attempt.attempt, attempt.lease, seq, body
                 )
             except RETRYABLE:
-                self._buffer.extendleft(reversed(lines))  # keep order; try again next round
-                while len(self._buffer) > self._capacity:
-                    self._buffer.popleft()
-                    self.dropped += 1
-                continue
+                continue  # stays pending, same seq, same lines
             except MoonrunError as error:  # the attempt is over for good: its lines are moot
                 log.info(
                     "log lines dropped",
                     extra={"fields": {"job_id": attempt.job_id, "code": error.code}},
                 )
                 self.dropped += len(lines)
+            else:
+                self.shipped += len(lines)
+            del self._pending[attempt]
+
+    def _take_batches(self) -> dict[Attempt, list[Line]]:
+        """Up to `batch_lines` buffered lines, grouped by attempt; attempts with a pending
+        batch wait until it is through."""
+        batches: dict[Attempt, list[Line]] = {}
+        kept: deque[Line] = deque()
+        taken = 0
+        while self._buffer and taken < self._batch_lines:
+            line = self._buffer.popleft()
+            if line.attempt in self._pending:
+                kept.append(line)
                 continue
-            self._seqs[attempt] = seq
-            self.shipped += len(lines)
+            batches.setdefault(line.attempt, []).append(line)
+            taken += 1
+        self._buffer.extendleft(reversed(kept))
+        return batches
+
+    def _next_seq(self, attempt: Attempt) -> int:
+        # Seqs start from the wall clock in ms, so a restarted Run (resuming an attempt) never
+        # reuses a seq its predecessor already sent; the platform keeps each seq once.
+        previous = self._seqs.get(attempt, self._clock_ms())
+        self._seqs[attempt] = previous + 1
+        return self._seqs[attempt]
 
 
 @dataclass(frozen=True)
@@ -157,7 +182,9 @@ class ArtifactUploader:
         chunks = [data[i : i + CHUNK_BYTES] for i in range(0, len(data), CHUNK_BYTES)] or [b""]
         for index, chunk in enumerate(chunks):
             delay = 0.5
-            while not stop.is_set():
+            while True:
+                if stop.is_set():
+                    return  # interrupted: neither uploaded nor dropped
                 try:
                     await self._client.put_chunk(
                         upload.attempt.job_id,

@@ -68,14 +68,17 @@ class WebSessions:
 
 
 class SignInThrottle:
-    """At most `limit` failed sign-ins per name and per client address within `window_s`.
+    """At most `limit` failed sign-ins per name, and `address_limit` per client address (many
+    people may share one address behind a proxy), within `window_s`.
 
     In memory, per platform instance: a restart forgets, and replicas count apart.
     """
 
-    def __init__(self, clock: Clock, limit: int = 5, window_s: float = 300) -> None:
+    def __init__(
+        self, clock: Clock, limit: int = 5, address_limit: int = 50, window_s: float = 300
+    ) -> None:
         self._clock = clock
-        self._limit = limit
+        self._limits = {"name": limit, "addr": address_limit}
         self._window_ms = round(window_s * 1000)
         self._failures: dict[str, deque[int]] = {}
         self._lock = threading.Lock()
@@ -87,7 +90,7 @@ class SignInThrottle:
         with self._lock:
             for key in (f"name:{name.lower()}", f"addr:{address}"):
                 failures = self._recent(key, now)
-                if len(failures) >= self._limit:
+                if len(failures) >= self._limits[key.split(":", 1)[0]]:
                     waits.append((failures[0] + self._window_ms - now + 999) // 1000)
         return max(waits)
 

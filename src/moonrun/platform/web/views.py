@@ -3,6 +3,7 @@ there is no second projection, and nothing a user may not see reaches a template
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 from urllib.parse import parse_qs, quote, urlencode
 
@@ -99,7 +100,7 @@ async def checked_form(request: Request) -> dict[str, str]:
     platform = platform_of(request)
     fields = await form_of(request)
     if not platform.web.csrf_ok(request.cookies.get(SESSION_COOKIE), fields.get("csrf_token")):
-        raise Forbidden("this form is missing its security token; reload the page and try again")
+        raise FormExpired()
     return fields
 
 
@@ -127,20 +128,43 @@ async def run(request: Request, work: Any, *args: Any, **kwargs: Any) -> Any:
     return await platform.channels.user.run(work, *args, **kwargs)
 
 
-def console_error(request: Request, error: MoonrunError) -> Response:
+async def console_error(request: Request, error: MoonrunError) -> Response:
     """Errors on console pages: sign-in redirects, and styled 403/404/other pages."""
     if isinstance(error, Unauthenticated):
-        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        target = _page_of(request)
         return RedirectResponse(f"/login?next={quote(target, safe='')}", status_code=303)
+    if getattr(request.state, "user", None) is None:  # so that the page keeps its navigation
+        platform = platform_of(request)
+        token = request.cookies.get(SESSION_COOKIE)
+        with contextlib.suppress(MoonrunError):
+            request.state.user = await run(request, platform.web.user, token) if token else None
     titles = {403: "Not yours to see", 404: "Nothing here", 429: "Slow down"}
+    title = "This form has expired" if isinstance(error, FormExpired) else None
     return render(
         request,
         "error.html",
         status=error.status,
-        title=titles.get(error.status, "Something went wrong"),
+        title=title or titles.get(error.status, "Something went wrong"),
         message=error.message,
         error_status=error.status,
     )
+
+
+def _page_of(request: Request) -> str:
+    """Where to come back after signing in: the page itself, or for a form post the page the
+    form was on (a POST-only path cannot be fetched again)."""
+    path = request.url.path
+    if request.method in ("GET", "HEAD"):
+        return path + (f"?{request.url.query}" if request.url.query else "")
+    if path.startswith("/jobs/") and path.endswith("/cancel"):
+        return path.removesuffix("/cancel")
+    if path.startswith("/servers/"):
+        return "/servers"
+    return "/jobs"
+
+
+class FormExpired(Forbidden):
+    """This form is missing its security token; reload the page and try again."""
 
 
 # -- sign-in -----------------------------------------------------------------------------------
@@ -203,6 +227,7 @@ async def login(request: Request) -> Response:
             request, next=target, status=401, name=name, message="Wrong name or password."
         )
     platform.throttle.succeeded(name)
+    await run(request, platform.web.close, request.cookies.get(SESSION_COOKIE))  # any previous
     token = await run(request, platform.web.open, user)
     response = RedirectResponse(target, status_code=303)
     set_cookie(request, response, SESSION_COOKIE, token, max_age=int(platform.web.ttl_s))
@@ -282,6 +307,7 @@ async def job_page(request: Request, job_id: str, fragment: bool = False) -> Res
         "server_name": server.name,
         "logs": lines,
         "final": view["state"] in TERMINAL_STATES,
+        "logs_attempt": attempts[-1] if attempts else None,
         "can_cancel": view["state"] not in TERMINAL_STATES and not view["cancel"]["requested"],
         "live_url": f"/jobs/{quote(job_id)}?fragment=1",
     }

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Any, Protocol
@@ -51,6 +51,8 @@ class JobContext:
     log_line: Callable[[str, str], None]
     upload: Callable[[str, str], None]
     """`upload(path, name)` queues a file for the artifacts channel (never blocks)."""
+    remember_process: Callable[[int], Awaitable[None]]
+    """Journal the process group a handler started, before it does any work."""
     grace_s: float = 10.0
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
     percent: float | None = None

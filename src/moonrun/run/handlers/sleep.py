@@ -17,7 +17,9 @@ class SleepHandler:
     resumable = True
 
     async def run(self, context: JobContext) -> HandlerResult:
-        payload = context.payload if isinstance(context.payload, dict) else {}
+        payload = context.payload
+        if not isinstance(payload, dict):
+            return HandlerResult.failed("bad_payload", "sleep needs a JSON object payload")
         seconds = payload.get("seconds", 1)
         fail = payload.get("fail")
         if (

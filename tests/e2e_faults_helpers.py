@@ -1,0 +1,383 @@
+"""Real processes for the fault tests: `moonrun platform serve`, `moonrun run start`, a proxy.
+
+Each process writes its output to a log file in the test's directory (appended across
+restarts), and is killed and reaped by `stop()`; the helpers never leave a process behind
+when used as context managers. The platform is driven through its user API (httpx), Run only
+through its command line and its log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+PROXY_SCRIPT = Path(__file__).resolve().parent / "e2e_faults_proxy.py"
+ADMIN_TOKEN = "mra_" + secrets.token_urlsafe(32)
+STARTUP_TIMEOUT_S = 30.0
+LOG_TAIL_LINES = 60
+
+FAST_TIMINGS: dict[str, float] = {
+    "lease-ttl-s": 4,
+    "ack-timeout-s": 3,
+    "heartbeat-interval-s": 1,
+    "session-ttl-s": 6,
+    "backoff-initial-s": 0.5,
+    "backoff-max-s": 2,
+    "sweep-interval-s": 0.2,
+}
+"""Short platform timings: a lease is renewed every second and lapses after 4 s."""
+
+T = TypeVar("T")
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now (the kernel's pick for port 0)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def command_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MOONRUN_")}
+    return {
+        **env,
+        "PYTHONPATH": str(ROOT / "src") + os.pathsep + str(ROOT),
+        "MOONRUN_BOOTSTRAP_ADMIN_TOKEN": ADMIN_TOKEN,
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def wait_until(
+    probe: Callable[[], T | None], timeout_s: float, what: str, every_s: float = 0.1
+) -> T:
+    """Poll `probe` until it returns something other than None/False; fail after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = probe()
+        if value is not None and value is not False:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(every_s)
+
+
+class Process:
+    """One subprocess at a time, its output appended to `log`."""
+
+    def __init__(self, name: str, log: Path) -> None:
+        self.name = name
+        self.log = log
+        self.process: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def spawn(self, command: list[str], cwd: Path) -> None:
+        assert self.process is None, f"{self.name} is already running"
+        self.starts += 1
+        with self.log.open("ab") as log:
+            log.write(f"--- {self.name} start {self.starts}: {' '.join(command[1:])}\n".encode())
+            log.flush()
+            self.process = subprocess.Popen(
+                command,
+                cwd=cwd,
+                env=command_env(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None, f"{self.name} is not running"
+        return self.process.pid
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def signal(self, signum: int) -> None:
+        os.kill(self.pid, signum)
+
+    def stop(self) -> None:
+        """SIGKILL (after SIGCONT, in case it was paused) and reap."""
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            for signum in (signal.SIGCONT, signal.SIGKILL):
+                try:
+                    os.kill(self.process.pid, signum)
+                except ProcessLookupError:
+                    break
+        self.process.wait(timeout=30)
+        self.process = None
+
+    def tail(self) -> str:
+        if not self.log.exists():
+            return "(no output)"
+        lines = self.log.read_text(errors="replace").splitlines()
+        return "\n".join(lines[-LOG_TAIL_LINES:]) or "(empty)"
+
+
+def wait_healthy(process: Process, client: httpx.Client, path: str) -> None:
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    last = "no answer yet"
+    while time.monotonic() < deadline:
+        assert process.process is not None
+        code = process.process.poll()
+        if code is not None:
+            raise AssertionError(f"{process.name} exited with code {code} before answering")
+        try:
+            response = client.get(path, timeout=1.0)
+        except httpx.TransportError as error:
+            last = repr(error)
+        else:
+            if response.status_code == 200:
+                return
+            last = f"{response.status_code} {response.text}"
+        time.sleep(0.05)
+    raise AssertionError(f"{process.name} did not answer {path} in {STARTUP_TIMEOUT_S} s: {last}")
+
+
+class Platform:
+    """`moonrun platform serve` over a FileStore in `workdir`, with the user API at hand."""
+
+    def __init__(self, workdir: Path, timings: dict[str, float] | None = None) -> None:
+        self.workdir = workdir
+        self.timings = dict(FAST_TIMINGS if timings is None else timings)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.process = Process("platform", workdir / "platform.log")
+        self.client = httpx.Client(
+            base_url=self.url,
+            timeout=10.0,
+            headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+        )
+
+    def start(self) -> None:
+        command = [
+            sys.executable,
+            "-m",
+            "moonrun",
+            "platform",
+            "serve",
+            "--store",
+            f"file:{self.workdir / 'platform.db'}",
+            "--listen",
+            f"127.0.0.1:{self.port}",
+            "--secret-file",
+            str(self.workdir / "platform.secret"),
+            "--data-dir",
+            str(self.workdir / "platform-data"),
+        ]
+        for flag, value in self.timings.items():
+            command += [f"--{flag}", str(value)]
+        self.process.spawn(command, self.workdir)
+        wait_healthy(self.process, self.client, "/healthz")
+
+    def close(self) -> None:
+        self.process.stop()
+        self.client.close()
+
+    # -- user API ------------------------------------------------------------------------------
+
+    def api(self, method: str, path: str, body: Any = None) -> Any:
+        response = self.client.request(method, path, json=body)
+        assert response.status_code < 300, f"{method} {path}: {response.text}"
+        return response.json()
+
+    def host(self, name: str) -> tuple[str, str, str]:
+        """An endpoint, its join token and a server on it: (endpoint_id, join_token, server_id)."""
+        owner = self.api(
+            "POST", "/api/v1/users", {"name": f"{name}-owner", "platform_admin": False}
+        )
+        created = self.api("POST", "/api/v1/endpoints", {"name": name})
+        endpoint_id = created["endpoint"]["id"]
+        server = self.api(
+            "POST",
+            "/api/v1/servers",
+            {"name": f"{name}-server", "endpoint_id": endpoint_id, "owner_id": owner["user"]["id"]},
+        )
+        return endpoint_id, created["join_token"], server["id"]
+
+    def submit(self, server_id: str, kind: str, payload: Any = None, **extra: Any) -> str:
+        body = {"kind": kind, **extra}
+        if payload is not None:
+            body["payload"] = payload
+        job_id: str = self.api("POST", f"/api/v1/servers/{server_id}/jobs", body)["id"]
+        return job_id
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        view: dict[str, Any] = self.api("GET", f"/api/v1/jobs/{job_id}")
+        return view
+
+    def jobs(self, server_id: str) -> list[dict[str, Any]]:
+        """Every job of the server, all pages."""
+        found: list[dict[str, Any]] = []
+        cursor: str | None = None
+        while True:
+            params: dict[str, Any] = {"server_id": server_id, "limit": 200}
+            if cursor:
+                params["cursor"] = cursor
+            response = self.client.get("/api/v1/jobs", params=params)
+            assert response.status_code == 200, response.text
+            page = response.json()
+            found.extend(page["jobs"])
+            cursor = page.get("next_cursor")
+            if not cursor:
+                return found
+
+    def endpoint(self, endpoint_id: str) -> dict[str, Any]:
+        for endpoint in self.api("GET", "/api/v1/endpoints")["endpoints"]:
+            if endpoint["id"] == endpoint_id:
+                found: dict[str, Any] = endpoint
+                return found
+        raise AssertionError(f"endpoint {endpoint_id} is not listed")
+
+    def log_lines(self, job_id: str) -> list[dict[str, Any]]:
+        lines: list[dict[str, Any]] = self.api("GET", f"/api/v1/jobs/{job_id}/logs")["lines"]
+        return lines
+
+    def wait_job(
+        self, job_id: str, accept: Callable[[dict[str, Any]], bool], timeout_s: float, what: str
+    ) -> dict[str, Any]:
+        def probe() -> dict[str, Any] | None:
+            view = self.job(job_id)
+            return view if accept(view) else None
+
+        return wait_until(probe, timeout_s, f"job {job_id}: {what}")
+
+
+class RunAgent:
+    """`moonrun run join` once, then `moonrun run start` as often as the test likes."""
+
+    def __init__(self, workdir: Path, capacity: int = 4) -> None:
+        self.workdir = workdir
+        self.data_dir = workdir / "run-data"
+        self.data_dir.mkdir(exist_ok=True)
+        self.capacity = capacity
+        self.process = Process("run", workdir / "run.log")
+
+    def join(self, platform_url: str, token: str) -> None:
+        command = [
+            sys.executable,
+            "-m",
+            "moonrun",
+            "run",
+            "join",
+            "--platform",
+            platform_url,
+            "--token",
+            token,
+            "--data-dir",
+            str(self.data_dir),
+        ]
+        joined = subprocess.run(
+            command,
+            cwd=self.workdir,
+            env=command_env(),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert joined.returncode == 0, joined.stderr
+
+    def start(self, platform_url: str) -> None:
+        command = [
+            sys.executable,
+            "-m",
+            "moonrun",
+            "run",
+            "start",
+            "--platform",
+            platform_url,
+            "--data-dir",
+            str(self.data_dir),
+            "--capacity",
+            str(self.capacity),
+            "--cancel-grace-s",
+            "1",
+        ]
+        self.process.spawn(command, self.workdir)
+
+    def kill(self) -> None:
+        self.process.stop()
+
+    def events(self) -> list[dict[str, Any]]:
+        """Run's JSON log lines, across all its starts (other lines are skipped)."""
+        found: list[dict[str, Any]] = []
+        if not self.process.log.exists():
+            return found
+        for line in self.process.log.read_text(errors="replace").splitlines():
+            if line.startswith("{"):
+                try:
+                    found.append(json.loads(line))
+                except ValueError:
+                    continue
+        return found
+
+    def journal(self) -> dict[str, Any]:
+        path = self.data_dir / "journal.json"
+        if not path.exists():
+            return {}
+        document = json.loads(path.read_bytes())
+        return {entry["job_id"]: entry for entry in document["entries"]}
+
+
+class BlockingProxy:
+    """tests/e2e_faults_proxy.py in its own process: forwards all, holds `hang` prefixes."""
+
+    def __init__(self, workdir: Path, upstream: str, hang: list[str]) -> None:
+        self.workdir = workdir
+        self.upstream = upstream
+        self.hang = hang
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.process = Process("proxy", workdir / "proxy.log")
+        self.client = httpx.Client(base_url=self.url, timeout=5.0)
+
+    def start(self) -> None:
+        command = [sys.executable, str(PROXY_SCRIPT), "--listen", str(self.port)]
+        command += ["--upstream", self.upstream]
+        for prefix in self.hang:
+            command += ["--hang", prefix]
+        self.process.spawn(command, self.workdir)
+        wait_healthy(self.process, self.client, "/__proxy/stats")
+
+    def stats(self) -> dict[str, Any]:
+        stats: dict[str, Any] = self.client.get("/__proxy/stats").json()
+        return stats
+
+    def close(self) -> None:
+        self.process.stop()
+        self.client.close()
+
+
+@contextmanager
+def processes(*owners: Platform | RunAgent | BlockingProxy) -> Iterator[None]:
+    """Stop every process at the end; a failure carries each process's log tail."""
+    try:
+        yield
+    except BaseException as error:
+        for owner in owners:
+            error.add_note(f"--- {owner.process.name} output (last {LOG_TAIL_LINES} lines) ---")
+            error.add_note(owner.process.tail())
+        raise
+    finally:
+        for owner in reversed(owners):
+            if isinstance(owner, RunAgent):
+                owner.kill()
+            else:
+                owner.close()

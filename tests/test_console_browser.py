@@ -1,0 +1,232 @@
+"""The console in a real browser: Debian's Chromium, driven by Playwright (sync API), against
+the platform served over HTTP by uvicorn in a background thread.
+
+The tests play Run with the signing client over the same HTTP server. They skip when
+/usr/bin/chromium is missing on a developer machine, and fail under `CI=true`, where CI
+installs it. A Content-Security-Policy violation or a script error on any page fails the test
+that caused it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from playwright.sync_api import Browser, ConsoleMessage, Dialog, Page, expect, sync_playwright
+
+from tests.console_kit import (
+    CHROMIUM,
+    PASSWORDS,
+    Console,
+    cheap_passwords,
+    console,
+    launch_chromium,
+    over_http,
+    serve,
+    sign_in_page,
+)
+from tests.stores import memory_factory
+
+TIMEOUT_MS = 10_000
+"""The longest wait for a page to show something (polling is every 2 s)."""
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    if not CHROMIUM.exists():
+        reason = f"{CHROMIUM} is missing: the console's browser tests drive Debian's Chromium"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    with sync_playwright() as playwright:
+        launched = launch_chromium(playwright)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@dataclass
+class Site:
+    """The served console, one browser page on it, and what the page complained about."""
+
+    con: Console
+    url: str
+    page: Page
+    dialogs: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def sign_in(self, name: str, path: str = "/jobs") -> None:
+        sign_in_page(self.page, self.url, name, path)
+
+    def on_console(self, message: ConsoleMessage) -> None:
+        if "Content Security Policy" in message.text:
+            self.problems.append(message.text)
+
+    def on_dialog(self, dialog: Dialog) -> None:
+        self.dialogs.append(dialog.message)
+        dialog.accept()
+
+
+@pytest.fixture
+def site(browser: Browser, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Site]:
+    cheap_passwords(monkeypatch)
+    expect.set_options(timeout=TIMEOUT_MS)
+    with (
+        console(memory_factory(), tmp_path) as con,
+        serve(con.world.app) as served,
+        over_http(con, served.url),
+    ):
+        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        page = context.new_page()
+        page.set_default_timeout(TIMEOUT_MS)
+        found = Site(con, served.url, page)
+        page.on("console", found.on_console)
+        page.on("pageerror", lambda error: found.problems.append(str(error)))
+        page.on("dialog", found.on_dialog)
+        try:
+            yield found
+        finally:
+            context.close()
+    assert found.problems == []
+
+
+def test_signing_in_lists_the_jobs_and_opens_one(site: Site) -> None:
+    """Sign in on the form /jobs leads to; the list shows the owner's jobs; one opens."""
+    backup = site.con.submit(kind="backup")
+    report = site.con.submit(kind="report")
+    site.con.submit("stella", site.con.other_server_id, kind="stellas-job")
+    page = site.page
+    page.goto(site.url + "/jobs")
+    expect(page).to_have_url(site.url + "/login?next=%2Fjobs")
+    expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
+    site.sign_in("olive")
+    rows = page.locator("table.cards tbody tr")
+    expect(rows).to_have_count(2)
+    expect(rows.locator(".chip")).to_have_text(["queued", "queued"])
+    expect(rows.locator("code")).to_have_text(["report", "backup"])
+    expect(page.get_by_text("stellas-job")).to_have_count(0)
+    page.get_by_role("link", name=backup).click()
+    expect(page).to_have_url(f"{site.url}/jobs/{backup}")
+    expect(page.get_by_role("heading", level=1)).to_have_text(f"Job {backup}")
+    expect(page.get_by_test_id("state")).to_have_text("queued")
+    assert report != backup
+
+
+def test_cancelling_a_queued_job_shows_it_cancelled(site: Site) -> None:
+    """Cancel (confirmed in the dialog) ends a queued job at once: the page says cancelled."""
+    job_id = site.con.submit()
+    site.sign_in("olive", f"/jobs/{job_id}")
+    expect(site.page.get_by_test_id("state")).to_have_text("queued")
+    site.page.get_by_role("button", name="Cancel job").click()
+    expect(site.page.get_by_test_id("state")).to_have_text("cancelled")
+    expect(site.page.get_by_test_id("cancel-result")).to_contain_text("cancelled at")
+    expect(site.page.get_by_role("button", name="Cancel job")).to_have_count(0)
+    assert site.dialogs == [f"Cancel job {job_id}?"]
+    assert site.con.state(job_id) == "cancelled"
+
+
+def test_cancelling_a_running_job_shows_the_intent_then_the_result(site: Site) -> None:
+    """A running job shows the cancel intent; when Run reports `cancelled`, the page shows the
+    result by itself (it polls), without a reload."""
+    job_id = site.con.submit()
+    run = site.con.run.start()
+    attempt = run.run_to_running(job_id)
+    page = site.page
+    site.sign_in("olive", f"/jobs/{job_id}")
+    expect(page.get_by_test_id("state")).to_have_text("running")
+    page.get_by_role("button", name="Cancel job").click()
+    expect(page.get_by_test_id("cancel-requested")).to_contain_text("yes")
+    expect(page.get_by_test_id("cancel-result")).to_have_text("waiting for Run")
+    expect(page.get_by_test_id("state")).to_have_text("running")
+    page.evaluate("window.sameDocument = true")
+
+    polled = run.cancel_poll(job_id, attempt)
+    assert (polled.status_code, polled.json()["cancel_requested"]) == (200, True)
+    reported = run.result(job_id, attempt, "cancelled")
+    assert reported.status_code == 200, reported.text
+
+    expect(page.get_by_test_id("state")).to_have_text("cancelled")
+    expect(page.get_by_test_id("cancel-result")).to_contain_text("cancelled at")
+    expect(page.get_by_role("heading", name="Outcome")).to_be_visible()
+    assert page.evaluate("window.sameDocument") is True
+    assert site.con.state(job_id) == "cancelled"
+
+
+def test_a_server_administrator_sees_the_servers_jobs(site: Site) -> None:
+    """hugo administers olive's web-1: he sees its jobs in the list and opens them."""
+    job_id = site.con.submit("olive", kind="olives-backup")
+    site.con.submit("stella", site.con.other_server_id, kind="stellas-job")
+    page = site.page
+    site.sign_in("hugo")
+    row = page.locator("table.cards tbody tr")
+    expect(row).to_have_count(1)
+    expect(row.locator("td").nth(1)).to_have_text("web-1")
+    page.get_by_role("link", name=job_id).click()
+    expect(page.get_by_test_id("state")).to_have_text("queued")
+    expect(page.get_by_text("olives-backup")).to_be_visible()
+    page.get_by_role("link", name="Servers").click()
+    expect(page.get_by_role("heading", level=2)).to_have_text(["web-1"])
+
+
+def test_another_owners_job_is_the_403_page(site: Site) -> None:
+    """stella opens olive's job: a 403 page in the console's style, with nothing of the job."""
+    job_id = site.con.submit(kind="olives-backup")
+    site.sign_in("stella")
+    response = site.page.goto(f"{site.url}/jobs/{job_id}")
+    assert response is not None
+    assert response.status == 403
+    expect(site.page.get_by_role("heading", name="Not yours to see")).to_be_visible()
+    expect(site.page.locator(".big-code")).to_have_text("403")
+    expect(site.page.get_by_text("olives-backup")).to_have_count(0)
+    expect(site.page.get_by_role("link", name="Back to jobs")).to_be_visible()
+
+
+def test_signed_out_visitors_are_sent_to_sign_in_and_back(site: Site) -> None:
+    """A signed-out page leads to /login?next=<it>; signing in returns there; signing out
+    ends it (the page asks to sign in again)."""
+    job_id = site.con.submit()
+    path = f"/jobs/{job_id}"
+    page = site.page
+    page.goto(site.url + path)
+    expect(page).to_have_url(f"{site.url}/login?next={quote(path, safe='')}")
+    page.get_by_label("Name").fill("olive")
+    page.get_by_label("Password").fill(PASSWORDS["olive"])
+    page.get_by_role("button", name="Sign in").click()
+    expect(page).to_have_url(site.url + path)
+    page.get_by_role("button", name="Sign out").click()
+    expect(page).to_have_url(site.url + "/login")
+    page.goto(site.url + "/jobs?state=queued")
+    expect(page).to_have_url(site.url + "/login?next=%2Fjobs%3Fstate%3Dqueued")
+
+
+def test_a_form_post_without_its_csrf_token_is_refused(site: Site) -> None:
+    """A cancel form whose csrf_token field is gone is the 403 page; the job stays queued."""
+    job_id = site.con.submit()
+    site.sign_in("olive", f"/jobs/{job_id}")
+    page = site.page
+    page.locator("form[data-confirm] input[name=csrf_token]").evaluate("field => field.remove()")
+    page.get_by_role("button", name="Cancel job").click()
+    expect(page.locator(".big-code")).to_have_text("403")
+    expect(page.get_by_text("this form is missing its security token")).to_be_visible()
+    assert site.con.state(job_id) == "queued"
+
+
+@pytest.mark.parametrize("path", ["/jobs", "/jobs/{job_id}", "/servers", "/users", "/login"])
+def test_pages_fit_a_375_px_wide_screen(site: Site, path: str) -> None:
+    """At 375 px nothing is wider than the screen (no horizontal scrolling)."""
+    job_id = site.con.submit(kind="a-rather-long-job-kind-name")
+    run = site.con.run.start()
+    attempt = run.run_to_running(job_id)
+    assert run.send_logs(job_id, attempt, 1, "x" * 300).status_code == 202
+    page = site.page
+    page.set_viewport_size({"width": 375, "height": 812})
+    if path != "/login":
+        site.sign_in("ada")
+    page.goto(site.url + path.format(job_id=job_id))
+    widths = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+    assert widths == [375, 375]
