@@ -15,7 +15,6 @@ import json
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,6 +27,7 @@ from typing import Any
 import httpx
 
 from moonrun.run.journal import Assignment, Journal
+from tests.processes import command_env, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 ADMIN_TOKEN = "mra_" + secrets.token_urlsafe(32)
@@ -61,23 +61,6 @@ class Timings:
             f"--backoff-max-s={self.backoff_max_s}",
             f"--sweep-interval-s={self.sweep_interval_s}",
         ]
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on right now (the kernel's pick for port 0)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def command_env() -> dict[str, str]:
-    env = {key: value for key, value in os.environ.items() if not key.startswith("MOONRUN_")}
-    return {
-        **env,
-        "PYTHONPATH": str(ROOT / "src"),
-        "MOONRUN_BOOTSTRAP_ADMIN_TOKEN": ADMIN_TOKEN,
-    }
 
 
 def moonrun(*arguments: str) -> list[str]:
@@ -146,7 +129,7 @@ class Process:
             self.process = subprocess.Popen(
                 command,
                 cwd=self.workdir,
-                env=command_env(),
+                env=command_env(ADMIN_TOKEN),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -370,7 +353,7 @@ class Cluster:
                 str(data_dir),
             ),
             cwd=self.workdir,
-            env=command_env(),
+            env=command_env(ADMIN_TOKEN),
             stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,

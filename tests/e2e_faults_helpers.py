@@ -12,7 +12,6 @@ import json
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
+
+from tests.processes import command_env, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 PROXY_SCRIPT = Path(__file__).resolve().parent / "e2e_faults_proxy.py"
@@ -41,24 +42,6 @@ FAST_TIMINGS: dict[str, float] = {
 """Short platform timings: a lease is renewed every second and lapses after 4 s."""
 
 T = TypeVar("T")
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on right now (the kernel's pick for port 0)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def command_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MOONRUN_")}
-    return {
-        **env,
-        "PYTHONPATH": str(ROOT / "src") + os.pathsep + str(ROOT),
-        "MOONRUN_BOOTSTRAP_ADMIN_TOKEN": ADMIN_TOKEN,
-        "PYTHONUNBUFFERED": "1",
-    }
 
 
 def wait_until(
@@ -93,7 +76,7 @@ class Process:
             self.process = subprocess.Popen(
                 command,
                 cwd=cwd,
-                env=command_env(),
+                env=command_env(ADMIN_TOKEN),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -286,7 +269,7 @@ class RunAgent:
         joined = subprocess.run(
             command,
             cwd=self.workdir,
-            env=command_env(),
+            env=command_env(ADMIN_TOKEN),
             stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,

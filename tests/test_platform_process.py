@@ -7,10 +7,8 @@ PROTOCOL.md sections 2-4 and 6) with the real clock, SIGKILL it and start it aga
 from __future__ import annotations
 
 import json
-import os
 import re
 import secrets
-import socket
 import stat
 import subprocess
 import sys
@@ -29,28 +27,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from moonrun.scheduling.fingerprint import token_hash
 from moonrun.security import signing
 from moonrun.store import open_store
+from tests.processes import command_env, free_port
 from tests.stores import StoreFactory
 
 ROOT = Path(__file__).resolve().parent.parent
 ADMIN_TOKEN = "mra_" + secrets.token_urlsafe(32)
 STARTUP_TIMEOUT_S = 30.0
 LOG_TAIL_LINES = 40
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on right now (the kernel's pick for port 0)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def command_env() -> dict[str, str]:
-    return {
-        **os.environ,
-        "PYTHONPATH": str(ROOT / "src"),
-        "MOONRUN_BOOTSTRAP_ADMIN_TOKEN": ADMIN_TOKEN,
-    }
 
 
 def serve_command(store_url: str, port: int, secret_file: Path, data_dir: Path) -> list[str]:
@@ -100,7 +83,7 @@ class PlatformProcess:
             self.process = subprocess.Popen(
                 command,
                 cwd=self.workdir,
-                env=command_env(),
+                env=command_env(ADMIN_TOKEN),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -335,7 +318,7 @@ def serve_until_it_exits(tmp_path: Path, secret_file: Path) -> subprocess.Comple
     return subprocess.run(
         command,
         cwd=tmp_path,
-        env=command_env(),
+        env=command_env(ADMIN_TOKEN),
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,

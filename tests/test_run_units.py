@@ -15,6 +15,7 @@ import os
 import signal
 import stat
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -1334,3 +1335,33 @@ def test_a_process_group_left_behind_is_stopped_only_if_it_is_still_the_same() -
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def test_a_second_run_on_the_same_data_dir_is_refused(tmp_path: Path) -> None:
+    """Two Runs on one journal would corrupt it: the second stops with one clear line."""
+    identity.new_key(tmp_path)
+    identity.save_endpoint(tmp_path, "ep_1", "http://127.0.0.1:9")
+    command = [
+        sys.executable,
+        "-m",
+        "moonrun",
+        "run",
+        "start",
+        "--platform",
+        "http://127.0.0.1:9",
+        "--data-dir",
+        str(tmp_path),
+    ]
+    first = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not (tmp_path / identity.LOCK_FILE).exists():
+            time.sleep(0.05)
+        second = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    finally:
+        first.terminate()
+        first.wait(timeout=30)
+    assert (1, [f"moonrun: error: another Run is already using {tmp_path}"]) == (
+        second.returncode,
+        second.stderr.splitlines(),
+    )

@@ -1,0 +1,29 @@
+"""What the suites that start real `moonrun` processes share: ports and environments."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now (the kernel's pick for port 0)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def command_env(admin_token: str) -> dict[str, str]:
+    """The environment of a child `moonrun` process: this checkout's code, the bootstrap
+    admin token, unbuffered output, and none of the caller's other MOONRUN_* settings."""
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith("MOONRUN_")}
+    return {
+        **inherited,
+        "PYTHONPATH": str(ROOT / "src") + os.pathsep + str(ROOT),
+        "MOONRUN_BOOTSTRAP_ADMIN_TOKEN": admin_token,
+        "PYTHONUNBUFFERED": "1",
+    }
