@@ -15,7 +15,7 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -304,34 +304,45 @@ class Agent:
             del self.journal.entries[entry.job_id]
             await self._save()
 
-    async def _ack(self, entry: Assignment) -> bool:
-        """True once the ack is accepted; False when the attempt is gone for good."""
+    async def _settle(
+        self, entry: Assignment, what: str, send: Callable[[], Awaitable[Any]]
+    ) -> float | None:
+        """Send until accepted; returns when (monotonic) the accepted request was sent.
+
+        Session errors renew the session first; transient ones back off. None: refused for
+        good, dropped by a reconciliation meanwhile, or Run is stopping.
+        """
         delay = 0.5
         while not self._stop.is_set():
             sent = time.monotonic()
             try:
-                await self.client.ack(entry.job_id, entry.attempt, entry.lease)
+                await send()
+                return sent
             except SESSION_ERRORS:
                 await self._on_session_error()
                 if self.journal.entries.get(entry.job_id) is not entry:
-                    return False
-                continue
+                    return None
             except TRANSIENT:
                 await self._pause(delay)
                 delay = min(self.config.max_backoff_s, delay * 2)
-                continue
             except MoonrunError as error:
-                log.info(
-                    "ack refused", extra={"fields": {"job_id": entry.job_id, "code": error.code}}
-                )
-                return False
-            session = self.client.session
-            assert session is not None
-            self._renewed_until[entry.job_id] = sent + session.lease_ttl_s
-            entry.state, entry.started_at_ms = "running", self._now_ms()
-            await self._save()
-            return True
-        return False
+                fields = {"job_id": entry.job_id, "code": error.code}
+                log.info(f"{what} refused", extra={"fields": fields})
+                return None
+        return None
+
+    async def _ack(self, entry: Assignment) -> bool:
+        """True once the ack is accepted; False when the attempt is gone for good."""
+        sent = await self._settle(
+            entry, "ack", lambda: self.client.ack(entry.job_id, entry.attempt, entry.lease)
+        )
+        session = self.client.session
+        if sent is None or session is None:
+            return False
+        self._renewed_until[entry.job_id] = sent + session.lease_ttl_s
+        entry.state, entry.started_at_ms = "running", self._now_ms()
+        await self._save()
+        return True
 
     async def _execute(self, entry: Assignment, resumed: bool) -> HandlerResult | None:
         """Run the handler under lease renewals; None when the attempt was given up."""
@@ -454,26 +465,16 @@ class Agent:
 
     async def _deliver(self, entry: Assignment) -> None:
         """Send the result until it is accepted or refused for good (same fingerprint)."""
-        assert entry.result is not None
-        delay = 0.5
-        while not self._stop.is_set():
-            try:
-                await self.client.result(entry.job_id, entry.attempt, entry.lease, entry.result)
-            except SESSION_ERRORS:
-                await self._on_session_error()
-                if self.journal.entries.get(entry.job_id) is not entry:
-                    return
-                continue
-            except TRANSIENT:
-                await self._pause(delay)
-                delay = min(self.config.max_backoff_s, delay * 2)
-                continue
-            except MoonrunError as error:
-                log.info(
-                    "result refused", extra={"fields": {"job_id": entry.job_id, "code": error.code}}
-                )
-            else:
-                fields = {"job_id": entry.job_id, "outcome": entry.result.get("outcome")}
-                log.info("result accepted", extra={"fields": fields})
-            await self._forget(entry)
-            return
+        result = entry.result
+        assert result is not None
+        sent = await self._settle(
+            entry,
+            "result",
+            lambda: self.client.result(entry.job_id, entry.attempt, entry.lease, result),
+        )
+        if sent is None and self._stop.is_set():
+            return  # the journal keeps the result for the next start
+        if sent is not None:
+            fields = {"job_id": entry.job_id, "outcome": result.get("outcome")}
+            log.info("result accepted", extra={"fields": fields})
+        await self._forget(entry)
