@@ -9,6 +9,7 @@ EndpointViews, job logs), on Run's journal and on Run's log lines, never on elap
 from __future__ import annotations
 
 import secrets
+import subprocess
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -19,7 +20,19 @@ import pytest
 from moonrun.run.journal import Assignment
 from moonrun.scheduling.time import parse_instant
 from moonrun.store import open_store
-from tests.e2e import Cluster, JobView, Run, Server, Timings, alive, cluster, wait_for
+from tests.e2e import (
+    ADMIN_TOKEN,
+    Cluster,
+    JobView,
+    Run,
+    Server,
+    Timings,
+    alive,
+    cluster,
+    moonrun,
+    wait_for,
+)
+from tests.processes import command_env, free_port
 from tests.stores import StoreFactory
 
 
@@ -561,3 +574,54 @@ def test_cancel_after_claim_stops_a_running_command(tmp_path: Path) -> None:
     resolved = done["cancel"]
     assert (intent["requested_at"], "cancelled") == (resolved["requested_at"], resolved["result"])
     assert (200, done) == (repeated_late.status_code, repeated_late.json())
+
+
+def run_join(
+    cl: Any, platform: str, token: str, data_dir: Path
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        moonrun(
+            "run", "join", "--platform", platform, "--token", token, "--data-dir", str(data_dir)
+        ),
+        cwd=cl.workdir,
+        env=command_env(ADMIN_TOKEN),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_run_join_explains_what_is_wrong_in_one_line(tmp_path: Path) -> None:
+    """A used token, a bad URL, a missing data dir and an unreachable platform: one line each,
+    exit 1, and a failed join leaves no identity behind."""
+    with cluster(tmp_path) as cl:
+        _, token = cl.create_endpoint("host-2")
+        burnt = tmp_path / "burnt"
+        burnt.mkdir()
+        assert run_join(cl, cl.platform.url, token, burnt).returncode == 0
+        fresh = tmp_path / "fresh"
+        fresh.mkdir()
+        cases = {
+            "used token": (cl.platform.url, token, fresh),
+            "bad url": ("ftp://example.invalid", token, fresh),
+            "missing dir": (cl.platform.url, token, tmp_path / "missing"),
+            "unreachable": (f"http://127.0.0.1:{free_port()}", token, fresh),
+        }
+        outcomes = {case: run_join(cl, *arguments) for case, arguments in cases.items()}
+    expected = {
+        "used token": "moonrun: error: The join token is unknown, expired or already used.",
+        "bad url": "moonrun: error: --platform must be an http:// or https:// URL",
+        "missing dir": "moonrun: error: data directory",
+        "unreachable": "moonrun: error: cannot reach the platform at http://127.0.0.1:",
+    }
+    found = {
+        case: (
+            result.returncode,
+            len(result.stderr.splitlines()),
+            result.stderr.startswith(expected[case]),
+        )
+        for case, result in outcomes.items()
+    }
+    assert dict.fromkeys(cases, (1, 1, True)) == found
+    assert list(fresh.iterdir()) == []
