@@ -188,8 +188,9 @@ class Canary:
         return job_id
 
 
-def build_canary(world: HttpWorld) -> Canary:
-    """Plant the markers, bring jobs into every kind of state, and read everything."""
+def planted(world: HttpWorld) -> Canary:
+    """A canary holding the markers every scenario starts with: the admin token, the platform
+    secret and the payload's secret reference, host paths and socket paths."""
     c = Canary(world)
     c.who = {ADMIN_TOKEN: "admin", None: "nobody"}
     c.secret("admin API token", ADMIN_TOKEN, hashed=True)
@@ -202,6 +203,12 @@ def build_canary(world: HttpWorld) -> Canary:
         ("payload socket name", SOCKET_NAME),
     ):
         c.secret(name, value)
+    return c
+
+
+def build_canary(world: HttpWorld) -> Canary:
+    """Plant the markers, bring jobs into every kind of state, and read everything."""
+    c = planted(world)
 
     owner_id, owner = c.create_user("owner", "pw-canary-owner-3b1d9a7c5e80")
     helper_id, helper = c.create_user("helper", "pw-canary-helper-6e2f0a9d4b71")

@@ -30,16 +30,13 @@ from tests.console_kit import (
     csrf_of,
     sign_in,
 )
-from tests.http_harness import ADMIN_TOKEN, SECRET, HttpWorld
+from tests.http_harness import HttpWorld
 from tests.stores import file_factory, memory_factory
 from tests.test_canary import (
-    HOST_DIR,
-    HOST_PATH,
     SECRET_REF,
-    SOCKET_NAME,
-    SOCKET_PATH,
     Canary,
     Seen,
+    planted,
 )
 
 SESSION = "moonrun_session"
@@ -668,18 +665,7 @@ class PageCanary:
 
 def build_page_canary(world: HttpWorld) -> PageCanary:
     """Plant the markers, bring jobs into every state, and take every page while they live."""
-    c = Canary(world)
-    c.who = {ADMIN_TOKEN: "admin", None: "nobody"}
-    c.secret("admin API token", ADMIN_TOKEN, hashed=True)
-    c.secret("platform secret", SECRET)
-    for name, value in (
-        ("payload secret reference", SECRET_REF),
-        ("payload host path", HOST_PATH),
-        ("payload host directory", HOST_DIR),
-        ("payload socket path", SOCKET_PATH),
-        ("payload socket name", SOCKET_NAME),
-    ):
-        c.secret(name, value)
+    c = planted(world)
     p = PageCanary(c)
     users = {
         name: c.create_user(name, password, platform_admin=name == "ada")

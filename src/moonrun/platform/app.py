@@ -18,6 +18,7 @@ from moonrun.platform.http import (
     BodyLimit,
     Platform,
     RequestLog,
+    channel_of,
     error_response,
     platform_of,
 )
@@ -76,14 +77,15 @@ def create_app(platform: Platform, *, sweep: bool = True) -> FastAPI:
 
     limits = platform.http
 
+    by_channel = {
+        "logs": limits.log_body_limit,
+        "artifacts": limits.artifact_chunk_limit,
+        "jobs": limits.job_body_limit,
+        "control": limits.job_body_limit,
+    }
+
     def body_limit(path: str) -> int:
-        if path.startswith("/run/v1/logs"):
-            return limits.log_body_limit
-        if path.startswith("/run/v1/artifacts"):
-            return limits.artifact_chunk_limit
-        if path.startswith("/run/"):
-            return limits.job_body_limit
-        return limits.user_body_limit
+        return by_channel.get(channel_of(path), limits.user_body_limit)
 
     app.add_middleware(BodyLimit, limit_for=body_limit)
     app.add_middleware(RequestLog, metrics_of=lambda: platform.metrics)

@@ -15,11 +15,6 @@ RUN_VERSION_PATTERN = re.compile(r"^[A-Za-z0-9_.+-]{1,64}$")
 IDEMPOTENCY_KEY_PATTERN = re.compile(r"^[!-~]{1,255}$")
 
 
-def check_int(name: str, value: object, low: int, high: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise InvalidRequest(f"{name} must be an integer from {low} to {high}")
-
-
 def check_pattern(name: str, value: object, pattern: re.Pattern[str]) -> None:
     if not isinstance(value, str) or not pattern.match(value):
         raise InvalidRequest(f"{name} must match {pattern.pattern}")

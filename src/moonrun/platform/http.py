@@ -77,6 +77,11 @@ def platform_of(request: Request) -> Platform:
     return platform
 
 
+async def on_user_channel(request: Request, work: Any, *args: Any, **kwargs: Any) -> Any:
+    """Run blocking `work` for a user-facing request (API or console) on the user channel."""
+    return await platform_of(request).channels.user.run(work, *args, **kwargs)
+
+
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorBody, "description": description}
     for status, description in {

@@ -58,7 +58,7 @@ from moonrun.scheduling.messages import (
 )
 from moonrun.scheduling.reconcile import ReconcileEntry
 from moonrun.scheduling.records import Endpoint, Server, Session, User
-from moonrun.scheduling.retry import RetryPolicy
+from moonrun.scheduling.retry import RetryPolicy, check_int
 from moonrun.scheduling.time import Instant
 from moonrun.scheduling.views import EndpointView, endpoint_view
 from moonrun.security.access import can_manage_jobs, require, require_platform_admin
@@ -139,7 +139,7 @@ class SchedulingService:
         """A new session at generation + 1; every earlier session of the endpoint is rotated."""
         checks.check_pattern("boot_id", boot_id, checks.BOOT_ID_PATTERN)
         checks.check_pattern("run_version", run_version, checks.RUN_VERSION_PATTERN)
-        checks.check_int("capacity", capacity, 1, self._settings.max_capacity)
+        check_int("capacity", capacity, 1, self._settings.max_capacity)
         for _ in range(self._settings.cas_retries):
             endpoint = self._store.get_endpoint(endpoint_id)
             if endpoint is None or endpoint.joined_at is None:
@@ -312,7 +312,7 @@ class SchedulingService:
         for entry in entries:
             if not isinstance(entry.job_id, str) or not isinstance(entry.lease, str):
                 raise InvalidRequest("each entry needs string job_id and lease")
-            checks.check_int("attempt", entry.attempt, 0, 2**31)
+            check_int("attempt", entry.attempt, 0, 2**31)
             if entry.job_id in seen:
                 raise InvalidRequest(f"job {entry.job_id} is listed twice")
             seen.add(entry.job_id)
@@ -320,7 +320,7 @@ class SchedulingService:
     def claim(self, session_id: str, max_jobs: int) -> list[ClaimedJob]:
         """Grant up to `max_jobs` eligible jobs (and no more than free capacity), oldest first."""
         session = self.authenticate_session(session_id)
-        checks.check_int("max_jobs", max_jobs, 1, 2**31)
+        check_int("max_jobs", max_jobs, 1, 2**31)
         if session.reconciled_at is None:
             raise ReconcileRequired("reconcile after registering, before claiming")
         now = self._clock.now()
@@ -575,7 +575,7 @@ class SchedulingService:
         cursor: str | None = None,
     ) -> JobPage:
         """The jobs the actor may see, newest first, a page at a time."""
-        checks.check_int("limit", limit, 1, MAX_PAGE)
+        check_int("limit", limit, 1, MAX_PAGE)
         if state is not None and state not in JobState.__members__.values():
             raise InvalidRequest(f"state must be one of {', '.join(JobState)}")
         server_ids: list[str] | None

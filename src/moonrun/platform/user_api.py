@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import JSONResponse
 
 from moonrun.errors import Forbidden, Unauthenticated
-from moonrun.platform.http import ERROR_RESPONSES, Platform, platform_of
+from moonrun.platform.http import ERROR_RESPONSES, Platform, on_user_channel, platform_of
 from moonrun.platform.schemas import (
     AddAdminRequest,
     CreatedEndpointAnswer,
@@ -73,11 +73,6 @@ async def authenticate(request: Request, platform: Platform) -> User:
 Caller = Annotated[User, Depends(current_user)]
 
 
-async def run(request: Request, work: Any, *args: Any, **kwargs: Any) -> Any:
-    platform: Platform = platform_of(request)
-    return await platform.channels.user.run(work, *args, **kwargs)
-
-
 # -- users -------------------------------------------------------------------------------------
 
 
@@ -85,7 +80,7 @@ async def run(request: Request, work: Any, *args: Any, **kwargs: Any) -> Any:
 async def create_user(body: CreateUserRequest, request: Request, user: Caller) -> dict[str, Any]:
     """Create a user (platform admins); the answer carries its API token, once."""
     directory = platform_of(request).directory
-    created = await run(
+    created = await on_user_channel(
         request,
         directory.create_user,
         user,
@@ -99,7 +94,7 @@ async def create_user(body: CreateUserRequest, request: Request, user: Caller) -
 @router.get("/users", response_model=UsersAnswer)
 async def list_users(request: Request, user: Caller) -> dict[str, Any]:
     """Every user (platform admins)."""
-    users = await run(request, platform_of(request).directory.list_users, user)
+    users = await on_user_channel(request, platform_of(request).directory.list_users, user)
     return {"users": [user_view(u) for u in users]}
 
 
@@ -111,7 +106,7 @@ async def create_server(
     body: CreateServerRequest, request: Request, user: Caller
 ) -> dict[str, Any]:
     """Create a server on an endpoint, owned by a user (platform admins)."""
-    server = await run(
+    server = await on_user_channel(
         request,
         platform_of(request).directory.create_server,
         user,
@@ -125,13 +120,15 @@ async def create_server(
 @router.get("/servers", response_model=ServersAnswer)
 async def list_servers(request: Request, user: Caller) -> dict[str, Any]:
     """The servers the caller owns or administers (every server for platform admins)."""
-    servers = await run(request, platform_of(request).directory.list_servers, user)
+    servers = await on_user_channel(request, platform_of(request).directory.list_servers, user)
     return {"servers": [server_view(server) for server in servers]}
 
 
 @router.get("/servers/{server_id}", response_model=ServerModel)
 async def get_server(server_id: str, request: Request, user: Caller) -> dict[str, Any]:
-    server = await run(request, platform_of(request).directory.get_server, user, server_id)
+    server = await on_user_channel(
+        request, platform_of(request).directory.get_server, user, server_id
+    )
     return dict(server_view(server))
 
 
@@ -140,7 +137,7 @@ async def add_server_admin(
     server_id: str, body: AddAdminRequest, request: Request, user: Caller
 ) -> dict[str, Any]:
     """Make a user an administrator of the server (its owner or a platform admin)."""
-    server = await run(
+    server = await on_user_channel(
         request, platform_of(request).directory.add_server_admin, user, server_id, body.user_id
     )
     return dict(server_view(server))
@@ -152,7 +149,7 @@ async def add_server_admin(
 @router.get("/endpoints", response_model=EndpointsAnswer)
 async def list_endpoints(request: Request, user: Caller) -> dict[str, Any]:
     """Every endpoint with its current session's state (platform admins)."""
-    views = await run(request, platform_of(request).service.endpoint_views, user)
+    views = await on_user_channel(request, platform_of(request).service.endpoint_views, user)
     return {"endpoints": views}
 
 
@@ -162,7 +159,7 @@ async def create_endpoint(
 ) -> dict[str, Any]:
     """Create an endpoint; the answer carries its one-time join token, once."""
     platform = platform_of(request)
-    enrolled = await run(request, platform.service.create_endpoint, user, body.name)
+    enrolled = await on_user_channel(request, platform.service.create_endpoint, user, body.name)
     return {
         "endpoint": endpoint_view(enrolled.endpoint, None, platform.clock.now()),
         "join_token": enrolled.join_token,
@@ -184,7 +181,7 @@ async def create_job(
     """Queue a job. The same Idempotency-Key with the same body gives the same job."""
     backoff = None if body.backoff is None else body.backoff.model_dump(exclude_none=True)
     not_before = None if body.not_before is None else parse_instant(body.not_before, "not_before")
-    job = await run(
+    job = await on_user_channel(
         request,
         platform_of(request).service.create_job,
         user,
@@ -209,7 +206,7 @@ async def list_jobs(
     cursor: str | None = None,
 ) -> dict[str, Any]:
     """The jobs the caller may see, newest first, a page at a time."""
-    page = await run(
+    page = await on_user_channel(
         request,
         platform_of(request).service.list_jobs,
         user,
@@ -223,7 +220,7 @@ async def list_jobs(
 
 @router.get("/jobs/{job_id}", response_model=JobViewModel)
 async def get_job(job_id: str, request: Request, user: Caller) -> dict[str, Any]:
-    job = await run(request, platform_of(request).service.get_job, user, job_id)
+    job = await on_user_channel(request, platform_of(request).service.get_job, user, job_id)
     return dict(job_view(job))
 
 
@@ -234,7 +231,7 @@ async def get_job(job_id: str, request: Request, user: Caller) -> dict[str, Any]
 )
 async def cancel_job(job_id: str, request: Request, user: Caller) -> Any:
     """Cancel: waiting jobs end at once (200); running ones get a durable intent (202)."""
-    outcome = await run(request, platform_of(request).service.cancel_job, user, job_id)
+    outcome = await on_user_channel(request, platform_of(request).service.cancel_job, user, job_id)
     view = JobViewModel.model_validate(job_view(outcome.job)).model_dump()
     return JSONResponse(view, status_code=202 if outcome.waits_on_run else 200)
 
@@ -249,12 +246,16 @@ async def job_logs(
 ) -> dict[str, Any]:
     """Log lines of one attempt (the latest with logs unless `attempt` is given)."""
     platform = platform_of(request)
-    await run(request, platform.service.get_job, user, job_id)
+    await on_user_channel(request, platform.service.get_job, user, job_id)
     logs = platform.logs
     if attempt is None:
-        attempts = await run(request, logs.attempts, job_id)
+        attempts = await on_user_channel(request, logs.attempts, job_id)
         attempt = attempts[-1] if attempts else None
-    lines = [] if attempt is None else await run(request, logs.read, job_id, attempt, after_seq)
+    lines = (
+        []
+        if attempt is None
+        else await on_user_channel(request, logs.read, job_id, attempt, after_seq)
+    )
     return {
         "attempt": attempt,
         "lines": [

@@ -24,7 +24,7 @@ class RetryPolicy:
     """Fraction of a delay that a random draw may take away (0 = none); the cap always holds."""
 
     def __post_init__(self) -> None:
-        _check_int("max_attempts", self.max_attempts, 1, MAX_ATTEMPTS_LIMIT)
+        check_int("max_attempts", self.max_attempts, 1, MAX_ATTEMPTS_LIMIT)
         _check_float("initial_s", self.initial_s, 0.0, MAX_BACKOFF_S)
         _check_float("multiplier", self.multiplier, 1.0, 100.0)
         _check_float("max_s", self.max_s, 0.0, MAX_BACKOFF_S)
@@ -55,7 +55,8 @@ class RetryPolicy:
         return attempt < self.max_attempts
 
 
-def _check_int(name: str, value: object, low: int, high: int) -> None:
+def check_int(name: str, value: object, low: int, high: int) -> None:
+    """`InvalidRequest` unless `value` is an integer (not a bool) within [low, high]."""
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise InvalidRequest(f"{name} must be an integer from {low} to {high}")
 

@@ -18,7 +18,7 @@ from moonrun.errors import (
     NotFound,
     Unauthenticated,
 )
-from moonrun.platform.http import Platform, platform_of
+from moonrun.platform.http import on_user_channel, platform_of
 from moonrun.platform.web.sessions import SESSION_COOKIE, SIGN_IN_COOKIE
 from moonrun.scheduling.jobs import JobState
 from moonrun.scheduling.records import User
@@ -123,11 +123,6 @@ def set_cookie(request: Request, response: Response, name: str, value: str, max_
     )
 
 
-async def run(request: Request, work: Any, *args: Any, **kwargs: Any) -> Any:
-    platform: Platform = platform_of(request)
-    return await platform.channels.user.run(work, *args, **kwargs)
-
-
 async def console_error(request: Request, error: MoonrunError) -> Response:
     """Errors on console pages: sign-in redirects, and styled 403/404/other pages."""
     if isinstance(error, Unauthenticated):
@@ -137,7 +132,9 @@ async def console_error(request: Request, error: MoonrunError) -> Response:
         platform = platform_of(request)
         token = request.cookies.get(SESSION_COOKIE)
         with contextlib.suppress(MoonrunError):
-            request.state.user = await run(request, platform.web.user, token) if token else None
+            request.state.user = (
+                await on_user_channel(request, platform.web.user, token) if token else None
+            )
     titles = {403: "Not yours to see", 404: "Nothing here", 429: "Slow down"}
     title = "This form has expired" if isinstance(error, FormExpired) else None
     return render(
@@ -179,7 +176,7 @@ async def home() -> RedirectResponse:
 async def login_form(request: Request, next: str | None = None) -> Response:
     platform = platform_of(request)
     token = request.cookies.get(SESSION_COOKIE)
-    if token and await run(request, platform.web.user, token) is not None:
+    if token and await on_user_channel(request, platform.web.user, token) is not None:
         return RedirectResponse(safe_next(next), status_code=303)
     return _login_page(request, next=safe_next(next))
 
@@ -220,15 +217,17 @@ async def login(request: Request) -> Response:
             name=name,
             message=f"Too many failed sign-ins. Try again in {minutes} minute(s).",
         )
-    user = await run(request, platform.directory.sign_in, name, password)
+    user = await on_user_channel(request, platform.directory.sign_in, name, password)
     if user is None:
         platform.throttle.failed(name, address)
         return _login_page(
             request, next=target, status=401, name=name, message="Wrong name or password."
         )
     platform.throttle.succeeded(name)
-    await run(request, platform.web.close, request.cookies.get(SESSION_COOKIE))  # any previous
-    token = await run(request, platform.web.open, user)
+    await on_user_channel(
+        request, platform.web.close, request.cookies.get(SESSION_COOKIE)
+    )  # any previous
+    token = await on_user_channel(request, platform.web.open, user)
     response = RedirectResponse(target, status_code=303)
     set_cookie(request, response, SESSION_COOKIE, token, max_age=int(platform.web.ttl_s))
     response.delete_cookie(SIGN_IN_COOKIE, path="/")
@@ -240,7 +239,7 @@ async def logout(request: Request) -> Response:
     await signed_in(request)
     await checked_form(request)
     platform = platform_of(request)
-    await run(request, platform.web.close, request.cookies.get(SESSION_COOKIE))
+    await on_user_channel(request, platform.web.close, request.cookies.get(SESSION_COOKIE))
     response = RedirectResponse("/login", status_code=303)
     response.delete_cookie(SESSION_COOKIE, path="/")
     return response
@@ -260,7 +259,7 @@ async def jobs_page(
     user = await signed_in(request)
     platform = platform_of(request)
     server_id, state = server_id or None, state or None
-    page = await run(
+    page = await on_user_channel(
         request,
         platform.service.list_jobs,
         user,
@@ -269,7 +268,7 @@ async def jobs_page(
         limit=25,
         cursor=cursor,
     )
-    servers = await run(request, platform.directory.list_servers, user)
+    servers = await on_user_channel(request, platform.directory.list_servers, user)
     names = {server.id: server.name for server in servers}
     filters = {k: v for k, v in {"server_id": server_id, "state": state}.items() if v}
     older = (
@@ -295,13 +294,15 @@ def _cursor(cursor: str | None) -> dict[str, str]:
 async def job_page(request: Request, job_id: str, fragment: bool = False) -> Response:
     user = await signed_in(request)
     platform = platform_of(request)
-    job = await run(request, platform.service.get_job, user, job_id)
+    job = await on_user_channel(request, platform.service.get_job, user, job_id)
     view = job_view(job)
-    attempts = await run(request, platform.logs.attempts, job_id)
+    attempts = await on_user_channel(request, platform.logs.attempts, job_id)
     lines = []
     if attempts:
-        lines = (await run(request, platform.logs.read, job_id, attempts[-1], -1))[-200:]
-    server = await run(request, platform.directory.get_server, user, job.server_id)
+        lines = (await on_user_channel(request, platform.logs.read, job_id, attempts[-1], -1))[
+            -200:
+        ]
+    server = await on_user_channel(request, platform.directory.get_server, user, job.server_id)
     context: dict[str, Any] = {
         "job": view,
         "server_name": server.name,
@@ -318,7 +319,7 @@ async def job_page(request: Request, job_id: str, fragment: bool = False) -> Res
 async def cancel_job(request: Request, job_id: str) -> Response:
     user = await signed_in(request)
     await checked_form(request)
-    await run(request, platform_of(request).service.cancel_job, user, job_id)
+    await on_user_channel(request, platform_of(request).service.cancel_job, user, job_id)
     return RedirectResponse(f"/jobs/{quote(job_id)}", status_code=303)
 
 
@@ -329,9 +330,9 @@ async def cancel_job(request: Request, job_id: str) -> Response:
 async def servers_page(request: Request, message: str | None = None) -> Response:
     user = await signed_in(request)
     platform = platform_of(request)
-    servers = await run(request, platform.directory.list_servers, user)
+    servers = await on_user_channel(request, platform.directory.list_servers, user)
     ids = {s.owner_id for s in servers} | {a for s in servers for a in s.admin_ids}
-    names = await run(request, platform.directory.names_of, ids)
+    names = await on_user_channel(request, platform.directory.names_of, ids)
     rows = [
         {
             **server_view(server),
@@ -349,22 +350,22 @@ async def add_admin(request: Request, server_id: str) -> Response:
     user = await signed_in(request)
     fields = await checked_form(request)
     directory = platform_of(request).directory
-    added = await run(request, directory.user_named, fields.get("username", "").strip())
+    added = await on_user_channel(request, directory.user_named, fields.get("username", "").strip())
     if added is None:
         raise NotFound("no user with that name")
-    await run(request, directory.add_server_admin, user, server_id, added.id)
+    await on_user_channel(request, directory.add_server_admin, user, server_id, added.id)
     return RedirectResponse("/servers", status_code=303)
 
 
 @router.get("/endpoints")
 async def endpoints_page(request: Request) -> Response:
     user = await signed_in(request)
-    views = await run(request, platform_of(request).service.endpoint_views, user)
+    views = await on_user_channel(request, platform_of(request).service.endpoint_views, user)
     return render(request, "endpoints.html", endpoints=views)
 
 
 @router.get("/users")
 async def users_page(request: Request) -> Response:
     user = await signed_in(request)
-    users = await run(request, platform_of(request).directory.list_users, user)
+    users = await on_user_channel(request, platform_of(request).directory.list_users, user)
     return render(request, "users.html", users=[user_view(u) for u in users])
