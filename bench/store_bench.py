@@ -1,29 +1,34 @@
-"""Per store: claim -> ack -> result lifecycles/s, and claim latency with 1k vs 100k queued jobs.
+"""Per store: claim -> ack -> result lifecycles/s (1 and 8 callers) against the database's own
+commit rate, and claim latency with 1k vs 100k jobs queued.
 
 Runs the real SchedulingService over MemoryStore, FileStore (a temporary SQLite file) and
 MySQLStore (a temporary `moonrun_bench_*` database on MOONRUN_BENCH_MYSQL_URL, default
-mysql://root@127.0.0.1:3306/; skipped when unreachable). Queues are bulk-loaded straight into
-the table so that loading 100k jobs does not dominate the run.
+mysql://root@127.0.0.1:3306/; skipped when unreachable). In the same run it measures what the
+database does with no moonrun code at all: plain `sqlite3` (WAL, synchronous=FULL) and plain
+PyMySQL (InnoDB, autocommit), each committing one small row per transaction from one client.
+A lifecycle is three commits (claim, ack, result); the fraction printed is lifecycles/s over
+those single-row commits/s, the share of the database's commit rate moonrun turns into work.
 
-    python bench/store_bench.py [--lifecycles N] [--small 1000] [--large 100000] [--claims N]
+    python bench/store_bench.py [--lifecycles N] [--callers 8] [--small 1000] [--large 100000]
+                                [--claims N] [--commits N]
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import secrets
+import sqlite3
 import statistics
+import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
-from urllib.parse import urlsplit
 
-import pymysql
-from sqlalchemy import insert
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from kit import mysql_connect, mysql_database
 from moonrun.clock import SystemClock
 from moonrun.platform.config import SchedulingSettings
 from moonrun.platform.directory import Directory
@@ -31,21 +36,19 @@ from moonrun.platform.service import SchedulingService
 from moonrun.scheduling import jobs as domain
 from moonrun.scheduling.messages import Evidence
 from moonrun.security.tokens import SystemTokenSource
-from moonrun.store import codec
 from moonrun.store.file import FileStore
 from moonrun.store.memory import MemoryStore
 from moonrun.store.mysql import MySQLStore
 from moonrun.store.protocol import Store
-from moonrun.store.schema import jobs as jobs_table
-from moonrun.store.sql import SqlStore
 
 PUBLIC_KEY = "B" * 43
+ROW = "x" * 200
 
 
 class Bench:
     """One platform over one store, with an endpoint, a server and a reconciled session."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, capacity: int = 1) -> None:
         self.store = store
         clock, tokens = SystemClock(), SystemTokenSource()
         settings = SchedulingSettings(max_claim_batch=1)
@@ -59,12 +62,12 @@ class Bench:
             self.admin, "bench", endpoint_id=self.endpoint.id, owner_id=self.admin.id
         )
         self.session = self.service.register_session(
-            self.endpoint.id, boot_id="bench", run_version="0.1.0", capacity=1
+            self.endpoint.id, boot_id="bench", run_version="0.1.0", capacity=capacity
         ).session.id
         self.service.reconcile(self.session, [])
 
     def load(self, count: int) -> None:
-        """Queue `count` jobs, in bulk where the store is SQL."""
+        """Queue `count` jobs, 2,000 to a store write."""
         now = SystemClock().now() - 1000
         policy = self.service.settings.default_policy()
         queued = [
@@ -79,14 +82,8 @@ class Bench:
             )
             for _ in range(count)
         ]
-        if isinstance(self.store, SqlStore):
-            rows = [codec.job_to_row(job) for job in queued]
-            for start in range(0, len(rows), 2000):
-                chunk = rows[start : start + 2000]
-                self.store._transact(lambda c, chunk=chunk: c.execute(insert(jobs_table), chunk))
-        else:
-            for job in queued:
-                self.store.insert_job(job)
+        for start in range(0, len(queued), 2000):
+            self.store.insert_jobs(queued[start : start + 2000])
 
     def lifecycle(self) -> float:
         """One claim -> ack -> result; returns the claim's latency in seconds."""
@@ -101,12 +98,29 @@ class Bench:
         return claimed - started
 
 
-def lifecycles_per_second(bench: Bench, count: int) -> float:
-    bench.load(count)
-    started = time.perf_counter()
-    for _ in range(count):
-        bench.lifecycle()
-    return count / (time.perf_counter() - started)
+def lifecycles_per_second(make: Callable[[], Store], count: int, callers: int) -> float:
+    store = make()
+    try:
+        bench = Bench(store, capacity=callers)
+        bench.load(count)
+        start = threading.Barrier(callers + 1)
+
+        def caller(share: int) -> None:
+            start.wait()
+            for _ in range(share):
+                bench.lifecycle()
+
+        shares = [count // callers + (n < count % callers) for n in range(callers)]
+        threads = [threading.Thread(target=caller, args=(share,)) for share in shares]
+        for thread in threads:
+            thread.start()
+        start.wait()
+        started = time.perf_counter()
+        for thread in threads:
+            thread.join()
+        return count / (time.perf_counter() - started)
+    finally:
+        store.close()
 
 
 def claim_latency(make: Callable[[], Store], queued: int, claims: int) -> tuple[float, float]:
@@ -114,7 +128,7 @@ def claim_latency(make: Callable[[], Store], queued: int, claims: int) -> tuple[
     store = make()
     try:
         bench = Bench(store)
-        bench.load(queued + claims)
+        bench.load(queued + claims + 20)
         for _ in range(20):
             bench.lifecycle()  # warm the caches and the connection pool
         samples = sorted(bench.lifecycle() for _ in range(claims))
@@ -125,40 +139,44 @@ def claim_latency(make: Callable[[], Store], queued: int, claims: int) -> tuple[
     return p50, p99
 
 
-@contextmanager
-def mysql_database() -> Iterator[str | None]:
-    base = os.environ.get("MOONRUN_BENCH_MYSQL_URL", "mysql://root@127.0.0.1:3306/")
-    parts = urlsplit(base)
-    try:
-        admin = pymysql.connect(
-            host=parts.hostname or "127.0.0.1",
-            port=parts.port or 3306,
-            user=parts.username or "root",
-            password=parts.password or "",
-            autocommit=True,
-            connect_timeout=3,
-        )
-    except pymysql.err.MySQLError as error:
-        print(f"mysql: skipped ({error})")
-        yield None
-        return
-    name = f"moonrun_bench_{secrets.token_hex(4)}"
-    with admin.cursor() as cursor:
-        cursor.execute(f"CREATE DATABASE {name} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
-    try:
-        yield f"{parts.scheme}://{parts.netloc}/{name}"
-    finally:
-        with admin.cursor() as cursor:
-            cursor.execute(f"DROP DATABASE {name}")
-        admin.close()
+def sqlite_commits_per_second(directory: Path, count: int) -> float:
+    """Plain sqlite3, WAL, synchronous=FULL: one small row per transaction, one client."""
+    connection = sqlite3.connect(directory / "plain.db", isolation_level=None)
+    connection.execute("PRAGMA journal_mode = WAL")
+    connection.execute("PRAGMA synchronous = FULL")
+    connection.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, body TEXT NOT NULL)")
+    started = time.perf_counter()
+    for n in range(count):
+        connection.execute("BEGIN")
+        connection.execute("INSERT INTO t (id, body) VALUES (?, ?)", (n, ROW))
+        connection.execute("COMMIT")
+    rate = count / (time.perf_counter() - started)
+    connection.close()
+    return rate
+
+
+def mysql_commits_per_second(url: str, count: int) -> float:
+    """Plain PyMySQL, InnoDB, autocommit: one small row per transaction, one client."""
+    connection = mysql_connect(url, url.rsplit("/", 1)[1])
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TABLE t (id BIGINT PRIMARY KEY, body TEXT NOT NULL)")
+        started = time.perf_counter()
+        for n in range(count):
+            cursor.execute("INSERT INTO t (id, body) VALUES (%s, %s)", (n, ROW))
+        rate = count / (time.perf_counter() - started)
+        cursor.execute("DROP TABLE t")
+    connection.close()
+    return rate
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--lifecycles", type=int, default=2000)
+    parser.add_argument("--lifecycles", type=int, default=3000)
+    parser.add_argument("--callers", type=int, default=8)
     parser.add_argument("--small", type=int, default=1_000)
     parser.add_argument("--large", type=int, default=100_000)
     parser.add_argument("--claims", type=int, default=500)
+    parser.add_argument("--commits", type=int, default=5000)
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp, mysql_database() as mysql_url:
@@ -168,25 +186,34 @@ def main() -> None:
             return FileStore(Path(tmp) / f"bench-{next(counter)}.db")
 
         makers: dict[str, Callable[[], Store]] = {"memory": MemoryStore, "file": file_store}
+        floors: dict[str, float] = {"file": sqlite_commits_per_second(Path(tmp), args.commits)}
         if mysql_url is not None:
             url = mysql_url
             makers["mysql"] = lambda: MySQLStore(url)
+            floors["mysql"] = mysql_commits_per_second(url, args.commits)
 
+        print("single-row commits/s, no moonrun code, one client:")
+        print(f"  sqlite3 (WAL, FULL) {floors['file']:10,.0f}")
+        if "mysql" in floors:
+            print(f"  PyMySQL (InnoDB)    {floors['mysql']:10,.0f}")
+        print()
         print(
-            f"{'store':8} {'lifecycles/s':>13} {'claim p50/p99 @' + str(args.small):>22}"
+            f"{'store':8} {'lc/s 1':>9} {'lc/s ' + str(args.callers):>9} {'x commits 1':>12}"
+            f" {'x commits ' + str(args.callers):>12} {'claim p50/p99 @' + str(args.small):>23}"
             f" {'claim p50/p99 @' + str(args.large):>24} {'p50 ratio':>10}"
         )
         for name, make in makers.items():
-            store = make()
-            try:
-                rate = lifecycles_per_second(Bench(store), args.lifecycles)
-            finally:
-                store.close()
+            one = lifecycles_per_second(make, args.lifecycles, 1)
+            many = lifecycles_per_second(make, args.lifecycles, args.callers)
+            floor = floors.get(name)
+            fractions = f"{one / floor:12.3f} {many / floor:12.3f}" if floor else f"{'':12} {'':12}"
             small = claim_latency(make, args.small, args.claims)
             large = claim_latency(make, args.large, args.claims)
             print(
-                f"{name:8} {rate:13,.0f} {small[0]:10.3f} / {small[1]:7.3f} ms"
-                f" {large[0]:11.3f} / {large[1]:7.3f} ms {large[0] / small[0]:10.2f}"
+                f"{name:8} {one:9,.0f} {many:9,.0f} {fractions}"
+                f" {small[0]:9.3f} / {small[1]:7.3f} ms"
+                f" {large[0]:10.3f} / {large[1]:7.3f} ms {large[0] / small[0]:10.2f}",
+                flush=True,
             )
 
 

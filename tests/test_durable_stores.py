@@ -11,13 +11,13 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-from sqlalchemy import text
 
 from moonrun.errors import SchemaTooNew, StoreUnavailable
 from moonrun.store import DEFAULT_STORE_URL, open_store
 from moonrun.store.file import FileStore
 from moonrun.store.memory import MemoryStore
 from moonrun.store.mysql import MySQLStore, redact
+from moonrun.store.protocol import IdempotencyRecord
 from moonrun.store.schema import SCHEMA_VERSION
 from tests.stores import StoreFactory
 
@@ -61,9 +61,10 @@ def test_default_store_is_a_file_under_dot_moonrun(tmp_path: Path) -> None:
 def test_file_store_runs_wal_with_full_sync(tmp_path: Path) -> None:
     """The file is in WAL mode and every store connection syncs fully on commit."""
     store = FileStore(tmp_path / "p.db")
-    with store._engine.connect() as connection:  # the pragmas are per connection
-        synchronous = connection.execute(text("PRAGMA synchronous")).scalar()
-        busy_timeout = connection.execute(text("PRAGMA busy_timeout")).scalar()
+    connection = store._open()  # how every connection of the store is opened
+    synchronous = connection.execute("PRAGMA synchronous").fetchone()[0]
+    busy_timeout = connection.execute("PRAGMA busy_timeout").fetchone()[0]
+    connection.close()
     store.close()
     with sqlite3.connect(tmp_path / "p.db") as raw:
         journal_mode = raw.execute("PRAGMA journal_mode").fetchone()[0]
@@ -197,10 +198,11 @@ def test_an_older_schema_is_migrated_forward_on_open(tmp_path: Path) -> None:
     engine.dispose()
     store = FileStore(path)
     try:
-        store.remember_idempotent_job("usr-1", "key", "fp", "job-1", 0)
+        record = IdempotencyRecord("usr-1", "key", "fp", ("job-1",), 0)
+        store.insert_jobs([], record)
         assert (
             store.schema_version(),
-            store.idempotent_job("usr-1", "key"),
-        ) == (SCHEMA_VERSION, ("fp", "job-1"))
+            store.idempotency_record("usr-1", "key"),
+        ) == (SCHEMA_VERSION, record)
     finally:
         store.close()

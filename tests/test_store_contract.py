@@ -40,7 +40,7 @@ from moonrun.scheduling.jobs import (
 from moonrun.scheduling.records import Endpoint, Server, Session, User
 from moonrun.scheduling.retry import RetryPolicy
 from moonrun.scheduling.time import Instant
-from moonrun.store.protocol import Store
+from moonrun.store.protocol import IdempotencyRecord, Store
 from tests.stores import StoreFactory
 
 T0: Instant = 1_795_000_000_000
@@ -166,7 +166,7 @@ def insert_jobs(store: Store, *jobs: Job) -> None:
 
 def advance(store: Store, old: Job, new: Job) -> Job:
     """Replace `old` with `new` (which must succeed) and return `new`."""
-    assert store.replace_job(new, expected_version=old.version)
+    assert store.replace_job(new, expected=old)
     return new
 
 
@@ -272,7 +272,7 @@ def test_replace_job_with_stored_version_succeeds(store: Store) -> None:
     job = make_job()
     store.insert_job(job)
     claimed = accepted(job, at=T0 + 1_000)
-    assert store.replace_job(claimed, expected_version=job.version) is True
+    assert store.replace_job(claimed, expected=job) is True
     assert claimed == store.get_job(job.id)
 
 
@@ -282,14 +282,14 @@ def test_replace_job_with_stale_version_fails_and_changes_nothing(store: Store) 
     store.insert_job(job)
     claimed = advance(store, job, accepted(job, at=T0 + 1_000))
     late = replace(accepted(job, at=T0 + 2_000), lease_hash="lease-late")
-    assert store.replace_job(late, expected_version=job.version) is False
+    assert store.replace_job(late, expected=job) is False
     assert claimed == store.get_job(job.id)
 
 
 def test_replace_job_of_unknown_id_returns_false(store: Store) -> None:
     """Replacing a job that was never inserted returns False and creates nothing."""
     job = make_job("job-ghost")
-    assert store.replace_job(job, expected_version=job.version) is False
+    assert store.replace_job(job, expected=job) is False
     assert store.get_job("job-ghost") is None
 
 
@@ -302,7 +302,7 @@ def test_concurrent_replace_from_same_version_has_exactly_one_winner(store: Stor
 
     def attempt(candidate: Job) -> bool:
         barrier.wait()
-        return store.replace_job(candidate, expected_version=job.version)
+        return store.replace_job(candidate, expected=job)
 
     with ThreadPoolExecutor(max_workers=len(candidates)) as pool:
         outcomes = list(pool.map(attempt, candidates))
@@ -1017,10 +1017,17 @@ def test_web_sessions_find_their_user_until_they_expire(store: Store) -> None:
 
 
 def test_idempotency_keys_are_per_user_and_taken_once(store: Store) -> None:
-    """A key records one (fingerprint, job) per user; reusing it is AlreadyExists."""
-    store.remember_idempotent_job("usr-1", "key", "fp-1", "job-1", T0)
-    store.remember_idempotent_job("usr-2", "key", "fp-2", "job-2", T0)
-    assert store.idempotent_job("usr-1", "key") == ("fp-1", "job-1")
-    assert store.idempotent_job("usr-1", "other") is None
+    """A key records one (fingerprint, jobs) per user; reusing it is AlreadyExists and stores
+    none of the second request's jobs."""
+    first = IdempotencyRecord("usr-1", "key", "fp-1", ("job-1",), T0)
+    other_user = IdempotencyRecord("usr-2", "key", "fp-2", ("job-2", "job-3"), T0)
+    store.insert_jobs([make_job("job-1")], first)
+    store.insert_jobs([make_job("job-2"), make_job("job-3")], other_user)
+    assert store.idempotency_record("usr-1", "key") == first
+    assert store.idempotency_record("usr-2", "key") == other_user
+    assert store.idempotency_record("usr-1", "other") is None
     with pytest.raises(AlreadyExists):
-        store.remember_idempotent_job("usr-1", "key", "fp-3", "job-3", T0)
+        store.insert_jobs(
+            [make_job("job-4")], IdempotencyRecord("usr-1", "key", "fp-3", ("job-4",), T0)
+        )
+    assert store.get_job("job-4") is None

@@ -10,8 +10,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
-from typing import Any, TypeVar
+from dataclasses import dataclass, replace
+from typing import Any, Protocol, TypeVar
 
 from moonrun.clock import Clock
 from moonrun.errors import (
@@ -23,6 +23,7 @@ from moonrun.errors import (
     JobNotFound,
     JoinTokenInvalid,
     LeaseExpired,
+    MoonrunError,
     NotActive,
     NotFound,
     ReconcileRequired,
@@ -63,11 +64,58 @@ from moonrun.scheduling.time import Instant
 from moonrun.scheduling.views import EndpointView, endpoint_view
 from moonrun.security.access import can_manage_jobs, require, require_platform_admin
 from moonrun.security.tokens import JOIN_PREFIX, LEASE_PREFIX, TokenSource, b64url_decode
-from moonrun.store.protocol import Store
+from moonrun.store.protocol import IdempotencyRecord, Store
 
 T = TypeVar("T")
 
 MAX_PAGE = 200
+MAX_BATCH = 1000
+"""Most jobs one batch request may create, ack or finish."""
+
+
+class JobEvents(Protocol):
+    """Told about every job write this service made, once it is committed (so that waiting
+    claims and blocking reads can be answered at once)."""
+
+    def job_changed(self, job: Job, before: Job | None) -> None: ...
+
+
+class _NoEvents:
+    def job_changed(self, job: Job, before: Job | None) -> None:
+        """Nobody listens."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """One job a user asks for: what `create_job` takes, as a value (for batches)."""
+
+    kind: str
+    payload: JsonValue | None = None
+    max_attempts: int | None = None
+    backoff: Mapping[str, float] | None = None
+    not_before: Instant | None = None
+
+    def request(self, server_id: str) -> dict[str, Any]:
+        """The request as the idempotency fingerprint sees it."""
+        return {
+            "server_id": server_id,
+            "kind": self.kind,
+            "payload": self.payload,
+            "max_attempts": self.max_attempts,
+            "backoff": dict(self.backoff) if self.backoff is not None else None,
+            "not_before": self.not_before,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """What a claim granted, and what a waiting claim needs to know to wait well."""
+
+    jobs: list[ClaimedJob]
+    endpoint_id: str
+    next_claimable_at: Instant | None
+    """When nothing was granted with capacity free: when the endpoint's next waiting job
+    becomes claimable (None when it has none, or capacity is full)."""
 
 
 # -- the service -----------------------------------------------------------------------------
@@ -82,12 +130,18 @@ class SchedulingService:
         clock: Clock,
         tokens: TokenSource,
         settings: SchedulingSettings | None = None,
+        events: JobEvents | None = None,
     ) -> None:
         self._store = store
         self._clock = clock
         self._tokens = tokens
         self._settings = settings or SchedulingSettings()
         self._default_policy = self._settings.default_policy()
+        self._events: JobEvents = events or _NoEvents()
+
+    def listen(self, events: JobEvents) -> None:
+        """Tell `events` about every committed job write from now on (the HTTP app does)."""
+        self._events = events
 
     @property
     def settings(self) -> SchedulingSettings:
@@ -175,11 +229,11 @@ class SchedulingService:
     def authenticate_session(self, session_id: str) -> Session:
         """The caller's current, unexpired session; each call counts as activity."""
         now = self._clock.now()
-        session = self._store.get_session(session_id)
-        if session is None:
+        found = self._store.session_with_endpoint(session_id)
+        if found is None:
             raise SignatureInvalid("unknown session")
-        endpoint = self._store.get_endpoint(session.endpoint_id)
-        if endpoint is None or endpoint.current_session_id != session.id:
+        session, endpoint = found
+        if endpoint.current_session_id != session.id:
             raise SessionRotated()
         if now >= session.expires_at:
             raise SessionExpired()
@@ -292,13 +346,10 @@ class SchedulingService:
                 )
             elif fresh is not None and plan.lost:
                 updated = reconcile_domain.lose(fresh, caller, now=now, draw=self._tokens.draw())
-            if (
-                stored is not None
-                and updated is not None
-                and updated is not stored
-                and not self._store.replace_job(updated, stored.version)
-            ):
-                continue
+            if stored is not None and updated is not None and updated is not stored:
+                if not self._store.replace_job(updated, stored):
+                    continue
+                self._events.job_changed(updated, stored)
             report.add(plan, updated)
             return
         raise Contention()
@@ -319,6 +370,10 @@ class SchedulingService:
 
     def claim(self, session_id: str, max_jobs: int) -> list[ClaimedJob]:
         """Grant up to `max_jobs` eligible jobs (and no more than free capacity), oldest first."""
+        return self.claim_or_wait(session_id, max_jobs).jobs
+
+    def claim_or_wait(self, session_id: str, max_jobs: int) -> Claim:
+        """`claim`, and when nothing is granted, what a waiting claim should wait for."""
         session = self.authenticate_session(session_id)
         check_int("max_jobs", max_jobs, 1, 2**31)
         if session.reconciled_at is None:
@@ -329,11 +384,13 @@ class SchedulingService:
         )
         wanted = min(max_jobs, session.capacity - busy, self._settings.max_claim_batch)
         if wanted <= 0:
-            return []
+            return Claim([], session.endpoint_id, None)
         leases: dict[str, str] = {}
+        before: dict[str, Job] = {}
 
         def grant(job: Job) -> Job:
             leases[job.id] = self._tokens.token(LEASE_PREFIX)
+            before[job.id] = job
             return jobs_domain.claim(
                 job,
                 now=now,
@@ -343,7 +400,12 @@ class SchedulingService:
             )
 
         claimed = self._store.claim_jobs(session.endpoint_id, now, wanted, grant)
-        return [self._claimed(job, leases[job.id]) for job in claimed]
+        for job in claimed:
+            self._events.job_changed(job, before[job.id])
+        if claimed:
+            granted = [self._claimed(job, leases[job.id]) for job in claimed]
+            return Claim(granted, session.endpoint_id, None)
+        return Claim([], session.endpoint_id, self._store.next_claimable_at(session.endpoint_id))
 
     def _live(self, job: Job, now: Instant) -> bool:
         """False (after applying it) when an active job's deadline has already passed."""
@@ -376,6 +438,21 @@ class SchedulingService:
             ),
         )
 
+    def ack_many(
+        self, session_id: str, acks: Sequence[tuple[str, Evidence]]
+    ) -> list[AckAnswer | MoonrunError]:
+        """Several acks in one request and one commit; each answered as `ack` would."""
+        caller = self._caller(session_id)
+        self._check_batch(acks)
+        ttl = self._settings.lease_ttl_ms
+        evidence = dict(acks)
+        return self._apply_many(
+            [job_id for job_id, _ in acks],
+            lambda job, now, draw: messages.ack(
+                job, caller, evidence[job.id], now=now, lease_ttl_ms=ttl, draw=draw
+            ),
+        )
+
     def progress(
         self,
         session_id: str,
@@ -405,9 +482,13 @@ class SchedulingService:
 
     def cancel_poll(self, session_id: str, job_id: str, evidence: Evidence) -> CancelPollAnswer:
         caller = self._caller(session_id)
+        job = self._store.get_job(job_id)  # a poll seldom changes anything: read first
+        if job is None:
+            raise JobNotFound()
         return self._apply(
             job_id,
             lambda job, now, draw: messages.cancel_poll(job, caller, evidence, now=now, draw=draw),
+            job,
         )
 
     def result(
@@ -430,39 +511,110 @@ class SchedulingService:
             ),
         )
 
+    def result_many(
+        self, session_id: str, results: Sequence[tuple[str, Evidence, Mapping[str, Any]]]
+    ) -> list[ResultAnswer | MoonrunError]:
+        """Several results in one request and one commit; each answered as `result` would.
+
+        Each result mapping holds `outcome`, `retryable` and optionally `error` and `output`;
+        one that does not validate is refused alone (`invalid_request`).
+        """
+        caller = self._caller(session_id)
+        self._check_batch(results)
+        reported: dict[str, tuple[Evidence, RunResult]] = {}
+        refused: dict[str, MoonrunError] = {}
+        for job_id, evidence, fields in results:
+            try:
+                reported[job_id] = (
+                    evidence,
+                    RunResult.of(
+                        fields.get("outcome"),  # type: ignore[arg-type]
+                        fields.get("retryable"),  # type: ignore[arg-type]
+                        fields.get("error"),
+                        fields.get("output"),
+                    ),
+                )
+            except MoonrunError as error:
+                refused[job_id] = error
+
+        def decide(job: Job, now: Instant, draw: float) -> Decision[ResultAnswer]:
+            evidence, result = reported[job.id]
+            return messages.result(job, caller, evidence, result, now=now, draw=draw)
+
+        decided = self._apply_many(list(reported), decide)
+        answered = iter(decided)
+        return [
+            refused[job_id] if job_id in refused else next(answered) for job_id, _, _ in results
+        ]
+
+    def _check_batch(self, items: Sequence[Any]) -> None:
+        if not 1 <= len(items) <= MAX_BATCH:
+            raise InvalidRequest(f"a batch holds 1 to {MAX_BATCH} entries")
+
     def _caller(self, session_id: str) -> Caller:
         session = self.authenticate_session(session_id)
         return Caller(session.endpoint_id, session.generation)
 
-    def _apply(self, job_id: str, decide: Callable[[Job, Instant, float], Decision[T]]) -> T:
-        """Load, decide, compare-and-swap; a conflict starts over from a fresh read."""
-        for _ in range(self._settings.cas_retries):
-            job = self._store.get_job(job_id)
-            if job is None:
-                raise JobNotFound()
+    def _apply(
+        self,
+        job_id: str,
+        decide: Callable[[Job, Instant, float], Decision[T]],
+        job: Job | None = None,
+    ) -> T:
+        """Decide on the stored job and store the decision, atomically.
+
+        When `job` (just read) needs no change, its decision is answered without a write; a
+        decision that changes it is taken again under the store's write (`update_jobs`).
+        """
+        if job is not None:
             decision = decide(job, self._clock.now(), self._tokens.draw())
-            if decision.job is not job and not self._store.replace_job(decision.job, job.version):
+            if decision.job is job:
+                return _answer(decision)
+        answer = self._apply_many([job_id], decide)[0]
+        if isinstance(answer, MoonrunError):
+            raise answer
+        return answer
+
+    def _apply_many(
+        self, job_ids: Sequence[str], decide: Callable[[Job, Instant, float], Decision[T]]
+    ) -> list[T | MoonrunError]:
+        """Each job read, decided on and written in one atomic step of the store, all of them
+        committed together; each answered (or refused) exactly as alone."""
+        if len(set(job_ids)) != len(job_ids):
+            raise InvalidRequest("each job may appear only once in a batch")
+        decisions: dict[str, Decision[T]] = {}
+
+        def change(job: Job) -> Job:
+            decision = decide(job, self._clock.now(), self._tokens.draw())
+            decisions[job.id] = decision
+            return decision.job
+
+        done = self._store.update_jobs(job_ids, change)
+        answers: list[T | MoonrunError] = []
+        for job_id in job_ids:
+            if job_id not in done:
+                answers.append(JobNotFound())
                 continue
-            if decision.error is not None:
-                raise decision.error
-            assert decision.answer is not None
-            return decision.answer
-        raise Contention()
+            before, after = done[job_id]
+            if after is not before:
+                self._events.job_changed(after, before)
+            decision = decisions[job_id]
+            answers.append(decision.error if decision.error is not None else decision.answer)  # type: ignore[arg-type]
+        return answers
 
     def _apply_deadline(self, job_id: str, now: Instant) -> bool:
         """Apply a passed deadline to one job; True when this call changed it."""
-
-        def decide(job: Job, _: Instant, draw: float) -> Decision[bool]:
-            updated = jobs_domain.apply_due_deadline(job, now=now, draw=draw)
-            return Decision(updated, updated is not job)
-
-        return self._apply(job_id, decide)
+        return self._apply(job_id, _deadline_decision(now))
 
     def sweep(self, limit: int | None = None) -> int:
-        """Apply passed ack deadlines and execution leases, one bounded batch; returns count."""
+        """Apply passed ack deadlines and execution leases, one bounded batch in one commit;
+        returns how many jobs it changed."""
         now = self._clock.now()
         due = self._store.due_jobs(now, limit or self._settings.sweep_batch)
-        return sum(1 for job in due if self._apply_deadline(job.id, now))
+        if not due:
+            return 0
+        answers = self._apply_many([job.id for job in due], _deadline_decision(now))
+        return sum(1 for changed in answers if changed is True)
 
     # -- users ----------------------------------------------------------------------------------
 
@@ -483,49 +635,86 @@ class SchedulingService:
         With an `idempotency_key`, the same key and the same request give the same job again;
         the same key with a different request is `IdempotencyConflict`.
         """
-        server = self._server_for(actor, server_id)
+        spec = JobSpec(kind, payload, max_attempts, backoff, not_before)
+        return self._create(actor, server_id, [spec], idempotency_key, batch=False)[0]
 
-        def build(job_id: str) -> Job:
+    def create_jobs(
+        self,
+        actor: User,
+        server_id: str,
+        specs: Sequence[JobSpec],
+        *,
+        idempotency_key: str | None = None,
+    ) -> list[Job]:
+        """Queue several jobs for one server, all or none, in one commit.
+
+        With an `idempotency_key`, the same key and the same batch give the same jobs again.
+        """
+        self._check_batch(specs)
+        return self._create(actor, server_id, specs, idempotency_key, batch=True)
+
+    def _create(
+        self,
+        actor: User,
+        server_id: str,
+        specs: Sequence[JobSpec],
+        idempotency_key: str | None,
+        *,
+        batch: bool,
+    ) -> list[Job]:
+        server = self._server_for(actor, server_id)
+        now = self._clock.now()
+
+        def build(spec: JobSpec, job_id: str) -> Job:
             return jobs_domain.create_job(
                 job_id=job_id,
                 server_id=server.id,
                 endpoint_id=server.endpoint_id,
-                kind=kind,
-                payload=payload,
-                policy=self._policy(max_attempts, backoff),
-                now=self._clock.now(),
-                not_before=not_before,
+                kind=spec.kind,
+                payload=spec.payload,
+                policy=self._policy(spec.max_attempts, spec.backoff),
+                now=now,
+                not_before=spec.not_before,
             )
 
-        job = build(self._tokens.identifier("job_"))
-        if idempotency_key is None:
-            self._store.insert_job(job)
-            return job
-        checks.check_pattern("Idempotency-Key", idempotency_key, checks.IDEMPOTENCY_KEY_PATTERN)
-        request = {
-            "server_id": server.id,
-            "kind": kind,
-            "payload": payload,
-            "max_attempts": max_attempts,
-            "backoff": dict(backoff) if backoff is not None else None,
-            "not_before": not_before,
-        }
-        fingerprint = hashlib.sha256(
-            canonical_json(request, field="request", limit=1 << 20)
-        ).hexdigest()
+        jobs = [build(spec, self._tokens.identifier("job_")) for spec in specs]
+        record = None
+        if idempotency_key is not None:
+            checks.check_pattern("Idempotency-Key", idempotency_key, checks.IDEMPOTENCY_KEY_PATTERN)
+            requests: Any = [spec.request(server.id) for spec in specs]
+            fingerprint = hashlib.sha256(
+                canonical_json(
+                    {"batch": requests} if batch else requests[0],
+                    field="request",
+                    limit=MAX_BATCH << 16,
+                )
+            ).hexdigest()
+            ids = tuple(job.id for job in jobs)
+            record = IdempotencyRecord(actor.id, idempotency_key, fingerprint, ids, now)
         try:
-            self._store.remember_idempotent_job(
-                actor.id, idempotency_key, fingerprint, job.id, job.created_at
-            )
+            self._store.insert_jobs(jobs, record)
         except AlreadyExists:
-            remembered = self._store.idempotent_job(actor.id, idempotency_key)
-            assert remembered is not None
-            if remembered[0] != fingerprint:
+            if record is None:
+                raise
+            taken = self._store.idempotency_record(actor.id, record.key)
+            if taken is None:
+                raise
+            if taken.fingerprint != record.fingerprint:
                 raise IdempotencyConflict() from None
-            job = self._store.get_job(remembered[1]) or build(remembered[1])
-        with contextlib.suppress(AlreadyExists):  # the first request with this key did it
-            self._store.insert_job(job)
-        return job
+            found = self._store.get_jobs(taken.job_ids)
+            missing = [
+                build(spec, job_id)
+                for spec, job_id in zip(specs, taken.job_ids, strict=True)
+                if job_id not in found
+            ]
+            if missing:  # a key taken by an older moonrun that stopped before its insert
+                with contextlib.suppress(AlreadyExists):
+                    self._store.insert_jobs(missing)
+                found = self._store.get_jobs(taken.job_ids)
+            return [found[job_id] for job_id in taken.job_ids]
+        for job in jobs:
+            self._events.job_changed(job, None)
+        return jobs
 
     def _policy(self, max_attempts: int | None, backoff: Mapping[str, float] | None) -> RetryPolicy:
         default = self._default_policy
@@ -544,25 +733,25 @@ class SchedulingService:
 
     def get_job(self, actor: User, job_id: str) -> Job:
         """An accessible job, with any deadline that has passed applied first."""
-        self._accessible_job(actor, job_id)
+        job = self._accessible_job(actor, job_id)
         now = self._clock.now()
 
         def decide(job: Job, _: Instant, draw: float) -> Decision[Job]:
             updated = jobs_domain.apply_due_deadline(job, now=now, draw=draw)
             return Decision(updated, updated)
 
-        return self._apply(job_id, decide)
+        return self._apply(job_id, decide, job)
 
     def cancel_job(self, actor: User, job_id: str) -> CancelOutcome:
         """Persist a cancel intent (idempotent); waiting jobs end `cancelled` at once."""
-        self._accessible_job(actor, job_id)
+        stored = self._accessible_job(actor, job_id)
 
         def decide(job: Job, now: Instant, draw: float) -> Decision[Job]:
             current = jobs_domain.apply_due_deadline(job, now=now, draw=draw)
             updated = jobs_domain.request_cancel(current, user_id=actor.id, now=now)
             return Decision(updated, updated)
 
-        job = self._apply(job_id, decide)
+        job = self._apply(job_id, decide, stored)
         return CancelOutcome(job, jobs_domain.cancel_waits_on_run(job))
 
     def list_jobs(
@@ -609,3 +798,21 @@ class SchedulingService:
             raise NotFound("no such server")
         require(can_manage_jobs(actor, server))
         return server
+
+
+def _answer(decision: Decision[T]) -> T:
+    """The decision's answer, or its rejection raised."""
+    if decision.error is not None:
+        raise decision.error
+    assert decision.answer is not None
+    return decision.answer
+
+
+def _deadline_decision(now: Instant) -> Callable[[Job, Instant, float], Decision[bool]]:
+    """Apply a deadline passed by `now`; the answer says whether the job changed."""
+
+    def decide(job: Job, _: Instant, draw: float) -> Decision[bool]:
+        updated = jobs_domain.apply_due_deadline(job, now=now, draw=draw)
+        return Decision(updated, updated is not job)
+
+    return decide

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
-
-from sqlalchemy import RowMapping
 
 from moonrun.scheduling.jobs import (
     AttemptSummary,
@@ -27,7 +26,7 @@ from moonrun.scheduling.jobs import (
 from moonrun.scheduling.records import Endpoint, Server, Session, User
 from moonrun.scheduling.retry import RetryPolicy
 
-Row = RowMapping
+Row = Mapping[str, Any]
 
 
 def job_to_row(job: Job) -> dict[str, Any]:

@@ -6,14 +6,14 @@ import bisect
 import heapq
 import threading
 from collections import Counter
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 
 from moonrun.errors import AlreadyExists
 from moonrun.scheduling.jobs import Job, JobState
 from moonrun.scheduling.records import Endpoint, Server, Session, User
 from moonrun.scheduling.time import Instant
-from moonrun.store.protocol import JobCursor
+from moonrun.store.protocol import IdempotencyRecord, JobCursor
 
 _WaitKey = tuple[Instant, Instant, str]
 """(claimable_at, created_at, job id): the claim order."""
@@ -33,11 +33,14 @@ class _JobIndexes:
     waiting_key: dict[str, _WaitKey] = field(default_factory=dict)
     deadlines: list[tuple[Instant, str]] = field(default_factory=list)
     active: dict[str, set[str]] = field(default_factory=dict)
+    counts: Counter[JobState] = field(default_factory=Counter)
 
     def replace(self, old: Job | None, new: Job) -> None:
         live = self.waiting_key.get(new.id)
         if old is not None:
             self._remove(old)
+            self.counts[old.state] -= 1
+        self.counts[new.state] += 1
         if new.claimable_at is not None:
             key = (new.claimable_at, new.created_at, new.id)
             if live != key:  # an unchanged key keeps its heap entry
@@ -75,6 +78,13 @@ class _JobIndexes:
             heapq.heappush(heap, key)
         return [key[2] for key in taken]
 
+    def next_waiting(self, endpoint_id: str) -> Instant | None:
+        """The earliest claimable_at of the endpoint's waiting jobs."""
+        heap = self.waiting.get(endpoint_id, [])
+        while heap and self.waiting_key.get(heap[0][2]) != heap[0]:
+            heapq.heappop(heap)  # stale
+        return heap[0][0] if heap else None
+
 
 class MemoryStore:
     """Everything in dicts behind one lock; lost when the process ends."""
@@ -88,28 +98,64 @@ class MemoryStore:
         self._users: dict[str, User] = {}
         self._tokens: dict[str, str] = {}
         self._servers: dict[str, Server] = {}
-        self._idempotency: dict[tuple[str, str], tuple[str, str]] = {}
+        self._idempotency: dict[tuple[str, str], IdempotencyRecord] = {}
         self._web_sessions: dict[str, tuple[str, Instant]] = {}
 
     # -- jobs ----------------------------------------------------------------------------
     def get_job(self, job_id: str) -> Job | None:
         return self._jobs.get(job_id)
 
-    def insert_job(self, job: Job) -> None:
-        with self._lock:
-            if job.id in self._jobs:
-                raise AlreadyExists(f"job {job.id} already exists")
-            self._jobs[job.id] = job
-            self._index.replace(None, job)
+    def get_jobs(self, job_ids: Collection[str]) -> dict[str, Job]:
+        jobs = self._jobs
+        return {job_id: jobs[job_id] for job_id in job_ids if job_id in jobs}
 
-    def replace_job(self, job: Job, expected_version: int) -> bool:
+    def insert_job(self, job: Job) -> None:
+        self.insert_jobs([job])
+
+    def insert_jobs(
+        self, jobs: Sequence[Job], idempotency: IdempotencyRecord | None = None
+    ) -> None:
+        with self._lock:
+            ids = [job.id for job in jobs]
+            if len(set(ids)) != len(ids) or any(job_id in self._jobs for job_id in ids):
+                raise AlreadyExists("a job with that id already exists")
+            if idempotency is not None:
+                key = (idempotency.user_id, idempotency.key)
+                if key in self._idempotency:
+                    raise AlreadyExists("that Idempotency-Key was already used")
+                self._idempotency[key] = idempotency
+            for job in jobs:
+                self._jobs[job.id] = job
+                self._index.replace(None, job)
+
+    def replace_job(self, job: Job, expected: Job) -> bool:
         with self._lock:
             stored = self._jobs.get(job.id)
-            if stored is None or stored.version != expected_version:
+            if stored is None or stored.version != expected.version:
                 return False
             self._jobs[job.id] = job
             self._index.replace(stored, job)
             return True
+
+    def update_jobs(
+        self, job_ids: Sequence[str], change: Callable[[Job], Job]
+    ) -> dict[str, tuple[Job, Job]]:
+        with self._lock:
+            done: dict[str, tuple[Job, Job]] = {}
+            for job_id in job_ids:
+                stored = self._jobs.get(job_id)
+                if stored is None:
+                    continue
+                changed = change(stored)
+                if changed is not stored:
+                    self._jobs[job_id] = changed
+                    self._index.replace(stored, changed)
+                done[job_id] = (stored, changed)
+            return done
+
+    def replace_jobs(self, changes: Sequence[tuple[Job, Job]]) -> list[bool]:
+        with self._lock:
+            return [self.replace_job(job, expected) for job, expected in changes]
 
     def claimable_jobs(self, endpoint_id: str, now: Instant, limit: int) -> list[Job]:
         with self._lock:
@@ -126,6 +172,10 @@ class MemoryStore:
                 self._index.replace(job, granted)
             return [granted for _, granted in pairs]
 
+    def next_claimable_at(self, endpoint_id: str) -> Instant | None:
+        with self._lock:
+            return self._index.next_waiting(endpoint_id)
+
     def due_jobs(self, now: Instant, limit: int) -> list[Job]:
         with self._lock:
             found: list[Job] = []
@@ -141,7 +191,7 @@ class MemoryStore:
 
     def job_counts(self) -> dict[JobState, int]:
         with self._lock:
-            return dict(Counter(job.state for job in self._jobs.values()))
+            return {state: n for state, n in self._index.counts.items() if n}
 
     def list_jobs(
         self,
@@ -162,15 +212,7 @@ class MemoryStore:
         jobs.sort(key=lambda job: (job.created_at, job.id), reverse=True)
         return jobs[:limit]
 
-    def remember_idempotent_job(
-        self, user_id: str, key: str, fingerprint: str, job_id: str, at: Instant
-    ) -> None:
-        with self._lock:
-            if (user_id, key) in self._idempotency:
-                raise AlreadyExists("that Idempotency-Key was already used")
-            self._idempotency[(user_id, key)] = (fingerprint, job_id)
-
-    def idempotent_job(self, user_id: str, key: str) -> tuple[str, str] | None:
+    def idempotency_record(self, user_id: str, key: str) -> IdempotencyRecord | None:
         return self._idempotency.get((user_id, key))
 
     # -- endpoints and sessions ------------------------------------------------------------
@@ -212,6 +254,11 @@ class MemoryStore:
 
     def get_session(self, session_id: str) -> Session | None:
         return self._sessions.get(session_id)
+
+    def session_with_endpoint(self, session_id: str) -> tuple[Session, Endpoint] | None:
+        session = self._sessions.get(session_id)
+        endpoint = None if session is None else self._endpoints.get(session.endpoint_id)
+        return None if session is None or endpoint is None else (session, endpoint)
 
     def extend_session(self, session_id: str, seen_at: Instant, expires_at: Instant) -> None:
         with self._lock:

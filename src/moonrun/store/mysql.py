@@ -1,61 +1,183 @@
 """MySQLStore: MySQL 8.0+ or MariaDB 10.6+ through PyMySQL, for scale and several platforms.
 
-Transactions run at READ COMMITTED. Claims lock their candidates with
-`SELECT ... FOR UPDATE SKIP LOCKED`, so two platform processes claiming at once take
-different jobs and never grant one attempt twice; every other write is a compare-and-swap on
-`version`. Deadlocks (1213), lock wait timeouts (1205) and "record has changed" (1020) run the
-transaction again, a bounded number of times.
+Writes run at READ COMMITTED, one transaction per unit on a pooled connection. Claims lock
+their candidates with `SELECT ... FOR UPDATE SKIP LOCKED`, so two platform processes claiming
+at once take different jobs and never grant one attempt twice; every other job write is a
+compare-and-swap on `version`. Deadlocks (1213), lock wait timeouts (1205) and "record has
+changed" (1020) run the unit again, a bounded number of times. InnoDB itself shares one log
+flush among the transactions that commit at the same moment.
+
+Connections stay open between requests. A write connection idle for more than a second is
+pinged before use (a write is not repeated blindly: it might have been applied); a read that
+finds its connection dead is simply repeated once on a fresh one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, create_engine, text
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError
+from sqlalchemy.pool import NullPool
 
 from moonrun.errors import StoreUnavailable
-from moonrun.store.sql import SqlStore
+from moonrun.store.queries import COUNT_SHARDS, Queries
+from moonrun.store.sql import Cursor, SqlStore, duplicate
+
+T = TypeVar("T")
 
 RETRYABLE_CODES = frozenset({1213, 1205, 1020})
+CONNECTION_CODES = frozenset({2003, 2005, 2006, 2013, 2014, 2055})
 SCHEMA_LOCK = "moonrun_schema"
+PING_AFTER_IDLE_S = 1.0
+
+
+class _Pool:
+    """Open connections of one kind (reads or writes), reused most-recent first."""
+
+    def __init__(self, connect: Callable[[], Any]) -> None:
+        self._connect = connect
+        self._idle: list[tuple[Any, float]] = []
+        self._lock = threading.Lock()
+
+    def take(self) -> tuple[Any, float]:
+        """A connection and how long it sat idle (infinite for a new one)."""
+        with self._lock:
+            if self._idle:
+                connection, since = self._idle.pop()
+                return connection, time.monotonic() - since
+        return self._connect(), float("inf")
+
+    def give(self, connection: Any) -> None:
+        with self._lock:
+            self._idle.append((connection, time.monotonic()))
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for connection, _ in idle:
+            with contextlib.suppress(Exception):  # a dead connection has nothing to report
+                connection.close()
 
 
 class MySQLStore(SqlStore):
     """A store in one MySQL/MariaDB database, shared by any number of platform processes."""
 
-    skip_locked = True
+    count_shards = COUNT_SHARDS
     write_retries = 8
 
     def __init__(self, url: str, *, connect_timeout_s: int = 5) -> None:
         if importlib.util.find_spec("pymysql") is None:
             raise StoreUnavailable("MySQL stores need PyMySQL: pip install 'moonrun[mysql]'")
+        import pymysql  # type: ignore[import-untyped]
+
+        self._pymysql = pymysql
         self.url = _driver_url(url)
-        connect_args = {"connect_timeout": connect_timeout_s, "charset": "utf8mb4"}
-        # Writes check their connection first (a retried write could apply twice); reads skip
-        # the ping and the reset round trips, and are simply repeated on a dead connection.
-        writes = create_engine(
-            self.url,
-            isolation_level="READ COMMITTED",
-            pool_pre_ping=True,
-            pool_recycle=3600,
-            connect_args=connect_args,
+        super().__init__(Queries("mysql"), redact(url))
+        self._connect_timeout_s = connect_timeout_s
+        self._reads = _Pool(lambda: self._open(autocommit=True))
+        self._writes = _Pool(lambda: self._open(autocommit=False))
+        self._migrate(
+            create_engine(
+                self.url,
+                poolclass=NullPool,
+                isolation_level="READ COMMITTED",
+                connect_args={"connect_timeout": connect_timeout_s, "charset": "utf8mb4"},
+            )
         )
-        reads = create_engine(
-            self.url,
-            isolation_level="AUTOCOMMIT",
-            pool_reset_on_return=None,
-            pool_recycle=3600,
-            connect_args=connect_args,
-        )
-        super().__init__(writes, redact(url), read_engine=reads)
 
-    def _is_retryable(self, error: DBAPIError) -> bool:
-        return _mysql_code(error) in RETRYABLE_CODES
+    def _open(self, *, autocommit: bool) -> Any:
+        pymysql = self._pymysql
+        try:
+            return pymysql.connect(
+                host=self.url.host or "127.0.0.1",
+                port=self.url.port or 3306,
+                user=self.url.username or "",
+                password=self.url.password or "",
+                database=self.url.database,
+                charset="utf8mb4",
+                connect_timeout=self._connect_timeout_s,
+                autocommit=autocommit,
+                # rowcount counts rows matched, not only rows changed (compare-and-swap needs it)
+                client_flag=pymysql.constants.CLIENT.FOUND_ROWS,
+                init_command="SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+            )
+        except pymysql.MySQLError as error:
+            raise self._unavailable(error) from None
 
-    def _unavailable(self, error: SQLAlchemyError) -> StoreUnavailable:
-        code = _mysql_code(error) if isinstance(error, DBAPIError) else None
+    def _read(self, work: Callable[[Cursor], T]) -> T:
+        for attempt in (1, 2):
+            connection, _ = self._reads.take()
+            try:
+                with connection.cursor() as cursor:
+                    result = work(cursor)
+            except self._pymysql.MySQLError as error:
+                connection.close()
+                if attempt == 1 and _mysql_code(error) in CONNECTION_CODES:
+                    continue  # a dead pooled connection: a read is safe to repeat
+                raise self._unavailable(error) from None
+            except BaseException:
+                connection.close()
+                raise
+            self._reads.give(connection)
+            return result
+        raise AssertionError("unreachable")
+
+    def _write(self, work: Callable[[Cursor], T]) -> T:
+        pymysql = self._pymysql
+        for attempt in range(1, self.write_retries + 1):
+            connection = self._fresh_write_connection()
+            try:
+                with connection.cursor() as cursor:
+                    result = work(cursor)
+                connection.commit()
+            except pymysql.IntegrityError as error:
+                self._abandon(connection)
+                raise duplicate(error) from None
+            except pymysql.MySQLError as error:
+                self._abandon(connection)
+                if attempt < self.write_retries and _mysql_code(error) in RETRYABLE_CODES:
+                    # Capped, jittered backoff: the other transaction usually finishes quickly.
+                    time.sleep(min(0.2, 0.005 * 2**attempt) * random.random())
+                    continue
+                raise self._unavailable(error) from None
+            except BaseException:
+                self._abandon(connection)
+                raise
+            self._writes.give(connection)
+            return result
+        raise AssertionError("unreachable")
+
+    def _fresh_write_connection(self) -> Any:
+        """A pooled write connection, checked with a ping if it sat idle for a while."""
+        connection, idle_s = self._writes.take()
+        if idle_s <= PING_AFTER_IDLE_S:
+            return connection
+        try:
+            connection.ping()
+            return connection
+        except self._pymysql.MySQLError:
+            connection.close()
+            return self._open(autocommit=False)
+
+    def _abandon(self, connection: Any) -> None:
+        """Roll back and return the connection to the pool, or close it if it is broken."""
+        try:
+            connection.rollback()
+        except self._pymysql.MySQLError:
+            connection.close()
+            return
+        self._writes.give(connection)
+
+    def _unavailable(self, error: BaseException) -> StoreUnavailable:
+        code = _mysql_code(error)
         where = f"{self.url.host}:{self.url.port or 3306}"
         if code in (1044, 1045, 1698):
             return StoreUnavailable(
@@ -65,9 +187,10 @@ class MySQLStore(SqlStore):
             return StoreUnavailable(
                 f"MySQL at {where} has no database {self.url.database!r}; create it first"
             )
-        if code in (2003, 2005, 2006, 2013):
+        if code in CONNECTION_CODES:
             return StoreUnavailable(f"cannot reach MySQL at {where}: is the server running?")
-        detail = error.orig.args[-1] if isinstance(error, DBAPIError) and error.orig else error
+        args = getattr(error, "args", ())
+        detail = args[-1] if args else error
         return StoreUnavailable(f"store {self.description} failed: {detail}")
 
     def _lock_schema(self, connection: Connection) -> None:
@@ -78,6 +201,10 @@ class MySQLStore(SqlStore):
     def _unlock_schema(self, connection: Connection) -> None:
         connection.execute(text("SELECT RELEASE_LOCK(:name)"), {"name": SCHEMA_LOCK})
         connection.commit()
+
+    def close(self) -> None:
+        self._reads.close()
+        self._writes.close()
 
 
 def _driver_url(url: str) -> URL:
@@ -100,6 +227,6 @@ def redact(url: str) -> str:
         return "mysql://<unparseable URL>"
 
 
-def _mysql_code(error: DBAPIError) -> int | None:
-    args = getattr(error.orig, "args", ())
+def _mysql_code(error: BaseException) -> int | None:
+    args = getattr(error, "args", ())
     return args[0] if args and isinstance(args[0], int) else None

@@ -1,13 +1,15 @@
 """The narrow seam every store implements: records and compare-and-swap, no scheduling logic.
 
 Writes that may race use optimistic concurrency: `replace_*` stores the new record only when
-the stored `version` still equals `expected_version`, and returns False otherwise. Inserts of
-a duplicate id or unique name raise `AlreadyExists`.
+the stored `version` still equals the expected one, and returns False otherwise. Inserts of
+a duplicate id or unique name raise `AlreadyExists`. A method returns only once its write is
+committed (durable, for the file and MySQL stores).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from moonrun.scheduling.jobs import Job, JobState
@@ -18,14 +20,52 @@ JobCursor = tuple[Instant, str]
 """(created_at, id) of the last job of a page; listings continue strictly after it."""
 
 
+@dataclass(frozen=True, slots=True)
+class IdempotencyRecord:
+    """A user's Idempotency-Key, the fingerprint of the request that took it, and the jobs that
+    request made (one, or a batch in order)."""
+
+    user_id: str
+    key: str
+    fingerprint: str
+    job_ids: tuple[str, ...]
+    created_at: Instant
+
+
 class Store(Protocol):
     # -- jobs ----------------------------------------------------------------------------
     def get_job(self, job_id: str) -> Job | None: ...
 
+    def get_jobs(self, job_ids: Collection[str]) -> dict[str, Job]:
+        """The jobs of those ids that exist, by id."""
+        ...
+
     def insert_job(self, job: Job) -> None: ...
 
-    def replace_job(self, job: Job, expected_version: int) -> bool:
-        """Store `job` if the stored version is `expected_version`; False on conflict."""
+    def insert_jobs(
+        self, jobs: Sequence[Job], idempotency: IdempotencyRecord | None = None
+    ) -> None:
+        """Insert every job, and the idempotency record when given, atomically: when an id or
+        the key is taken, `AlreadyExists` and nothing is stored."""
+        ...
+
+    def replace_job(self, job: Job, expected: Job) -> bool:
+        """Store `job` if the stored record is still `expected` (same version); False on
+        conflict. Only what differs from `expected` needs writing."""
+        ...
+
+    def update_jobs(
+        self, job_ids: Sequence[str], change: Callable[[Job], Job]
+    ) -> dict[str, tuple[Job, Job]]:
+        """Read each job and store `change(job)` in its place, atomically per job, committed
+        together: no other write to the job comes between the read and the write. `change` must
+        return the job itself (nothing to store) or a record whose `version` is one above.
+        Answers (before, after) per job id found; unknown ids are left out."""
+        ...
+
+    def replace_jobs(self, changes: Sequence[tuple[Job, Job]]) -> list[bool]:
+        """`replace_job` for each (job, expected) pair, committed together; each pair wins or
+        loses its compare-and-swap on its own."""
         ...
 
     def claimable_jobs(self, endpoint_id: str, now: Instant, limit: int) -> list[Job]:
@@ -50,8 +90,13 @@ class Store(Protocol):
         """The endpoint's accepted/running jobs."""
         ...
 
+    def next_claimable_at(self, endpoint_id: str) -> Instant | None:
+        """The earliest `claimable_at` among the endpoint's waiting jobs, if any."""
+        ...
+
     def job_counts(self) -> dict[JobState, int]:
-        """How many jobs are in each state (states with none may be missing)."""
+        """How many jobs are in each state (states with none may be missing); its cost does not
+        grow with the number of jobs."""
         ...
 
     def list_jobs(
@@ -66,15 +111,8 @@ class Store(Protocol):
         `server_ids=None` means every server."""
         ...
 
-    def remember_idempotent_job(
-        self, user_id: str, key: str, fingerprint: str, job_id: str, at: Instant
-    ) -> None:
-        """Record that `key` of `user_id` made `job_id` from a request with `fingerprint`;
-        `AlreadyExists` when the key is taken."""
-        ...
-
-    def idempotent_job(self, user_id: str, key: str) -> tuple[str, str] | None:
-        """(request fingerprint, job id) recorded for the user's key, if any."""
+    def idempotency_record(self, user_id: str, key: str) -> IdempotencyRecord | None:
+        """What the user's Idempotency-Key was taken for, if it was."""
         ...
 
     # -- endpoints and sessions ------------------------------------------------------------
@@ -91,6 +129,10 @@ class Store(Protocol):
     def insert_session(self, session: Session) -> None: ...
 
     def get_session(self, session_id: str) -> Session | None: ...
+
+    def session_with_endpoint(self, session_id: str) -> tuple[Session, Endpoint] | None:
+        """The session and its endpoint, read together (every signed request needs both)."""
+        ...
 
     def extend_session(self, session_id: str, seen_at: Instant, expires_at: Instant) -> None:
         """Record a request: set `last_seen_at` and `expires_at` only when `expires_at` is later

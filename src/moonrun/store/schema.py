@@ -23,6 +23,8 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    inspect,
+    text,
 )
 
 ID = String(64)
@@ -103,8 +105,10 @@ jobs = Table(
     Column("history_json", Text, nullable=False),
     Index("ix_jobs_claim", "endpoint_id", "claimable_at", "created_at", "id"),
     Index("ix_jobs_active", "endpoint_id", "state"),
-    Index("ix_jobs_deadline", "deadline_at"),
+    Index("ix_jobs_due", "deadline_at", "id"),
     Index("ix_jobs_server_listing", "server_id", "created_at", "id"),
+    Index("ix_jobs_server_state_listing", "server_id", "state", "created_at", "id"),
+    Index("ix_jobs_state_listing", "state", "created_at", "id"),
     Index("ix_jobs_listing", "created_at", "id"),
     **TABLE_OPTIONS,
 )
@@ -193,6 +197,7 @@ idempotency_keys = Table(
     Column("fingerprint", HASH, nullable=False),
     Column("job_id", ID, nullable=False),
     Column("created_at", BigInteger, nullable=False),
+    Column("job_ids_json", Text),
     **TABLE_OPTIONS,
 )
 
@@ -207,8 +212,19 @@ web_sessions = Table(
     **TABLE_OPTIONS,
 )
 
+job_counts = Table(
+    "job_counts",
+    metadata,
+    Column("state", String(16), primary_key=True),
+    Column("shard", Integer, primary_key=True, autoincrement=False),
+    Column("n", BigInteger, nullable=False),
+    **TABLE_OPTIONS,
+)
+"""How many jobs are in each state: the sum of `n` over a state's shards. Kept by the stores in
+the transaction of every job write, so `/metrics` never counts the jobs table itself."""
+
 V1_TABLES: Final = (jobs, endpoints, sessions, users, api_tokens, servers, server_admins)
-DATA_TABLES: Final = (*V1_TABLES, idempotency_keys, web_sessions)
+DATA_TABLES: Final = (*V1_TABLES, idempotency_keys, web_sessions, job_counts)
 
 
 def _create_v1(connection: Connection) -> None:
@@ -223,11 +239,55 @@ def _web_sessions_v3(connection: Connection) -> None:
     web_sessions.create(connection)
 
 
+def _scale_v4(connection: Connection) -> None:
+    """Listing indexes by state, the due index ordered like the sweeper's query, idempotent
+    batches, and the per-state job counts (filled once from the jobs table)."""
+    inspector = inspect(connection)
+    if "job_ids_json" not in {c["name"] for c in inspector.get_columns("idempotency_keys")}:
+        connection.execute(text("ALTER TABLE idempotency_keys ADD COLUMN job_ids_json TEXT"))
+    present = {index["name"] for index in inspector.get_indexes("jobs")}
+    if "ix_jobs_deadline" in present:
+        Index("ix_jobs_deadline", jobs.c.deadline_at).drop(connection)
+    for index in jobs.indexes:
+        if index.name not in present:
+            index.create(connection)
+    job_counts.create(connection)
+    connection.execute(
+        text(
+            "INSERT INTO job_counts (state, shard, n) "
+            "SELECT state, 0, COUNT(*) FROM jobs GROUP BY state"
+        )
+    )
+    if connection.dialect.name == "sqlite":
+        for trigger in SQLITE_COUNT_TRIGGERS:
+            connection.execute(text(trigger))
+
+
+_COUNT_UP = (
+    "INSERT INTO job_counts (state, shard, n) VALUES (NEW.state, 0, 1) "
+    "ON CONFLICT (state, shard) DO UPDATE SET n = n + 1;"
+)
+_COUNT_DOWN = "UPDATE job_counts SET n = n - 1 WHERE state = OLD.state AND shard = 0;"
+SQLITE_COUNT_TRIGGERS: Final = (
+    f"CREATE TRIGGER jobs_counted_insert AFTER INSERT ON jobs BEGIN {_COUNT_UP} END",
+    "CREATE TRIGGER jobs_counted_update AFTER UPDATE OF state ON jobs "
+    f"WHEN OLD.state <> NEW.state BEGIN {_COUNT_DOWN} {_COUNT_UP} END",
+    f"CREATE TRIGGER jobs_counted_delete AFTER DELETE ON jobs BEGIN {_COUNT_DOWN} END",
+)
+"""SQLite keeps `job_counts` by triggers, inside the statement that changes a job (no extra
+statement per write). MySQL stores count in the same transaction instead (`SqlStore._count`),
+since creating triggers there needs privileges an operator may not grant."""
+
+
 MIGRATIONS: Final[Sequence[Callable[[Connection], None]]] = (
     _create_v1,
     _idempotency_keys_v2,
     _web_sessions_v3,
+    _scale_v4,
 )
-"""Migration n (1-based) brings the schema from version n-1 to n; never edit a shipped one."""
+"""Migration n (1-based) brings the schema from version n-1 to n; never edit a shipped one.
+
+The first three create tables from their current definitions, so a later migration must
+accept finding its change already made on a store created after it was written."""
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

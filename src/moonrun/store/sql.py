@@ -1,132 +1,111 @@
-"""SqlStore: the Store seam over SQLAlchemy Core, shared by FileStore and MySQLStore.
+"""SqlStore: the Store seam over plain DB-API cursors, shared by FileStore and MySQLStore.
 
-Subclasses supply the engine and say how writes are serialised: SQLite takes the write lock up
-front (`BEGIN IMMEDIATE`), MySQL locks claim candidates with `FOR UPDATE SKIP LOCKED` and
-retries deadlocks. Everything else (queries, compare-and-swap, codecs) is here, once.
+Every statement is text rendered once per dialect (`store/queries.py`) and run on a DB-API
+cursor the subclass lends: `_read` for queries, `_write` for one atomic unit of writes.
+Subclasses own their connections and say how writes are committed (SQLite: group commit on
+one writer connection; MySQL: a transaction per unit on pooled connections). The schema and
+its migrations stay SQLAlchemy Core (`store/schema.py`), run once at open.
 """
 
 from __future__ import annotations
 
+import heapq
+import json
 import random
-import time
-from collections.abc import Callable, Collection
-from contextlib import AbstractContextManager, nullcontext
-from typing import Any, TypeVar
+from collections import Counter
+from collections.abc import Callable, Collection, Iterable, Sequence
+from typing import Any, Protocol, TypeVar
 
-from sqlalchemy import (
-    Connection,
-    Engine,
-    Select,
-    and_,
-    delete,
-    func,
-    insert,
-    or_,
-    select,
-    update,
-)
-from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
+from sqlalchemy import Connection, Engine, insert, select, update
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from moonrun.errors import AlreadyExists, SchemaTooNew, StoreUnavailable
 from moonrun.scheduling.jobs import Job, JobState
 from moonrun.scheduling.records import Endpoint, Server, Session, User
 from moonrun.scheduling.time import Instant
 from moonrun.store import codec
-from moonrun.store.protocol import JobCursor
-from moonrun.store.schema import (
-    MIGRATIONS,
-    SCHEMA_VERSION,
-    api_tokens,
-    endpoints,
-    idempotency_keys,
-    jobs,
-    schema_version,
-    server_admins,
-    servers,
-    sessions,
-    users,
-    web_sessions,
+from moonrun.store.protocol import IdempotencyRecord, JobCursor
+from moonrun.store.queries import (
+    ENDPOINT_COLUMNS,
+    JOB_COLUMNS,
+    SERVER_COLUMNS,
+    SESSION_COLUMNS,
+    USER_COLUMNS,
+    Queries,
 )
+from moonrun.store.schema import MIGRATIONS, SCHEMA_VERSION, schema_version
 
 T = TypeVar("T")
 
-ACTIVE_STATES = (JobState.ACCEPTED.value, JobState.RUNNING.value)
-WRITE = {"moonrun_write": True}
-"""Execution option marking a connection whose transaction will write."""
+Row = Sequence[Any]
+
+
+class Cursor(Protocol):
+    """The part of a DB-API cursor the stores use (sqlite3 and PyMySQL both fit)."""
+
+    @property
+    def rowcount(self) -> int: ...
+
+    def execute(self, sql: str, parameters: Any = ..., /) -> Any: ...
+
+    def executemany(self, sql: str, parameters: Iterable[Any], /) -> Any: ...
+
+    def fetchall(self) -> Sequence[Row]: ...
+
+    def fetchone(self) -> Row | None: ...
+
+
+def _job(row: Row) -> Job:
+    return codec.row_to_job(dict(zip(JOB_COLUMNS, row, strict=True)))
+
+
+def _job_and_row(row: Row) -> tuple[Job, dict[str, Any]]:
+    mapping = dict(zip(JOB_COLUMNS, row, strict=True))
+    return codec.row_to_job(mapping), mapping
+
+
+def _endpoint(row: Row) -> Endpoint:
+    return codec.row_to_endpoint(dict(zip(ENDPOINT_COLUMNS, row, strict=True)))
+
+
+def _session(row: Row) -> Session:
+    return codec.row_to_session(dict(zip(SESSION_COLUMNS, row, strict=True)))
+
+
+def _user(row: Row) -> User:
+    return codec.row_to_user(dict(zip(USER_COLUMNS, row, strict=True)))
 
 
 class SqlStore:
     """A Store over one SQL database; see FileStore and MySQLStore for the two dialects."""
 
-    skip_locked = False
-    """Lock claim candidates with FOR UPDATE SKIP LOCKED (MySQL) rather than relying on a
-    store-wide write lock (SQLite)."""
-    write_retries = 1
-    """How many times a write transaction runs before a retryable database error is final."""
-    _write_lock: AbstractContextManager[Any] = nullcontext()
-    """Held around every write transaction of this process (FileStore: one writer at a time)."""
+    count_shards = 1
+    """How many rows each state's job count is spread over (see `queries.COUNT_SHARDS`)."""
+    counted_by_triggers = False
+    """The database keeps `job_counts` itself (SQLite's triggers), so writes need not."""
 
-    def __init__(self, engine: Engine, description: str, read_engine: Engine | None = None):
-        self._engine = engine
-        self._read_engine = read_engine or engine
+    def __init__(self, queries: Queries, description: str) -> None:
+        self._sql = queries
         self._description = description
-        try:
-            self._migrate()
-        except BaseException:
-            self.close()
-            raise
 
     @property
     def description(self) -> str:
         """Where the store is, without credentials."""
         return self._description
 
-    # -- plumbing --------------------------------------------------------------------------
+    # -- what a dialect supplies -------------------------------------------------------------
 
-    def _is_retryable(self, error: DBAPIError) -> bool:
-        """True for database errors worth running the transaction again for."""
-        return False
+    def _read(self, work: Callable[[Cursor], T]) -> T:
+        """Run read-only `work` on a cursor of a read connection."""
+        raise NotImplementedError
 
-    def _unavailable(self, error: SQLAlchemyError) -> StoreUnavailable:
+    def _write(self, work: Callable[[Cursor], T]) -> T:
+        """Run `work` as one atomic unit and return its result once it is committed."""
+        raise NotImplementedError
+
+    def _unavailable(self, error: BaseException) -> StoreUnavailable:
         """A one-line, credential-free explanation of a database failure."""
-        detail = error.orig if isinstance(error, DBAPIError) else error
-        return StoreUnavailable(f"store {self._description} failed: {detail}")
-
-    def _query(self, work: Callable[[Connection], T]) -> T:
-        """Run read-only `work`; once more on a fresh connection if the old one was dead."""
-        for attempt in (1, 2):
-            try:
-                with self._read_engine.connect() as connection:
-                    return work(connection)
-            except DBAPIError as error:
-                if attempt == 1 and error.connection_invalidated:
-                    continue  # the pool dropped the dead connection; a read is safe to repeat
-                raise self._unavailable(error) from None
-            except SQLAlchemyError as error:
-                raise self._unavailable(error) from None
-        raise AssertionError("unreachable")
-
-    def _transact(self, work: Callable[[Connection], T]) -> T:
-        """Run `work` in one write transaction, again on retryable errors (bounded)."""
-        for attempt in range(1, self.write_retries + 1):
-            try:
-                with (
-                    self._write_lock,
-                    self._engine.connect().execution_options(**WRITE) as connection,
-                    connection.begin(),
-                ):
-                    return work(connection)
-            except IntegrityError as error:
-                raise AlreadyExists(_duplicate_message(error)) from None
-            except DBAPIError as error:
-                if attempt < self.write_retries and self._is_retryable(error):
-                    # Capped, jittered backoff: the other transaction usually finishes quickly.
-                    time.sleep(min(0.2, 0.005 * 2**attempt) * random.random())
-                    continue
-                raise self._unavailable(error) from None
-            except SQLAlchemyError as error:
-                raise self._unavailable(error) from None
-        raise AssertionError("unreachable")
+        return StoreUnavailable(f"store {self._description} failed: {error}")
 
     def _lock_schema(self, connection: Connection) -> None:
         """Serialise migrations between processes (the write transaction does it for SQLite)."""
@@ -134,10 +113,12 @@ class SqlStore:
     def _unlock_schema(self, connection: Connection) -> None:
         """Undo `_lock_schema`."""
 
-    def _migrate(self) -> None:
-        """Bring the schema up to SCHEMA_VERSION; refuse a newer one."""
+    # -- schema ------------------------------------------------------------------------------
+
+    def _migrate(self, engine: Engine) -> None:
+        """Bring the schema up to SCHEMA_VERSION through `engine`; refuse a newer one."""
         try:
-            with self._engine.connect().execution_options(**WRITE) as connection:
+            with engine.connect().execution_options(moonrun_write=True) as connection:
                 self._lock_schema(connection)
                 try:
                     with connection.begin():
@@ -145,7 +126,11 @@ class SqlStore:
                 finally:
                     self._unlock_schema(connection)
         except SQLAlchemyError as error:
-            raise self._unavailable(error) from None
+            raise self._unavailable(
+                error.orig if isinstance(error, DBAPIError) and error.orig else error
+            ) from None
+        finally:
+            engine.dispose()
 
     def _apply_migrations(self, connection: Connection) -> None:
         schema_version.create(connection, checkfirst=True)
@@ -163,83 +148,179 @@ class SqlStore:
             connection.execute(update(schema_version).values(version=number))
 
     def schema_version(self) -> int:
-        query = select(schema_version.c.version)
-        return self._query(lambda c: int(c.execute(query).scalar_one()))
+        def work(cursor: Cursor) -> int:
+            cursor.execute(self._sql.schema_version)
+            row = cursor.fetchone()
+            assert row is not None
+            return int(row[0])
 
-    def close(self) -> None:
-        self._engine.dispose()
-        self._read_engine.dispose()
+        return self._read(work)
 
-    # -- jobs ----------------------------------------------------------------------------
+    # -- reading helpers ---------------------------------------------------------------------
 
-    def _jobs(self, query: Select[Any]) -> list[Job]:
-        return self._query(lambda c: [codec.row_to_job(row) for row in c.execute(query).mappings()])
+    def _rows(self, sql: str, parameters: dict[str, Any]) -> Sequence[Row]:
+        def work(cursor: Cursor) -> Sequence[Row]:
+            cursor.execute(sql, parameters)
+            return cursor.fetchall()
 
-    def get_job(self, job_id: str) -> Job | None:
-        found = self._jobs(select(jobs).where(jobs.c.id == job_id))
-        return found[0] if found else None
+        return self._read(work)
+
+    def _jobs(self, sql: str, parameters: dict[str, Any]) -> list[Job]:
+        return [_job(row) for row in self._rows(sql, parameters)]
+
+    def _one(self, sql: str, parameters: dict[str, Any], make: Callable[[Row], T]) -> T | None:
+        rows = self._rows(sql, parameters)
+        return make(rows[0]) if rows else None
+
+    # -- jobs: writing -----------------------------------------------------------------------
+
+    def _count(self, cursor: Cursor, deltas: Counter[str]) -> None:
+        """Apply per-state count changes in the current unit, on one of the count shards."""
+        if self.counted_by_triggers:
+            return
+        shard = random.randrange(self.count_shards) if self.count_shards > 1 else 0
+        changes = [
+            {"state": state, "shard": shard, "delta": delta}
+            for state, delta in sorted(deltas.items())
+            if delta
+        ]
+        if changes:
+            cursor.executemany(self._sql.count_delta, changes)
+
+    def _cas(
+        self,
+        cursor: Cursor,
+        job: Job,
+        expected: Job,
+        deltas: Counter[str],
+        old: dict[str, Any] | None = None,
+    ) -> bool:
+        """One compare-and-swap on version, writing only the columns that changed (`old` is
+        `expected` as a row, when it was just read)."""
+        new = codec.job_to_row(job)
+        if old is None:
+            old = codec.job_to_row(expected)
+        changed = tuple(name for name in JOB_COLUMNS if name == "version" or new[name] != old[name])
+        parameters = {name: new[name] for name in changed}
+        parameters["id"] = job.id
+        parameters["expected_version"] = expected.version
+        cursor.execute(self._sql.update_job(changed), parameters)
+        if cursor.rowcount != 1:
+            return False
+        if job.state is not expected.state:
+            deltas[expected.state.value] -= 1
+            deltas[job.state.value] += 1
+        return True
 
     def insert_job(self, job: Job) -> None:
-        self._transact(lambda c: c.execute(insert(jobs).values(codec.job_to_row(job))))
+        self.insert_jobs([job])
 
-    def replace_job(self, job: Job, expected_version: int) -> bool:
-        statement = (
-            update(jobs)
-            .where(jobs.c.id == job.id, jobs.c.version == expected_version)
-            .values(codec.job_to_row(job))
-        )
-        return self._transact(lambda c: c.execute(statement).rowcount == 1)
+    def insert_jobs(
+        self, jobs: Sequence[Job], idempotency: IdempotencyRecord | None = None
+    ) -> None:
+        rows = [codec.job_to_row(job) for job in jobs]
+        deltas = Counter(job.state.value for job in jobs)
 
-    def _claimable(self, endpoint_id: str, now: Instant, limit: int) -> Select[Any]:
-        return (
-            select(jobs)
-            .where(jobs.c.endpoint_id == endpoint_id, jobs.c.claimable_at <= now)
-            .order_by(jobs.c.claimable_at, jobs.c.created_at, jobs.c.id)
-            .limit(limit)
-        )
+        def work(cursor: Cursor) -> None:
+            if idempotency is not None:
+                cursor.execute(self._sql.remember_idempotent, _idempotency_row(idempotency))
+            if len(rows) == 1:
+                cursor.execute(self._sql.insert_job, rows[0])
+            elif rows:
+                cursor.executemany(self._sql.insert_job, rows)
+            self._count(cursor, deltas)
 
-    def claimable_jobs(self, endpoint_id: str, now: Instant, limit: int) -> list[Job]:
-        return self._jobs(self._claimable(endpoint_id, now, limit))
+        self._write(work)
+
+    def replace_job(self, job: Job, expected: Job) -> bool:
+        return self.replace_jobs([(job, expected)])[0]
+
+    def replace_jobs(self, changes: Sequence[tuple[Job, Job]]) -> list[bool]:
+        def work(cursor: Cursor) -> list[bool]:
+            deltas: Counter[str] = Counter()
+            won = [self._cas(cursor, job, expected, deltas) for job, expected in changes]
+            self._count(cursor, deltas)
+            return won
+
+        return self._write(work) if changes else []
+
+    def update_jobs(
+        self, job_ids: Sequence[str], change: Callable[[Job], Job]
+    ) -> dict[str, tuple[Job, Job]]:
+        ids = list(dict.fromkeys(job_ids))
+
+        def work(cursor: Cursor) -> dict[str, tuple[Job, Job]]:
+            done: dict[str, tuple[Job, Job]] = {}
+            deltas: Counter[str] = Counter()
+            for start in range(0, len(ids), 500):
+                chunk = ids[start : start + 500]
+                parameters = {f"id{n}": job_id for n, job_id in enumerate(chunk)}
+                cursor.execute(self._sql.get_jobs_locked(len(chunk)), parameters)
+                for stored, row in [_job_and_row(row) for row in cursor.fetchall()]:
+                    changed = change(stored)
+                    if changed is not stored and not self._cas(
+                        cursor, changed, stored, deltas, row
+                    ):
+                        raise AssertionError(f"job {stored.id} changed under its row lock")
+                    done[stored.id] = (stored, changed)
+            self._count(cursor, deltas)
+            return done
+
+        return self._write(work) if ids else {}
 
     def claim_jobs(
         self, endpoint_id: str, now: Instant, limit: int, grant: Callable[[Job], Job]
     ) -> list[Job]:
-        query = self._claimable(endpoint_id, now, limit)
-        if self.skip_locked:
-            query = query.with_for_update(skip_locked=True)
+        parameters = {"endpoint_id": endpoint_id, "now": now, "limit": limit}
 
-        def work(connection: Connection) -> list[Job]:
+        def work(cursor: Cursor) -> list[Job]:
+            # Inside the write transaction: SQLite holds the one write lock, MySQL locks the
+            # candidates (skipping rows another platform is claiming right now).
+            cursor.execute(self._sql.claimable_locked, parameters)
+            candidates = [_job_and_row(row) for row in cursor.fetchall()]
+            deltas: Counter[str] = Counter()
             claimed = []
-            for row in connection.execute(query).mappings().all():
-                job = codec.row_to_job(row)
+            for job, row in candidates:
                 granted = grant(job)
-                statement = (
-                    update(jobs)
-                    .where(jobs.c.id == job.id, jobs.c.version == job.version)
-                    .values(codec.job_to_row(granted))
-                )
-                if connection.execute(statement).rowcount == 1:
+                if self._cas(cursor, granted, job, deltas, row):
                     claimed.append(granted)
+            self._count(cursor, deltas)
             return claimed
 
-        return self._transact(work)
+        return self._write(work)
+
+    # -- jobs: reading -----------------------------------------------------------------------
+
+    def get_job(self, job_id: str) -> Job | None:
+        return self._one(self._sql.get_job, {"id": job_id}, _job)
+
+    def get_jobs(self, job_ids: Collection[str]) -> dict[str, Job]:
+        found: dict[str, Job] = {}
+        ids = list(dict.fromkeys(job_ids))
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            parameters = {f"id{n}": job_id for n, job_id in enumerate(chunk)}
+            for job in self._jobs(self._sql.get_jobs(len(chunk)), parameters):
+                found[job.id] = job
+        return found
+
+    def claimable_jobs(self, endpoint_id: str, now: Instant, limit: int) -> list[Job]:
+        parameters = {"endpoint_id": endpoint_id, "now": now, "limit": limit}
+        return self._jobs(self._sql.claimable, parameters)
+
+    def next_claimable_at(self, endpoint_id: str) -> Instant | None:
+        rows = self._rows(self._sql.next_claimable, {"endpoint_id": endpoint_id})
+        return None if not rows or rows[0][0] is None else int(rows[0][0])
 
     def due_jobs(self, now: Instant, limit: int) -> list[Job]:
-        return self._jobs(
-            select(jobs)
-            .where(jobs.c.deadline_at <= now)
-            .order_by(jobs.c.deadline_at, jobs.c.id)
-            .limit(limit)
-        )
+        return self._jobs(self._sql.due, {"now": now, "limit": limit})
 
     def active_jobs(self, endpoint_id: str) -> list[Job]:
-        return self._jobs(
-            select(jobs).where(jobs.c.endpoint_id == endpoint_id, jobs.c.state.in_(ACTIVE_STATES))
-        )
+        return self._jobs(self._sql.active, {"endpoint_id": endpoint_id})
 
     def job_counts(self) -> dict[JobState, int]:
-        query = select(jobs.c.state, func.count()).group_by(jobs.c.state)
-        return self._query(lambda c: {JobState(state): n for state, n in c.execute(query)})
+        rows = self._rows(self._sql.counts, {})
+        return {JobState(state): int(n) for state, n in rows if n}
 
     def list_jobs(
         self,
@@ -249,126 +330,102 @@ class SqlStore:
         limit: int,
         after: JobCursor | None = None,
     ) -> list[Job]:
-        if server_ids is not None and not server_ids:
-            return []
-        query = select(jobs)
-        if server_ids is not None:
-            query = query.where(jobs.c.server_id.in_(list(server_ids)))
+        parameters: dict[str, Any] = {"limit": limit}
         if state is not None:
-            query = query.where(jobs.c.state == state.value)
+            parameters["state"] = state.value
         if after is not None:
-            created_at, job_id = after
-            query = query.where(
-                or_(
-                    jobs.c.created_at < created_at,
-                    and_(jobs.c.created_at == created_at, jobs.c.id < job_id),
-                )
-            )
-        return self._jobs(query.order_by(jobs.c.created_at.desc(), jobs.c.id.desc()).limit(limit))
+            parameters["after_created"], parameters["after_id"] = after
+        if server_ids is None:
+            sql = self._sql.list_jobs(False, state is not None, after is not None)
+            return self._jobs(sql, parameters)
+        # One index walk per server, merged: each stops after `limit` rows, so a page costs
+        # the same however many jobs the servers hold.
+        sql = self._sql.list_jobs(True, state is not None, after is not None)
+        pages = [
+            self._jobs(sql, {**parameters, "server_id": server_id})
+            for server_id in dict.fromkeys(server_ids)
+        ]
+        merged = heapq.merge(*pages, key=lambda job: (job.created_at, job.id), reverse=True)
+        return [job for _, job in zip(range(limit), merged, strict=False)]
 
-    def remember_idempotent_job(
-        self, user_id: str, key: str, fingerprint: str, job_id: str, at: Instant
-    ) -> None:
-        row = {
-            "user_id": user_id,
-            "idempotency_key": key,
-            "fingerprint": fingerprint,
-            "job_id": job_id,
-            "created_at": at,
-        }
-        self._transact(lambda c: c.execute(insert(idempotency_keys).values(row)))
-
-    def idempotent_job(self, user_id: str, key: str) -> tuple[str, str] | None:
-        query = select(idempotency_keys.c.fingerprint, idempotency_keys.c.job_id).where(
-            idempotency_keys.c.user_id == user_id, idempotency_keys.c.idempotency_key == key
-        )
-        row = self._query(lambda c: c.execute(query).first())
-        return None if row is None else (row[0], row[1])
+    def idempotency_record(self, user_id: str, key: str) -> IdempotencyRecord | None:
+        rows = self._rows(self._sql.idempotent, {"user_id": user_id, "idempotency_key": key})
+        if not rows:
+            return None
+        fingerprint, job_id, job_ids_json, created_at = rows[0]
+        job_ids = tuple(json.loads(job_ids_json)) if job_ids_json else (job_id,)
+        return IdempotencyRecord(user_id, key, fingerprint, job_ids, int(created_at))
 
     # -- endpoints and sessions ------------------------------------------------------------
 
-    def _endpoints(self, query: Select[Any]) -> list[Endpoint]:
-        return self._query(
-            lambda c: [codec.row_to_endpoint(row) for row in c.execute(query).mappings()]
-        )
-
     def insert_endpoint(self, endpoint: Endpoint) -> None:
         row = codec.endpoint_to_row(endpoint)
-        self._transact(lambda c: c.execute(insert(endpoints).values(row)))
+        self._write(lambda cursor: cursor.execute(self._sql.insert_endpoint, row))
 
     def get_endpoint(self, endpoint_id: str) -> Endpoint | None:
-        found = self._endpoints(select(endpoints).where(endpoints.c.id == endpoint_id))
-        return found[0] if found else None
+        return self._one(self._sql.get_endpoint, {"id": endpoint_id}, _endpoint)
 
     def endpoint_by_join_token(self, token_hash: str) -> Endpoint | None:
-        found = self._endpoints(select(endpoints).where(endpoints.c.join_token_hash == token_hash))
-        return found[0] if found else None
+        return self._one(self._sql.endpoint_by_join_token, {"token_hash": token_hash}, _endpoint)
 
     def replace_endpoint(self, endpoint: Endpoint, expected_version: int) -> bool:
-        statement = (
-            update(endpoints)
-            .where(endpoints.c.id == endpoint.id, endpoints.c.version == expected_version)
-            .values(codec.endpoint_to_row(endpoint))
-        )
-        return self._transact(lambda c: c.execute(statement).rowcount == 1)
+        parameters = {**codec.endpoint_to_row(endpoint), "expected_version": expected_version}
+        return self._write_counted(self._sql.replace_endpoint, parameters)
 
     def list_endpoints(self) -> list[Endpoint]:
-        return self._endpoints(select(endpoints).order_by(endpoints.c.created_at, endpoints.c.id))
+        return [_endpoint(row) for row in self._rows(self._sql.list_endpoints, {})]
 
     def insert_session(self, session: Session) -> None:
         row = codec.session_to_row(session)
-        self._transact(lambda c: c.execute(insert(sessions).values(row)))
+        self._write(lambda cursor: cursor.execute(self._sql.insert_session, row))
 
     def get_session(self, session_id: str) -> Session | None:
-        query = select(sessions).where(sessions.c.id == session_id)
-        row = self._query(lambda c: c.execute(query).mappings().first())
-        return None if row is None else codec.row_to_session(row)
+        return self._one(self._sql.get_session, {"id": session_id}, _session)
+
+    def session_with_endpoint(self, session_id: str) -> tuple[Session, Endpoint] | None:
+        split = len(SESSION_COLUMNS)
+
+        def make(row: Row) -> tuple[Session, Endpoint]:
+            return _session(row[:split]), _endpoint(row[split:])
+
+        return self._one(self._sql.session_with_endpoint, {"id": session_id}, make)
 
     def extend_session(self, session_id: str, seen_at: Instant, expires_at: Instant) -> None:
-        statement = (
-            update(sessions)
-            .where(sessions.c.id == session_id, sessions.c.expires_at < expires_at)
-            .values(last_seen_at=seen_at, expires_at=expires_at)
-        )
-        self._transact(lambda c: c.execute(statement))
+        parameters = {"id": session_id, "seen_at": seen_at, "expires_at": expires_at}
+        self._write(lambda cursor: cursor.execute(self._sql.extend_session, parameters))
 
     def mark_session_reconciled(self, session_id: str, at: Instant) -> None:
-        statement = update(sessions).where(sessions.c.id == session_id).values(reconciled_at=at)
-        self._transact(lambda c: c.execute(statement))
+        parameters = {"id": session_id, "at": at}
+        self._write(lambda cursor: cursor.execute(self._sql.mark_session_reconciled, parameters))
+
+    def _write_counted(self, sql: str, parameters: dict[str, Any]) -> bool:
+        def work(cursor: Cursor) -> bool:
+            cursor.execute(sql, parameters)
+            return cursor.rowcount == 1
+
+        return self._write(work)
 
     # -- users, tokens and servers ---------------------------------------------------------
 
-    def _users(self, query: Select[Any]) -> list[User]:
-        return self._query(
-            lambda c: [codec.row_to_user(row) for row in c.execute(query).mappings()]
-        )
-
     def insert_user(self, user: User) -> None:
         row = codec.user_to_row(user)
-        self._transact(lambda c: c.execute(insert(users).values(row)))
+        self._write(lambda cursor: cursor.execute(self._sql.insert_user, row))
 
     def get_user(self, user_id: str) -> User | None:
-        found = self._users(select(users).where(users.c.id == user_id))
-        return found[0] if found else None
+        return self._one(self._sql.get_user, {"id": user_id}, _user)
 
     def user_by_name(self, name: str) -> User | None:
-        found = self._users(select(users).where(users.c.name == name))
-        return found[0] if found else None
+        return self._one(self._sql.user_by_name, {"name": name}, _user)
 
     def list_users(self) -> list[User]:
-        return self._users(select(users).order_by(users.c.created_at, users.c.id))
+        return [_user(row) for row in self._rows(self._sql.list_users, {})]
 
     def insert_api_token(self, token_hash: str, user_id: str, created_at: Instant) -> None:
         row = {"token_hash": token_hash, "user_id": user_id, "created_at": created_at}
-        self._transact(lambda c: c.execute(insert(api_tokens).values(row)))
+        self._write(lambda cursor: cursor.execute(self._sql.insert_api_token, row))
 
     def user_by_api_token(self, token_hash: str) -> User | None:
-        found = self._users(
-            select(users)
-            .join(api_tokens, api_tokens.c.user_id == users.c.id)
-            .where(api_tokens.c.token_hash == token_hash)
-        )
-        return found[0] if found else None
+        return self._one(self._sql.user_by_api_token, {"token_hash": token_hash}, _user)
 
     def insert_web_session(
         self, token_hash: str, user_id: str, created_at: Instant, expires_at: Instant
@@ -379,42 +436,37 @@ class SqlStore:
             "created_at": created_at,
             "expires_at": expires_at,
         }
-        self._transact(lambda c: c.execute(insert(web_sessions).values(row)))
+        self._write(lambda cursor: cursor.execute(self._sql.insert_web_session, row))
 
     def web_session_user(self, token_hash: str, now: Instant) -> User | None:
-        found = self._users(
-            select(users)
-            .join(web_sessions, web_sessions.c.user_id == users.c.id)
-            .where(web_sessions.c.token_hash == token_hash, web_sessions.c.expires_at > now)
-        )
-        return found[0] if found else None
+        parameters = {"token_hash": token_hash, "now": now}
+        return self._one(self._sql.web_session_user, parameters, _user)
 
     def delete_web_session(self, token_hash: str) -> None:
-        statement = delete(web_sessions).where(web_sessions.c.token_hash == token_hash)
-        self._transact(lambda c: c.execute(statement))
+        parameters = {"token_hash": token_hash}
+        self._write(lambda cursor: cursor.execute(self._sql.delete_web_session, parameters))
 
-    def _servers(self, query: Select[Any]) -> list[Server]:
-        def work(connection: Connection) -> list[Server]:
-            rows = connection.execute(query).mappings().all()
-            ids = [row["id"] for row in rows]
-            admins: dict[str, list[str]] = {server_id: [] for server_id in ids}
-            if ids:
-                admin_rows = connection.execute(
-                    select(server_admins.c.server_id, server_admins.c.user_id)
-                    .where(server_admins.c.server_id.in_(ids))
-                    .order_by(server_admins.c.server_id, server_admins.c.position)
-                )
-                for server_id, user_id in admin_rows:
+    def _servers(self, sql: str, parameters: dict[str, Any]) -> list[Server]:
+        def work(cursor: Cursor) -> list[Server]:
+            cursor.execute(sql, parameters)
+            rows = [dict(zip(SERVER_COLUMNS, row, strict=True)) for row in cursor.fetchall()]
+            admins: dict[str, list[str]] = {row["id"]: [] for row in rows}
+            ids = list(admins)
+            for start in range(0, len(ids), 500):
+                chunk = ids[start : start + 500]
+                marks = {f"id{n}": server_id for n, server_id in enumerate(chunk)}
+                cursor.execute(self._sql.admins_of(len(chunk)), marks)
+                for server_id, user_id in cursor.fetchall():
                     admins[server_id].append(user_id)
             return [codec.row_to_server(row, tuple(admins[row["id"]])) for row in rows]
 
-        return self._query(work)
+        return self._read(work)
 
-    def _write_admins(self, connection: Connection, server: Server) -> None:
-        connection.execute(delete(server_admins).where(server_admins.c.server_id == server.id))
+    def _write_admins(self, cursor: Cursor, server: Server) -> None:
+        cursor.execute(self._sql.delete_admins, {"server_id": server.id})
         if server.admin_ids:
-            connection.execute(
-                insert(server_admins),
+            cursor.executemany(
+                self._sql.insert_admin,
                 [
                     {"server_id": server.id, "user_id": user_id, "position": position}
                     for position, user_id in enumerate(server.admin_ids)
@@ -422,44 +474,53 @@ class SqlStore:
             )
 
     def insert_server(self, server: Server) -> None:
-        def work(connection: Connection) -> None:
-            connection.execute(insert(servers).values(codec.server_to_row(server)))
-            self._write_admins(connection, server)
+        row = codec.server_to_row(server)
 
-        self._transact(work)
+        def work(cursor: Cursor) -> None:
+            cursor.execute(self._sql.insert_server, row)
+            self._write_admins(cursor, server)
+
+        self._write(work)
 
     def get_server(self, server_id: str) -> Server | None:
-        found = self._servers(select(servers).where(servers.c.id == server_id))
+        found = self._servers(self._sql.get_server, {"id": server_id})
         return found[0] if found else None
 
     def replace_server(self, server: Server, expected_version: int) -> bool:
-        def work(connection: Connection) -> bool:
-            statement = (
-                update(servers)
-                .where(servers.c.id == server.id, servers.c.version == expected_version)
-                .values(codec.server_to_row(server))
-            )
-            if connection.execute(statement).rowcount != 1:
+        parameters = {**codec.server_to_row(server), "expected_version": expected_version}
+
+        def work(cursor: Cursor) -> bool:
+            cursor.execute(self._sql.replace_server, parameters)
+            if cursor.rowcount != 1:
                 return False
-            self._write_admins(connection, server)
+            self._write_admins(cursor, server)
             return True
 
-        return self._transact(work)
+        return self._write(work)
 
     def list_servers(self) -> list[Server]:
-        return self._servers(select(servers).order_by(servers.c.created_at, servers.c.id))
+        return self._servers(self._sql.list_servers, {})
 
     def servers_of_user(self, user_id: str) -> list[Server]:
-        administered = select(server_admins.c.server_id).where(server_admins.c.user_id == user_id)
-        return self._servers(
-            select(servers)
-            .where(or_(servers.c.owner_id == user_id, servers.c.id.in_(administered)))
-            .order_by(servers.c.created_at, servers.c.id)
-        )
+        return self._servers(self._sql.servers_of_user, {"user_id": user_id})
 
 
-def _duplicate_message(error: IntegrityError) -> str:
-    detail = str(error.orig).lower()
+def _idempotency_row(record: IdempotencyRecord) -> dict[str, Any]:
+    return {
+        "user_id": record.user_id,
+        "idempotency_key": record.key,
+        "fingerprint": record.fingerprint,
+        "job_id": record.job_ids[0] if record.job_ids else "",
+        "job_ids_json": json.dumps(list(record.job_ids)) if len(record.job_ids) != 1 else None,
+        "created_at": record.created_at,
+    }
+
+
+def duplicate(error: BaseException) -> AlreadyExists:
+    """The AlreadyExists an integrity error means (a unique name, a key, or an id)."""
+    detail = str(error).lower()
+    if "idempotency" in detail:
+        return AlreadyExists("that Idempotency-Key was already used")
     if "name" in detail:
-        return "that name is already taken"
-    return "a record with that id already exists"
+        return AlreadyExists("that name is already taken")
+    return AlreadyExists("a record with that id already exists")

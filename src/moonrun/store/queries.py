@@ -1,0 +1,224 @@
+"""The SQL both SQL stores run: written once as text, rendered for SQLite or MySQL at open.
+
+Placeholders are written `:name` (SQLite's named style) and rendered as `%(name)s` for
+PyMySQL. `@index` pins the index a query must use (`INDEXED BY` in SQLite, `FORCE INDEX` in
+MySQL), so no plan depends on what `ANALYZE` finds: with a million finished jobs, statistics
+can make a planner prefer a full scan to an index it judges unselective. Column lists come
+from the one schema (`store/schema.py`), so text and tables cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Final, Literal
+
+from moonrun.store.schema import endpoints, jobs, servers, sessions, users
+
+Dialect = Literal["sqlite", "mysql"]
+
+JOB_COLUMNS: Final = tuple(column.name for column in jobs.columns)
+ENDPOINT_COLUMNS: Final = tuple(column.name for column in endpoints.columns)
+SESSION_COLUMNS: Final = tuple(column.name for column in sessions.columns)
+USER_COLUMNS: Final = tuple(column.name for column in users.columns)
+SERVER_COLUMNS: Final = tuple(column.name for column in servers.columns)
+
+COUNT_SHARDS: Final = 16
+"""MySQL spreads the per-state job counts over this many rows, so that concurrent writers on
+different connections rarely wait for one another's counter row (SQLite has one writer and
+uses shard 0 only)."""
+
+
+def _columns(table: str, names: tuple[str, ...]) -> str:
+    return ", ".join(f"{table}.{name}" for name in names)
+
+
+JOB: Final = _columns("jobs", JOB_COLUMNS)
+_ENDPOINT: Final = _columns("endpoints", ENDPOINT_COLUMNS)
+_SESSION: Final = _columns("sessions", SESSION_COLUMNS)
+_USER: Final = _columns("users", USER_COLUMNS)
+_SERVER: Final = _columns("servers", SERVER_COLUMNS)
+
+_AFTER: Final = (
+    " AND created_at <= :after_created AND (created_at < :after_created OR id < :after_id)"
+)
+"""Strictly after the cursor (created_at, id) in newest-first order, as one index range."""
+
+_LISTINGS: Final = {
+    # (by server, by state) -> the index whose order is the listing's order
+    (True, True): ("ix_jobs_server_state_listing", "server_id = :server_id AND state = :state"),
+    (True, False): ("ix_jobs_server_listing", "server_id = :server_id"),
+    (False, True): ("ix_jobs_state_listing", "state = :state"),
+    (False, False): ("ix_jobs_listing", "1 = 1"),
+}
+
+
+class Queries:
+    """Every statement of the SQL stores, rendered for one dialect."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.dialect = dialect
+        render = self.render
+        self.get_job = render(f"SELECT {JOB} FROM jobs WHERE id = :id")
+        self.insert_job = render(
+            f"INSERT INTO jobs ({', '.join(JOB_COLUMNS)}) "
+            f"VALUES ({', '.join(':' + name for name in JOB_COLUMNS)})"
+        )
+        claimable = (
+            f"SELECT {JOB} FROM jobs @ix_jobs_claim "
+            "WHERE endpoint_id = :endpoint_id AND claimable_at <= :now "
+            "ORDER BY claimable_at, created_at, id LIMIT :limit"
+        )
+        self.claimable = render(claimable)
+        self.claimable_locked = render(
+            claimable + (" FOR UPDATE SKIP LOCKED" if dialect == "mysql" else "")
+        )
+        self.next_claimable = render(
+            "SELECT MIN(claimable_at) FROM jobs @ix_jobs_claim WHERE endpoint_id = :endpoint_id"
+            " AND claimable_at IS NOT NULL"
+        )
+        self.due = render(
+            f"SELECT {JOB} FROM jobs @ix_jobs_due WHERE deadline_at <= :now "
+            "ORDER BY deadline_at, id LIMIT :limit"
+        )
+        self.active = render(
+            f"SELECT {JOB} FROM jobs @ix_jobs_active "
+            "WHERE endpoint_id = :endpoint_id AND state IN ('accepted', 'running')"
+        )
+        self.counts = render("SELECT state, SUM(n) FROM job_counts GROUP BY state")
+        if dialect == "mysql":
+            self.count_delta = render(
+                "INSERT INTO job_counts (state, shard, n) VALUES (:state, :shard, :delta) "
+                "ON DUPLICATE KEY UPDATE n = n + VALUES(n)"
+            )
+        else:
+            self.count_delta = render(
+                "INSERT INTO job_counts (state, shard, n) VALUES (:state, :shard, :delta) "
+                "ON CONFLICT (state, shard) DO UPDATE SET n = n + excluded.n"
+            )
+        self.remember_idempotent = render(
+            "INSERT INTO idempotency_keys (user_id, idempotency_key, fingerprint, job_id, "
+            "job_ids_json, created_at) VALUES (:user_id, :idempotency_key, :fingerprint, "
+            ":job_id, :job_ids_json, :created_at)"
+        )
+        self.idempotent = render(
+            "SELECT fingerprint, job_id, job_ids_json, created_at FROM idempotency_keys "
+            "WHERE user_id = :user_id AND idempotency_key = :idempotency_key"
+        )
+
+        self.insert_endpoint = self._insert("endpoints", ENDPOINT_COLUMNS)
+        self.get_endpoint = render(f"SELECT {_ENDPOINT} FROM endpoints WHERE id = :id")
+        self.endpoint_by_join_token = render(
+            f"SELECT {_ENDPOINT} FROM endpoints WHERE join_token_hash = :token_hash"
+        )
+        self.replace_endpoint = render(
+            "UPDATE endpoints SET "
+            + ", ".join(f"{name} = :{name}" for name in ENDPOINT_COLUMNS if name != "id")
+            + " WHERE id = :id AND version = :expected_version"
+        )
+        self.list_endpoints = render(f"SELECT {_ENDPOINT} FROM endpoints ORDER BY created_at, id")
+
+        self.insert_session = self._insert("sessions", SESSION_COLUMNS)
+        self.get_session = render(f"SELECT {_SESSION} FROM sessions WHERE id = :id")
+        self.session_with_endpoint = render(
+            f"SELECT {_SESSION}, {_ENDPOINT} FROM sessions "
+            "JOIN endpoints ON endpoints.id = sessions.endpoint_id WHERE sessions.id = :id"
+        )
+        self.extend_session = render(
+            "UPDATE sessions SET last_seen_at = :seen_at, expires_at = :expires_at "
+            "WHERE id = :id AND expires_at < :expires_at"
+        )
+        self.mark_session_reconciled = render(
+            "UPDATE sessions SET reconciled_at = :at WHERE id = :id"
+        )
+
+        self.insert_user = self._insert("users", USER_COLUMNS)
+        self.get_user = render(f"SELECT {_USER} FROM users WHERE id = :id")
+        self.user_by_name = render(f"SELECT {_USER} FROM users WHERE name = :name")
+        self.list_users = render(f"SELECT {_USER} FROM users ORDER BY created_at, id")
+        self.insert_api_token = render(
+            "INSERT INTO api_tokens (token_hash, user_id, created_at) "
+            "VALUES (:token_hash, :user_id, :created_at)"
+        )
+        self.user_by_api_token = render(
+            f"SELECT {_USER} FROM users JOIN api_tokens ON api_tokens.user_id = users.id "
+            "WHERE api_tokens.token_hash = :token_hash"
+        )
+        self.insert_web_session = render(
+            "INSERT INTO web_sessions (token_hash, user_id, created_at, expires_at) "
+            "VALUES (:token_hash, :user_id, :created_at, :expires_at)"
+        )
+        self.web_session_user = render(
+            f"SELECT {_USER} FROM users JOIN web_sessions ON web_sessions.user_id = users.id "
+            "WHERE web_sessions.token_hash = :token_hash AND web_sessions.expires_at > :now"
+        )
+        self.delete_web_session = render("DELETE FROM web_sessions WHERE token_hash = :token_hash")
+
+        self.insert_server = self._insert("servers", SERVER_COLUMNS)
+        self.get_server = render(f"SELECT {_SERVER} FROM servers WHERE id = :id")
+        self.replace_server = render(
+            "UPDATE servers SET "
+            + ", ".join(f"{name} = :{name}" for name in SERVER_COLUMNS if name != "id")
+            + " WHERE id = :id AND version = :expected_version"
+        )
+        self.list_servers = render(f"SELECT {_SERVER} FROM servers ORDER BY created_at, id")
+        self.servers_of_user = render(
+            f"SELECT {_SERVER} FROM servers WHERE owner_id = :user_id OR id IN "
+            "(SELECT server_id FROM server_admins WHERE user_id = :user_id) "
+            "ORDER BY created_at, id"
+        )
+        self.delete_admins = render("DELETE FROM server_admins WHERE server_id = :server_id")
+        self.insert_admin = render(
+            "INSERT INTO server_admins (server_id, user_id, position) "
+            "VALUES (:server_id, :user_id, :position)"
+        )
+        self.schema_version = render("SELECT version FROM schema_version")
+
+    def render(self, text: str) -> str:
+        """`text` in this dialect: placeholders and index pins."""
+        if self.dialect == "mysql":
+            text = text.replace("%", "%%")
+            text = re.sub(r"(?<![:\w]):([a-z_][a-z0-9_]*)", r"%(\1)s", text)
+            return re.sub(r"@(ix_\w+)", r"FORCE INDEX (\1)", text)
+        return re.sub(r"@(ix_\w+)", r"INDEXED BY \1", text)
+
+    def _insert(self, table: str, names: tuple[str, ...]) -> str:
+        return self.render(
+            f"INSERT INTO {table} ({', '.join(names)}) "
+            f"VALUES ({', '.join(':' + name for name in names)})"
+        )
+
+    @functools.lru_cache(maxsize=256)  # noqa: B019 - one Queries per store, a few shapes each
+    def update_job(self, names: tuple[str, ...]) -> str:
+        """Set only `names` (the columns that changed), under the version compare-and-swap."""
+        assignments = ", ".join(f"{name} = :{name}" for name in names)
+        return self.render(
+            f"UPDATE jobs SET {assignments} WHERE id = :id AND version = :expected_version"
+        )
+
+    @functools.lru_cache(maxsize=64)  # noqa: B019
+    def get_jobs(self, count: int) -> str:
+        marks = ", ".join(f":id{n}" for n in range(count))
+        return self.render(f"SELECT {JOB} FROM jobs WHERE id IN ({marks})")
+
+    @functools.lru_cache(maxsize=64)  # noqa: B019
+    def get_jobs_locked(self, count: int) -> str:
+        """`get_jobs` inside a write transaction, locking the rows (MySQL) until it ends."""
+        return self.get_jobs(count) + (" FOR UPDATE" if self.dialect == "mysql" else "")
+
+    @functools.lru_cache(maxsize=64)  # noqa: B019
+    def admins_of(self, count: int) -> str:
+        marks = ", ".join(f":id{n}" for n in range(count))
+        return self.render(
+            f"SELECT server_id, user_id FROM server_admins WHERE server_id IN ({marks}) "
+            "ORDER BY server_id, position"
+        )
+
+    @functools.lru_cache(maxsize=16)  # noqa: B019
+    def list_jobs(self, by_server: bool, by_state: bool, after: bool) -> str:
+        """Newest first (created_at, id descending), walking the listing's own index."""
+        index, where = _LISTINGS[(by_server, by_state)]
+        return self.render(
+            f"SELECT {JOB} FROM jobs @{index} WHERE {where}{_AFTER if after else ''} "
+            "ORDER BY created_at DESC, id DESC LIMIT :limit"
+        )
