@@ -297,6 +297,7 @@ class HttpWorld:
     def restart(self) -> None:
         """A new platform instance over the reopened store (same secret), served afresh."""
         self.client.close()
+        self.platform.close()
         self.store = self.factory.reopen(self.store)
         service = SchedulingService(self.store, self.clock, self.tokens, self.settings)
         directory = Directory(self.store, self.clock, self.tokens)
@@ -314,6 +315,7 @@ class HttpWorld:
 
     def close(self) -> None:
         self.client.close()
+        self.platform.close()
         self.store.close()
 
 

@@ -292,6 +292,14 @@ def build_canary(world: HttpWorld) -> Canary:
 
     # Writes through every remaining POST, then cancels, then everything read again.
     assert c.submit(web1, owner, headers={"Idempotency-Key": IDEMPOTENCY_KEY}) == running
+    batch = c.call(
+        "POST",
+        "/api/v1/servers/{server_id}/jobs/batch",
+        token=owner,
+        server_id=web1,
+        json={"jobs": [{"kind": "noop", "payload": PAYLOAD}] * 2},
+    )
+    assert batch.status_code == 201, batch.text
     web2 = c.call(
         "POST",
         "/api/v1/servers",

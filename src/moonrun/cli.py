@@ -187,6 +187,7 @@ def platform_serve(
         )
         server.run()
     finally:
+        platform.close()
         platform.store.close()
 
 

@@ -68,6 +68,10 @@ class Forbidden(MoonrunError):
     """You do not have access to this resource."""
 
 
+class MethodNotAllowed(MoonrunError):
+    """That route does not take this method."""
+
+
 class NotFound(MoonrunError):
     """No such resource."""
 
@@ -191,6 +195,7 @@ ERROR_TABLE: Final[Mapping[type[MoonrunError], tuple[int, str]]] = {
     Unauthenticated: (401, "unauthenticated"),
     Forbidden: (403, "forbidden"),
     NotFound: (404, "not_found"),
+    MethodNotAllowed: (405, "method_not_allowed"),
     JoinTokenInvalid: (401, "join_token_invalid"),
     SignatureMissing: (401, "signature_missing"),
     SignatureInvalid: (401, "signature_invalid"),

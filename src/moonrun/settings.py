@@ -11,6 +11,7 @@ from pathlib import Path
 
 from moonrun.clock import SystemClock
 from moonrun.platform.artifacts import FileArtifactStore
+from moonrun.platform.channels import Channels
 from moonrun.platform.config import SchedulingSettings
 from moonrun.platform.directory import Directory
 from moonrun.platform.http import HttpSettings, Platform
@@ -19,6 +20,8 @@ from moonrun.platform.service import SchedulingService
 from moonrun.security.keys import load_or_create_secret
 from moonrun.security.tokens import SystemTokenSource
 from moonrun.store import DEFAULT_STORE_URL, open_store
+from moonrun.store.memory import MemoryStore
+from moonrun.store.mysql import MySQLStore
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,12 @@ def build_platform(config: PlatformConfig) -> Platform:
             secret=secret,
             logs=MemoryLogStore(),
             artifacts=FileArtifactStore(config.artifacts_dir),
-            http=HttpSettings(sweep_interval_s=config.sweep_interval_s),
+            # A memory store never blocks: its work runs on the event loop, without thread hops.
+            channels=Channels.with_limits(inline=isinstance(store, MemoryStore)),
+            http=HttpSettings(
+                sweep_interval_s=config.sweep_interval_s,
+                recheck_s=0.25 if isinstance(store, MySQLStore) else 1.0,
+            ),
         )
     except BaseException:
         store.close()

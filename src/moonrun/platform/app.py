@@ -1,4 +1,4 @@
-"""The ASGI app: Run API, transfers, user API, health and metrics, and the sweeper's lifecycle."""
+"""The ASGI app: Run API, user API, console, health and metrics, and the sweeper's lifecycle."""
 
 from __future__ import annotations
 
@@ -12,19 +12,44 @@ from fastapi.responses import Response
 from fastapi.staticfiles import StaticFiles
 
 from moonrun import __version__
-from moonrun.platform import run_api, transfers_api, user_api
+from moonrun.platform import user_api
 from moonrun.platform.error_handlers import install_error_handlers
 from moonrun.platform.http import (
     BodyLimit,
     Platform,
     RequestLog,
-    channel_of,
+    Scope,
     error_response,
     platform_of,
 )
+from moonrun.platform.run_api import ROUTES, RunApi, openapi_paths
 from moonrun.platform.schemas import HealthAnswer
 from moonrun.platform.sweeper import Sweeper
 from moonrun.platform.web import views
+
+
+class PlatformApp(FastAPI):
+    """FastAPI for users, the console and operations; Run's paths go to the lean `RunApi`."""
+
+    run_api: RunApi
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"].startswith("/run/"):
+            await self.run_api(scope, receive, send)
+            return
+        await super().__call__(scope, receive, send)
+
+    def openapi(self) -> dict[str, Any]:
+        """FastAPI's document of its own routes, with the Run API's routes added."""
+        if self.openapi_schema is None:
+            document = super().openapi()
+            paths, schemas = openapi_paths(ROUTES, "#/components/schemas/ErrorBody")
+            document["paths"] = {**paths, **document["paths"]}
+            components = document.setdefault("components", {}).setdefault("schemas", {})
+            for name, schema in schemas.items():
+                components.setdefault(name, schema)
+            self.openapi_schema = document
+        return self.openapi_schema
 
 
 def create_app(platform: Platform, *, sweep: bool = True) -> FastAPI:
@@ -44,17 +69,16 @@ def create_app(platform: Platform, *, sweep: bool = True) -> FastAPI:
             finally:
                 stop.set()
 
-    app = FastAPI(
+    app = PlatformApp(
         title="moonrun platform",
         version=__version__,
         description="Durable job scheduling for fleets of hosts: the Run API and the user API.",
         lifespan=lifespan,
     )
+    app.run_api = RunApi(platform)
     app.state.platform = platform
     app.state.templates = views.environment()
     install_error_handlers(app)
-    app.include_router(run_api.router)
-    app.include_router(transfers_api.router)
     app.include_router(user_api.router)
     app.include_router(views.router)
     app.mount("/static", StaticFiles(packages=[("moonrun.platform.web", "static")]), "static")
@@ -75,18 +99,6 @@ def create_app(platform: Platform, *, sweep: bool = True) -> FastAPI:
             body = await platform.channels.ops.run(platform.metrics.render)
         return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
 
-    limits = platform.http
-
-    by_channel = {
-        "logs": limits.log_body_limit,
-        "artifacts": limits.artifact_chunk_limit,
-        "jobs": limits.job_body_limit,
-        "control": limits.job_body_limit,
-    }
-
-    def body_limit(path: str) -> int:
-        return by_channel.get(channel_of(path), limits.user_body_limit)
-
-    app.add_middleware(BodyLimit, limit_for=body_limit)
+    app.add_middleware(BodyLimit, limit=platform.http.user_body_limit)
     app.add_middleware(RequestLog, metrics_of=lambda: platform.metrics)
     return app

@@ -7,9 +7,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from moonrun.errors import JobRejected, MoonrunError, NotFound
+from moonrun.errors import MoonrunError, NotFound
 from moonrun.platform.http import error_response, platform_of
-from moonrun.platform.run_api import KeyKind, verify_signature
 from moonrun.platform.user_api import authenticate
 from moonrun.platform.web import views
 
@@ -21,11 +20,6 @@ def install_error_handlers(app: FastAPI) -> None:
         assert isinstance(error, MoonrunError)
         if views.is_console(request.url.path):
             return await views.console_error(request, error)
-        if request.url.path.startswith("/run/"):
-            metrics = platform_of(request).metrics
-            metrics.rejected.labels(code=error.code).inc()
-            if isinstance(error, JobRejected):
-                metrics.fenced.inc()
         return error_response(error.status, error.code, error.message)
 
     async def invalid(request: Request, error: Exception) -> Response:
@@ -66,16 +60,13 @@ async def credentials_error(request: Request) -> MoonrunError | None:
 
     FastAPI parses a body before it runs the dependencies that check credentials; when that
     parsing fails, this runs the same checks first, so that a request without valid
-    credentials is always 401 whatever its body.
+    credentials is always 401 whatever its body. (The Run API checks signatures before bodies
+    by itself.)
     """
     platform = platform_of(request)
-    path = request.url.path
     try:
-        if path.startswith("/api/") and getattr(request.state, "user", None) is None:
+        if request.url.path.startswith("/api/") and getattr(request.state, "user", None) is None:
             await authenticate(request, platform)
-        elif path.startswith("/run/") and path != "/run/v1/join":
-            kind: KeyKind = "endpoint" if path == "/run/v1/sessions" else "session"
-            await verify_signature(request, platform, platform.channels.control, kind)
     except MoonrunError as error:
         return error
     return None

@@ -9,8 +9,9 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 from fastapi import Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from moonrun.clock import Clock
 from moonrun.errors import MoonrunError, TooLarge
@@ -21,6 +22,7 @@ from moonrun.platform.logstore import LogStore
 from moonrun.platform.metrics import Metrics
 from moonrun.platform.schemas import ErrorBody
 from moonrun.platform.service import SchedulingService
+from moonrun.platform.watch import Watch
 from moonrun.platform.web.sessions import SignInThrottle, WebSessions
 from moonrun.security.keys import NonceCache
 from moonrun.security.signing import WINDOW_S
@@ -37,13 +39,31 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 @dataclass(frozen=True)
 class HttpSettings:
-    """Limits of the HTTP service (body sizes in bytes)."""
+    """Limits of the HTTP service (body sizes in bytes) and its waiting requests."""
 
     job_body_limit: int = 256 * 1024
     log_body_limit: int = 1024 * 1024
     artifact_chunk_limit: int = 4 * 1024 * 1024
     user_body_limit: int = 1024 * 1024
     sweep_interval_s: float = 1.0
+    max_claim_wait_s: float = 30.0
+    """The longest a claim's `wait_s` is honoured (Run's default timeouts are longer)."""
+    max_read_wait_s: float = 60.0
+    """The longest a blocking job read's `wait_s` is honoured."""
+    recheck_s: float = 1.0
+    """A waiting request reads the store again at least this often: the only way to notice a
+    change another platform process made (settings.py shortens it for MySQL stores)."""
+    max_waiting: int = 4096
+    """Waiting requests (claims and blocking reads) at once; more are answered 429."""
+
+    def limit_for(self, channel: str) -> int:
+        """The body limit of a channel (`channel_of`)."""
+        return {
+            "logs": self.log_body_limit,
+            "artifacts": self.artifact_chunk_limit,
+            "jobs": self.job_body_limit,
+            "control": self.job_body_limit,
+        }.get(channel, self.user_body_limit)
 
 
 @dataclass
@@ -64,12 +84,19 @@ class Platform:
     started_at_s: float = field(init=False)
     web: WebSessions = field(init=False)
     throttle: SignInThrottle = field(init=False)
+    watch: Watch = field(init=False)
+
+    def close(self) -> None:
+        """Release the channels' threads (the store is closed by whoever opened it)."""
+        self.channels.close()
 
     def __post_init__(self) -> None:
         self.metrics = Metrics(self.store)
         self.started_at_s = self.clock.now() / 1000
         self.web = WebSessions(self.store, self.clock, self.secret)
         self.throttle = SignInThrottle(self.clock)
+        self.watch = Watch(self.http.recheck_s, self.http.max_waiting)
+        self.service.listen(self.watch)
 
 
 def platform_of(request: Request) -> Platform:
@@ -98,6 +125,12 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 """Every route may answer these, each with the one error body."""
 
 
+def json_answer(content: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    """A JSON answer serialised once, without a second pass through the route's model: for the
+    hot routes whose content is already a view built field by field from an allowlist."""
+    return Response(orjson.dumps(content), status, headers, media_type="application/json")
+
+
 def error_response(status: int, code: str, message: str) -> JSONResponse:
     headers = {"Retry-After": "1"} if status in (429, 503) else None
     return JSONResponse(
@@ -121,17 +154,17 @@ def channel_of(path: str) -> str:
 
 
 class BodyLimit:
-    """Refuse bodies over a path's limit with 413 before they are read into memory."""
+    """Refuse bodies over the limit with 413 before they are read into memory."""
 
-    def __init__(self, app: ASGIApp, limit_for: Callable[[str], int]) -> None:
+    def __init__(self, app: ASGIApp, limit: int) -> None:
         self.app = app
-        self.limit_for = limit_for
+        self.limit = limit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        limit = self.limit_for(scope["path"])
+        limit = self.limit
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             await _send_error(send, TooLarge(f"the body is over the limit of {limit} bytes"))

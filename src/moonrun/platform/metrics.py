@@ -8,6 +8,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from moonrun.errors import JobRejected, MoonrunError
 from moonrun.scheduling.jobs import JobState
 from moonrun.store.protocol import Store
 
@@ -53,6 +54,12 @@ class Metrics:
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
         )
         self.registry.register(_JobsByState(store))
+
+    def count_rejection(self, error: MoonrunError) -> None:
+        """A Run message refused with `error` (job messages also count as fenced writes)."""
+        self.rejected.labels(code=error.code).inc()
+        if isinstance(error, JobRejected):
+            self.fenced.inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

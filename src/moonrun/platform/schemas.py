@@ -115,6 +115,8 @@ class ReconcileAnswer(Answer):
 
 class ClaimRequest(Strict):
     max_jobs: int
+    wait_s: float | None = Field(default=None, ge=0, le=3600)
+    """Long poll: wait up to this long (capped by the platform) for a claimable job."""
 
 
 class ClaimedModel(Answer):
@@ -172,6 +174,41 @@ class ResultAnswerModel(Answer):
     fingerprint: str
     next_eligible_at: str | None
     replayed: bool
+
+
+class AckItem(Strict):
+    job_id: str
+    attempt: int
+    lease: str
+
+
+class AckBatchRequest(Strict):
+    acks: list[AckItem]
+
+
+class ResultItem(ResultRequest):
+    job_id: str
+
+
+class ResultBatchRequest(Strict):
+    results: list[ResultItem]
+
+
+class BatchEntry(Answer):
+    job_id: str
+    status: int
+    """What the single-message route would have answered: 200, or the error's status."""
+    answer: dict[str, Any] | None = None
+    error: ErrorDetail | None = None
+
+
+class BatchAnswer(Answer):
+    answers: list[BatchEntry]
+
+
+class ChunkAnswer(Answer):
+    chunk_index: int
+    final: bool
 
 
 # -- Run: logs channel ---------------------------------------------------------------------------
@@ -354,6 +391,14 @@ class JobViewModel(Answer):
     terminal: TerminalModel | None
     reconcile: ReconcileModel
     history: list[HistoryModel]
+
+
+class CreateJobsRequest(Strict):
+    jobs: list[CreateJobRequest] = Field(min_length=1, max_length=1000)
+
+
+class CreatedJobsAnswer(Answer):
+    jobs: list[JobViewModel]
 
 
 class JobsAnswer(Answer):

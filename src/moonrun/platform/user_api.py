@@ -6,20 +6,30 @@ No credentials is 401 `unauthenticated`; a resource that exists but is not the c
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Annotated, Any
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, TypeVar
 
 from fastapi import APIRouter, Depends, Header, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
-from moonrun.errors import Forbidden, Unauthenticated
-from moonrun.platform.http import ERROR_RESPONSES, Platform, on_user_channel, platform_of
+from moonrun.errors import Forbidden, InvalidRequest, Unauthenticated
+from moonrun.platform.http import (
+    ERROR_RESPONSES,
+    Platform,
+    json_answer,
+    on_user_channel,
+    platform_of,
+)
 from moonrun.platform.schemas import (
     AddAdminRequest,
     CreatedEndpointAnswer,
+    CreatedJobsAnswer,
     CreatedUserAnswer,
     CreateEndpointRequest,
     CreateJobRequest,
+    CreateJobsRequest,
     CreateServerRequest,
     CreateUserRequest,
     EndpointsAnswer,
@@ -30,10 +40,15 @@ from moonrun.platform.schemas import (
     ServersAnswer,
     UsersAnswer,
 )
+from moonrun.platform.service import JobSpec
+from moonrun.platform.watch import wait_for
 from moonrun.platform.web.sessions import SESSION_COOKIE
+from moonrun.scheduling.jobs import Job
 from moonrun.scheduling.records import User
 from moonrun.scheduling.time import format_instant, parse_instant
 from moonrun.scheduling.views import endpoint_view, job_view, server_view, user_view
+
+T = TypeVar("T")
 
 router = APIRouter(prefix="/api/v1", tags=["users"], responses=ERROR_RESPONSES)
 
@@ -44,46 +59,81 @@ def bearer_token(request: Request) -> str | None:
     return token.strip() if scheme.lower() == "bearer" and token.strip() else None
 
 
-async def current_user(request: Request) -> AsyncIterator[User]:
-    """The authenticated caller, admitted to the user channel: a Bearer token, or the
-    console's session cookie (then writes also need the session's X-CSRF-Token header)."""
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    """What a user request presents, not checked yet: an API token, or the console's cookie
+    (then a write also needs the session's X-CSRF-Token header)."""
+
+    token: str | None
+    cookie: str | None
+    write: bool
+    csrf: str | None
+
+    @classmethod
+    def of(cls, request: Request) -> Credentials:
+        return cls(
+            bearer_token(request),
+            request.cookies.get(SESSION_COOKIE),
+            request.method not in ("GET", "HEAD"),
+            request.headers.get("x-csrf-token"),
+        )
+
+    def check(self, platform: Platform) -> User:
+        """The user these credentials belong to (blocking: it reads the store)."""
+        if self.token is not None:
+            return platform.directory.authenticate(self.token)
+        found = platform.web.user(self.cookie) if self.cookie else None
+        if found is None:
+            raise Unauthenticated("send Authorization: Bearer <api token>")
+        if self.write and not platform.web.csrf_ok(self.cookie, self.csrf):
+            raise Forbidden("a cookie-authenticated write needs the X-CSRF-Token header")
+        return found
+
+
+async def current_user(request: Request) -> AsyncIterator[Credentials]:
+    """The caller's credentials, admitted to the user channel; `as_caller` checks them on the
+    same trip to the channel's threads as the work they authorise."""
+    async with platform_of(request).channels.user.admit() as admission:
+        request.state.admission = admission
+        credentials = Credentials.of(request)
+        if credentials.token is None and credentials.cookie is None:
+            raise Unauthenticated("send Authorization: Bearer <api token>")
+        request.state.credentials = credentials
+        yield credentials
+
+
+async def as_caller(request: Request, work: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Check the request's credentials and run `work(user, *args, **kwargs)`, in one trip to
+    the user channel (each trip is a thread hop, the largest cost of a small request)."""
     platform = platform_of(request)
-    async with platform.channels.user.admit():
-        user = await authenticate(request, platform)
+    credentials: Credentials = request.state.credentials
+
+    def run() -> T:
+        user = credentials.check(platform)
         request.state.user = user
-        yield user
+        return work(user, *args, **kwargs)
+
+    return await platform.channels.user.run(run)
 
 
 async def authenticate(request: Request, platform: Platform) -> User:
-    token = bearer_token(request)
-    if token is not None:
-        user: User = await platform.channels.user.run(platform.directory.authenticate, token)
-        return user
-    cookie = request.cookies.get(SESSION_COOKIE)
-    found = await platform.channels.user.run(platform.web.user, cookie) if cookie else None
-    if found is None:
-        raise Unauthenticated("send Authorization: Bearer <api token>")
-    if request.method not in ("GET", "HEAD") and not platform.web.csrf_ok(
-        cookie, request.headers.get("x-csrf-token")
-    ):
-        raise Forbidden("a cookie-authenticated write needs the X-CSRF-Token header")
-    return found
+    """Check the request's credentials on their own (for errors raised before the route)."""
+    return await platform.channels.user.run(Credentials.of(request).check, platform)
 
 
-Caller = Annotated[User, Depends(current_user)]
+Caller = Annotated[Credentials, Depends(current_user)]
 
 
 # -- users -------------------------------------------------------------------------------------
 
 
 @router.post("/users", status_code=201, response_model=CreatedUserAnswer)
-async def create_user(body: CreateUserRequest, request: Request, user: Caller) -> dict[str, Any]:
+async def create_user(body: CreateUserRequest, request: Request, caller: Caller) -> dict[str, Any]:
     """Create a user (platform admins); the answer carries its API token, once."""
     directory = platform_of(request).directory
-    created = await on_user_channel(
+    created = await as_caller(
         request,
         directory.create_user,
-        user,
         body.name,
         platform_admin=body.platform_admin,
         password=body.password,
@@ -92,9 +142,9 @@ async def create_user(body: CreateUserRequest, request: Request, user: Caller) -
 
 
 @router.get("/users", response_model=UsersAnswer)
-async def list_users(request: Request, user: Caller) -> dict[str, Any]:
+async def list_users(request: Request, caller: Caller) -> dict[str, Any]:
     """Every user (platform admins)."""
-    users = await on_user_channel(request, platform_of(request).directory.list_users, user)
+    users = await as_caller(request, platform_of(request).directory.list_users)
     return {"users": [user_view(u) for u in users]}
 
 
@@ -103,13 +153,12 @@ async def list_users(request: Request, user: Caller) -> dict[str, Any]:
 
 @router.post("/servers", status_code=201, response_model=ServerModel)
 async def create_server(
-    body: CreateServerRequest, request: Request, user: Caller
+    body: CreateServerRequest, request: Request, caller: Caller
 ) -> dict[str, Any]:
     """Create a server on an endpoint, owned by a user (platform admins)."""
-    server = await on_user_channel(
+    server = await as_caller(
         request,
         platform_of(request).directory.create_server,
-        user,
         body.name,
         endpoint_id=body.endpoint_id,
         owner_id=body.owner_id,
@@ -118,27 +167,25 @@ async def create_server(
 
 
 @router.get("/servers", response_model=ServersAnswer)
-async def list_servers(request: Request, user: Caller) -> dict[str, Any]:
+async def list_servers(request: Request, caller: Caller) -> dict[str, Any]:
     """The servers the caller owns or administers (every server for platform admins)."""
-    servers = await on_user_channel(request, platform_of(request).directory.list_servers, user)
+    servers = await as_caller(request, platform_of(request).directory.list_servers)
     return {"servers": [server_view(server) for server in servers]}
 
 
 @router.get("/servers/{server_id}", response_model=ServerModel)
-async def get_server(server_id: str, request: Request, user: Caller) -> dict[str, Any]:
-    server = await on_user_channel(
-        request, platform_of(request).directory.get_server, user, server_id
-    )
+async def get_server(server_id: str, request: Request, caller: Caller) -> dict[str, Any]:
+    server = await as_caller(request, platform_of(request).directory.get_server, server_id)
     return dict(server_view(server))
 
 
 @router.post("/servers/{server_id}/admins", response_model=ServerModel)
 async def add_server_admin(
-    server_id: str, body: AddAdminRequest, request: Request, user: Caller
+    server_id: str, body: AddAdminRequest, request: Request, caller: Caller
 ) -> dict[str, Any]:
     """Make a user an administrator of the server (its owner or a platform admin)."""
-    server = await on_user_channel(
-        request, platform_of(request).directory.add_server_admin, user, server_id, body.user_id
+    server = await as_caller(
+        request, platform_of(request).directory.add_server_admin, server_id, body.user_id
     )
     return dict(server_view(server))
 
@@ -147,19 +194,19 @@ async def add_server_admin(
 
 
 @router.get("/endpoints", response_model=EndpointsAnswer)
-async def list_endpoints(request: Request, user: Caller) -> dict[str, Any]:
+async def list_endpoints(request: Request, caller: Caller) -> dict[str, Any]:
     """Every endpoint with its current session's state (platform admins)."""
-    views = await on_user_channel(request, platform_of(request).service.endpoint_views, user)
+    views = await as_caller(request, platform_of(request).service.endpoint_views)
     return {"endpoints": views}
 
 
 @router.post("/endpoints", status_code=201, response_model=CreatedEndpointAnswer)
 async def create_endpoint(
-    body: CreateEndpointRequest, request: Request, user: Caller
+    body: CreateEndpointRequest, request: Request, caller: Caller
 ) -> dict[str, Any]:
     """Create an endpoint; the answer carries its one-time join token, once."""
     platform = platform_of(request)
-    enrolled = await on_user_channel(request, platform.service.create_endpoint, user, body.name)
+    enrolled = await as_caller(request, platform.service.create_endpoint, body.name)
     return {
         "endpoint": endpoint_view(enrolled.endpoint, None, platform.clock.now()),
         "join_token": enrolled.join_token,
@@ -170,58 +217,137 @@ async def create_endpoint(
 # -- jobs --------------------------------------------------------------------------------------
 
 
+def _spec(body: CreateJobRequest) -> JobSpec:
+    backoff = None if body.backoff is None else body.backoff.model_dump(exclude_none=True)
+    not_before = None if body.not_before is None else parse_instant(body.not_before, "not_before")
+    return JobSpec(body.kind, body.payload, body.max_attempts, backoff, not_before)
+
+
+def etag(job: Job) -> str:
+    """The job's entity tag: it changes whenever the job does."""
+    return f'"{job.version}"'
+
+
+def job_answer(job: Job, status: int = 200) -> Response:
+    return json_answer(job_view(job), status, headers={"ETag": etag(job)})
+
+
 @router.post("/servers/{server_id}/jobs", status_code=201, response_model=JobViewModel)
 async def create_job(
     server_id: str,
     body: CreateJobRequest,
     request: Request,
-    user: Caller,
+    caller: Caller,
     idempotency_key: str | None = Header(default=None, alias="Idempotency-Key"),
-) -> dict[str, Any]:
+) -> Any:
     """Queue a job. The same Idempotency-Key with the same body gives the same job."""
-    backoff = None if body.backoff is None else body.backoff.model_dump(exclude_none=True)
-    not_before = None if body.not_before is None else parse_instant(body.not_before, "not_before")
-    job = await on_user_channel(
-        request,
-        platform_of(request).service.create_job,
-        user,
-        server_id,
-        kind=body.kind,
-        payload=body.payload,
-        max_attempts=body.max_attempts,
-        backoff=backoff,
-        not_before=not_before,
-        idempotency_key=idempotency_key,
-    )
-    return dict(job_view(job))
+    service = platform_of(request).service
+
+    def create(user: User) -> Job:
+        spec = _spec(body)  # after the credentials: a bad body never answers before them
+        return service.create_job(
+            user,
+            server_id,
+            kind=spec.kind,
+            payload=spec.payload,
+            max_attempts=spec.max_attempts,
+            backoff=spec.backoff,
+            not_before=spec.not_before,
+            idempotency_key=idempotency_key,
+        )
+
+    return job_answer(await as_caller(request, create), 201)
+
+
+@router.post("/servers/{server_id}/jobs/batch", status_code=201, response_model=CreatedJobsAnswer)
+async def create_jobs(
+    server_id: str,
+    body: CreateJobsRequest,
+    request: Request,
+    caller: Caller,
+    idempotency_key: str | None = Header(default=None, alias="Idempotency-Key"),
+) -> Any:
+    """Queue up to 1,000 jobs at once, all or none. An Idempotency-Key covers the batch: the
+    same key with the same batch gives the same jobs."""
+    service = platform_of(request).service
+
+    def create(user: User) -> list[Job]:
+        specs = [_spec(job) for job in body.jobs]
+        return service.create_jobs(user, server_id, specs, idempotency_key=idempotency_key)
+
+    jobs = await as_caller(request, create)
+    return json_answer({"jobs": [job_view(job) for job in jobs]}, 201)
 
 
 @router.get("/jobs", response_model=JobsAnswer)
 async def list_jobs(
     request: Request,
-    user: Caller,
+    caller: Caller,
     server_id: str | None = None,
     state: str | None = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     cursor: str | None = None,
-) -> dict[str, Any]:
+) -> Any:
     """The jobs the caller may see, newest first, a page at a time."""
-    page = await on_user_channel(
+    page = await as_caller(
         request,
         platform_of(request).service.list_jobs,
-        user,
         server_id=server_id,
         state=state,
         limit=limit,
         cursor=cursor,
     )
-    return {"jobs": [job_view(job) for job in page.jobs], "next_cursor": page.next_cursor}
+    return json_answer(
+        {"jobs": [job_view(job) for job in page.jobs], "next_cursor": page.next_cursor}
+    )
 
 
-@router.get("/jobs/{job_id}", response_model=JobViewModel)
-async def get_job(job_id: str, request: Request, user: Caller) -> dict[str, Any]:
-    job = await on_user_channel(request, platform_of(request).service.get_job, user, job_id)
-    return dict(job_view(job))
+@router.get(
+    "/jobs/{job_id}",
+    response_model=JobViewModel,
+    responses={304: {"description": "Not modified: the job still has the If-None-Match tag"}},
+)
+async def get_job(
+    job_id: str,
+    request: Request,
+    caller: Caller,
+    wait_s: Annotated[float | None, Query(gt=0, le=3600)] = None,
+    until: Literal["terminal"] | None = None,
+    if_none_match: str | None = Header(default=None, alias="If-None-Match"),
+) -> Any:
+    """The job (its ETag changes whenever it does). A blocking read: with `wait_s`, answer as
+    soon as the job is no longer the one `If-None-Match` names (304 if it still is when the
+    wait ends), or with `until=terminal`, once it has ended (the current job when the wait
+    ends first)."""
+    platform = platform_of(request)
+    service = platform.service
+    job = await as_caller(request, service.get_job, job_id)
+    if wait_s is None:
+        return job_answer(job)
+    if until is None and if_none_match is None:
+        raise InvalidRequest("wait_s needs an If-None-Match header or until=terminal")
+
+    def settled(job: Job) -> bool:
+        if until == "terminal":
+            return job.state.is_terminal
+        return etag(job) != if_none_match
+
+    if not settled(job):
+        admission = request.state.admission
+        deadline = time.monotonic() + min(wait_s, platform.http.max_read_wait_s)
+        with platform.watch.job(job_id) as woken:
+            while True:
+                woken.clear()  # registered, then read again: no change can slip in between
+                job = await as_caller(request, service.get_job, job_id)
+                remaining = deadline - time.monotonic()
+                if settled(job) or remaining <= 0:
+                    break
+                admission.leave()  # a waiting read holds no place on the user channel
+                await wait_for(woken, min(remaining, platform.watch.recheck_s))
+                admission.enter()
+    if until is None and not settled(job):
+        return Response(status_code=304, headers={"ETag": etag(job)})
+    return job_answer(job)
 
 
 @router.post(
@@ -229,9 +355,9 @@ async def get_job(job_id: str, request: Request, user: Caller) -> dict[str, Any]
     response_model=JobViewModel,
     responses={202: {"model": JobViewModel, "description": "Cancel intent waits on Run"}},
 )
-async def cancel_job(job_id: str, request: Request, user: Caller) -> Any:
+async def cancel_job(job_id: str, request: Request, caller: Caller) -> Any:
     """Cancel: waiting jobs end at once (200); running ones get a durable intent (202)."""
-    outcome = await on_user_channel(request, platform_of(request).service.cancel_job, user, job_id)
+    outcome = await as_caller(request, platform_of(request).service.cancel_job, job_id)
     view = JobViewModel.model_validate(job_view(outcome.job)).model_dump()
     return JSONResponse(view, status_code=202 if outcome.waits_on_run else 200)
 
@@ -240,13 +366,13 @@ async def cancel_job(job_id: str, request: Request, user: Caller) -> Any:
 async def job_logs(
     job_id: str,
     request: Request,
-    user: Caller,
+    caller: Caller,
     after_seq: Annotated[int, Query(ge=-1)] = -1,
     attempt: Annotated[int | None, Query(ge=1)] = None,
 ) -> dict[str, Any]:
     """Log lines of one attempt (the latest with logs unless `attempt` is given)."""
     platform = platform_of(request)
-    await on_user_channel(request, platform.service.get_job, user, job_id)
+    await as_caller(request, platform.service.get_job, job_id)
     logs = platform.logs
     if attempt is None:
         attempts = await on_user_channel(request, logs.attempts, job_id)
