@@ -7,6 +7,7 @@ so the parent knows exactly which writes were acknowledged when it kills the pro
 from __future__ import annotations
 
 import sys
+import threading
 
 from moonrun.clock import SystemClock
 from moonrun.errors import MoonrunError
@@ -15,30 +16,53 @@ from moonrun.platform.directory import Directory
 from moonrun.platform.service import SchedulingService
 from moonrun.scheduling.jobs import Job
 from moonrun.scheduling.messages import Evidence
+from moonrun.scheduling.records import User
 from moonrun.security.tokens import SystemTokenSource
 from moonrun.store import open_store
+from moonrun.store.file import FileStore
+from moonrun.store.protocol import Store
 
 SETTINGS = SchedulingSettings(max_claim_batch=16, backoff_initial_s=0, backoff_max_s=0)
 
 
+_printing = threading.Lock()
+
+
 def report(job: Job | None, job_id: str, version: int | None = None) -> None:
     """`ack JOB VERSION STATE` for a write the store acknowledged."""
-    if job is not None:
-        print(f"ack {job.id} {job.version} {job.state.value}", flush=True)
-    else:
-        print(f"ack {job_id} {version} -", flush=True)
+    line = f"ack {job.id} {job.version} {job.state.value}" if job else f"ack {job_id} {version} -"
+    with _printing:  # one whole line at a time, whichever thread reports
+        print(line, flush=True)
 
 
-def crash(url: str, endpoint_id: str, server_id: str, admin_token: str) -> None:
-    """Apply transitions forever: create, claim, ack, progress and result, reporting each."""
+def crash(url: str, endpoint_id: str, server_id: str, admin_token: str, threads: str = "1") -> None:
+    """Apply transitions forever, from `threads` threads at once: create, claim, ack,
+    progress and result, reporting each; several threads share the FileStore's group commits."""
     store = open_store(url)
     service = SchedulingService(store, SystemClock(), SystemTokenSource(), SETTINGS)
     admin = Directory(store, SystemClock(), SystemTokenSource()).authenticate(admin_token)
     session = service.register_session(
-        endpoint_id, boot_id="crash-child", run_version="0.1.0", capacity=8
+        endpoint_id, boot_id="crash-child", run_version="0.1.0", capacity=64
     ).session.id
     service.reconcile(session, [])
+    workers = [
+        threading.Thread(target=transitions, args=(store, service, admin, server_id, session))
+        for _ in range(int(threads))
+    ]
     print("ready", flush=True)
+    for worker in workers:
+        worker.start()
+    while isinstance(store, FileStore):
+        with _printing:
+            print(f"groups {store.groups_committed} {store.units_committed}", flush=True)
+        threading.Event().wait(0.02)
+    for worker in workers:
+        worker.join()
+
+
+def transitions(
+    store: Store, service: SchedulingService, admin: User, server_id: str, session: str
+) -> None:
     seq = 0
     while True:
         created = service.create_job(admin, server_id, kind="noop", payload={"n": seq})

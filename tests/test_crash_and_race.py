@@ -19,12 +19,13 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from moonrun.clock import ManualClock, SystemClock
 from moonrun.scheduling.jobs import Job, JobState
 from moonrun.store.protocol import Store
 from tests.harness import World
-from tests.stores import StoreFactory
+from tests.stores import StoreFactory, file_factory
 
 ROOT = Path(__file__).resolve().parent.parent
 KILLS = {"file": 50, "mysql": 20}
@@ -70,15 +71,33 @@ def check_whole(job: Job) -> None:
 
 def test_sigkill_loses_no_acknowledged_transition(durable_factory: StoreFactory) -> None:
     """Every transition a killed child saw acknowledged is in the store, whole, after reopen."""
-    world = World(durable_factory)
+    acknowledged, _ = kill_and_check(durable_factory, threads=1)
+    assert acknowledged, "the children never acknowledged anything"
+
+
+def test_sigkill_during_group_commits_loses_no_acknowledged_write(tmp_path: Path) -> None:
+    """Eight threads writing at once share FileStore transactions; however often the process
+    is killed in the middle of them, every write it acknowledged is stored, whole."""
+    factory = file_factory(lambda: tmp_path)
+    acknowledged, (groups, units) = kill_and_check(factory, threads=8)
+    assert acknowledged, "the children never acknowledged anything"
+    assert units > groups, "no transaction held more than one unit: nothing was grouped"
+
+
+def kill_and_check(factory: StoreFactory, threads: int) -> tuple[dict[str, Any], tuple[int, int]]:
+    """Start a child writing from `threads` threads, SIGKILL it at a random moment, reopen the
+    store and check it; as many times as the store's kill count. Returns what was acknowledged,
+    and the last (transactions, units) a FileStore child reported."""
+    world = World(factory)
     admin_token = "mra_bootstrap-admin-token"
-    url = durable_factory.url()
+    url = factory.url()
     world.store.close()
     acknowledged: dict[str, tuple[int, str]] = {}
+    grouping = (0, 0)
     rng = random.Random(int(os.environ.get("MOONRUN_CRASH_SEED", "0")) or None)
 
-    for _ in range(kills_for(durable_factory.name)):
-        child = spawn("crash", url, world.endpoint.id, world.server.id, admin_token)
+    for _ in range(kills_for(factory.name)):
+        child = spawn("crash", url, world.endpoint.id, world.server.id, admin_token, str(threads))
         wait_ready(child)
         time.sleep(rng.uniform(0.0, 0.3))
         child.send_signal(signal.SIGKILL)
@@ -87,10 +106,14 @@ def test_sigkill_loses_no_acknowledged_transition(durable_factory: StoreFactory)
         for line in out.splitlines(keepends=True):
             if not line.endswith("\n"):
                 continue  # torn by the kill: never acknowledged
-            _, job_id, version, state = line.split()
-            acknowledged[job_id] = (int(version), state)
+            kind, *fields = line.split()
+            if kind == "groups":
+                grouping = max(grouping, (int(fields[0]), int(fields[1])))
+                continue
+            job_id, version, state = fields
+            acknowledged[job_id] = max(acknowledged.get(job_id, (0, "-")), (int(version), state))
 
-        store = durable_factory.reopen(world.store)
+        store = factory.reopen(world.store)
         world.store = store
         for job in every_job(store):
             check_whole(job)
@@ -100,8 +123,8 @@ def test_sigkill_loses_no_acknowledged_transition(durable_factory: StoreFactory)
             assert stored.version >= version, (stored, version)
             if stored.version == version and state != "-":
                 assert state == stored.state.value, (stored, state)
-    assert acknowledged, "the children never acknowledged anything"
     world.store.close()
+    return acknowledged, grouping
 
 
 def test_two_platform_processes_never_grant_an_attempt_twice(

@@ -110,6 +110,11 @@ class FileStore(SqlStore):
         """Write transactions so far (each may hold many units); for tests and benches."""
         return self._writes.groups
 
+    @property
+    def units_committed(self) -> int:
+        """Units of work those transactions held."""
+        return self._writes.units
+
     def close(self) -> None:
         self._closed = True
         readers, self._readers = self._readers, []

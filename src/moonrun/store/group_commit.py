@@ -55,6 +55,13 @@ class GroupCommit:
         self._queue: deque[_Unit] = deque()
         self.groups = 0
         """How many transactions were committed (or attempted); for tests and benches."""
+        self.units = 0
+        """How many units those transactions held."""
+
+    @property
+    def pending(self) -> int:
+        """Units queued or being committed right now."""
+        return len(self._queue)
 
     def run(self, work: Callable[[sqlite3.Cursor], T]) -> T:
         """Run `work` in the next group; its result (or error) once that group committed."""
@@ -89,6 +96,7 @@ class GroupCommit:
     def _commit(self, group: list[_Unit]) -> None:
         """One transaction: each unit in a savepoint (unless it is alone), then one commit."""
         self.groups += 1
+        self.units += len(group)
         cursor = self._connection.cursor()
         alone = len(group) == 1
         try:

@@ -1,0 +1,160 @@
+"""Group commit (FileStore's writes): many units, one transaction, each unit on its own.
+
+Grouping is made certain, not hoped for: the first unit holds the write connection until the
+others have queued behind it, so they all go into the next transaction together.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from moonrun.errors import AlreadyExists, StoreUnavailable
+from moonrun.store.group_commit import GroupCommit
+
+
+def translate(error: BaseException) -> BaseException:
+    if isinstance(error, sqlite3.IntegrityError):
+        return AlreadyExists(str(error))
+    if isinstance(error, sqlite3.Error):
+        return StoreUnavailable(str(error))
+    return error
+
+
+def open_connection(path: Path) -> sqlite3.Connection:
+    connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    connection.execute("PRAGMA journal_mode = WAL")
+    connection.execute("PRAGMA synchronous = FULL")
+    return connection
+
+
+@pytest.fixture
+def database(tmp_path: Path) -> Path:
+    path = tmp_path / "group.db"
+    with closing(open_connection(path)) as setup:
+        setup.execute("CREATE TABLE rows (id INTEGER PRIMARY KEY, note TEXT NOT NULL)")
+    return path
+
+
+def insert(row_id: int, note: str = "x") -> Callable[[sqlite3.Cursor], int]:
+    def work(cursor: sqlite3.Cursor) -> int:
+        cursor.execute("INSERT INTO rows (id, note) VALUES (?, ?)", (row_id, note))
+        return row_id
+
+    return work
+
+
+def stored(path: Path) -> list[int]:
+    with closing(open_connection(path)) as reader:
+        return [row[0] for row in reader.execute("SELECT id FROM rows ORDER BY id")]
+
+
+def grouped(commits: GroupCommit, works: list[Callable[[sqlite3.Cursor], Any]]) -> list[Any]:
+    """Run `works` so that all of them share one transaction; their outcomes, in order
+    (the result, or the exception raised to that caller)."""
+    release = threading.Event()
+
+    def hold(cursor: sqlite3.Cursor) -> None:
+        release.wait(10)
+
+    with ThreadPoolExecutor(max_workers=len(works) + 1) as pool:
+        holder = pool.submit(commits.run, hold)
+        while commits.pending < 1:
+            threading.Event().wait(0.001)
+        futures: list[Future[Any]] = [pool.submit(commits.run, work) for work in works]
+        while commits.pending < len(works) + 1:
+            threading.Event().wait(0.001)
+        release.set()
+        holder.result(timeout=10)
+        outcomes: list[Any] = []
+        for future in futures:
+            try:
+                outcomes.append(future.result(timeout=10))
+            except Exception as error:
+                outcomes.append(error)
+    return outcomes
+
+
+def test_units_queued_while_a_group_commits_share_the_next_transaction(database: Path) -> None:
+    """Four writers behind a busy writer are committed together: two transactions in all."""
+    commits = GroupCommit(open_connection(database), translate)
+    outcomes = grouped(commits, [insert(n) for n in range(1, 5)])
+    assert (
+        outcomes,
+        stored(database),
+        commits.groups,
+        commits.units,
+    ) == ([1, 2, 3, 4], [1, 2, 3, 4], 2, 5)
+
+
+def test_a_failing_unit_in_a_group_rolls_back_alone(database: Path) -> None:
+    """One unit of a group fails halfway: its own writes vanish, the others' are committed,
+    and only its caller sees the error."""
+
+    def half_then_fail(cursor: sqlite3.Cursor) -> None:
+        cursor.execute("INSERT INTO rows (id, note) VALUES (20, 'half')")
+        cursor.execute("INSERT INTO rows (id, note) VALUES (1, 'clash')")  # 1 is taken below
+
+    commits = GroupCommit(open_connection(database), translate)
+    outcomes = grouped(commits, [insert(1), half_then_fail, insert(3)])
+    assert (1, AlreadyExists, 3) == (outcomes[0], type(outcomes[1]), outcomes[2])
+    assert (stored(database), commits.groups) == ([1, 3], 2)
+
+
+def test_a_unit_that_raises_gets_its_own_exception_back(database: Path) -> None:
+    """A bug in a unit's own code reaches its caller unchanged; the group goes on."""
+
+    def broken(cursor: sqlite3.Cursor) -> None:
+        raise KeyError("a bug")
+
+    commits = GroupCommit(open_connection(database), translate)
+    outcomes = grouped(commits, [insert(1), broken])
+    assert (1, KeyError) == (outcomes[0], type(outcomes[1]))
+    assert stored(database) == [1]
+
+
+class _FailingCommit:
+    """A connection whose second COMMIT fails, as on a full or vanished disk."""
+
+    def __init__(self, connection: sqlite3.Connection) -> None:
+        self._connection = connection
+        self.in_transaction = False
+        self.commits = 0
+
+    def cursor(self) -> Any:
+        outer = self
+        inner = self._connection.cursor()
+
+        class Cursor:
+            def execute(self, sql: str, *args: Any) -> Any:
+                if sql == "COMMIT":
+                    outer.commits += 1
+                    if outer.commits == 2:
+                        raise sqlite3.OperationalError("disk I/O error")
+                result = inner.execute(sql, *args)
+                outer.in_transaction = outer._connection.in_transaction
+                return result
+
+            def close(self) -> None:
+                inner.close()
+
+        return Cursor()
+
+
+def test_a_failed_commit_answers_every_unit_of_the_group_with_an_error(database: Path) -> None:
+    """When the commit itself fails, no unit of the group is stored and every caller is told."""
+    connection = open_connection(database)
+    commits = GroupCommit(_FailingCommit(connection), translate)  # type: ignore[arg-type]
+    outcomes = grouped(commits, [insert(1), insert(2)])
+    connection.rollback()
+    assert ([StoreUnavailable, StoreUnavailable], []) == (
+        [type(outcome) for outcome in outcomes],
+        stored(database),
+    )
