@@ -1,5 +1,6 @@
-"""Run's modules one at a time, without a platform: journal, identity, handlers, transfers and
-the client's error mapping (PROTOCOL.md sections 1, 4, 5 and 7; docs/protocol.md 22-31).
+"""Run's modules one at a time, without a platform: identity, handlers, transfers and the
+client's error mapping (PROTOCOL.md sections 1, 4, 5 and 7; docs/protocol.md 22-31). The
+journal has its own suite (tests/test_run_journal.py).
 
 Handlers run directly with a `JobContext` built here; `command` starts real processes (tiny
 shell scripts) and checks that their whole process group is gone afterwards.
@@ -61,7 +62,6 @@ from moonrun.run.handlers import ENTRY_POINT_GROUP, HandlerResult, JobContext, l
 from moonrun.run.handlers.command import CommandHandler
 from moonrun.run.handlers.noop import NoopHandler
 from moonrun.run.handlers.sleep import SleepHandler
-from moonrun.run.journal import FILE_NAME, Assignment, Journal, JournalCorrupt
 from moonrun.run.transfers import CHUNK_BYTES, ArtifactUploader, Attempt, LogShipper
 
 T0_MS = 1_795_000_000_000
@@ -72,122 +72,6 @@ HANG_GUARD_S = 10.0
 
 def wall_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-# -- journal --------------------------------------------------------------------------------
-
-
-def assignment(job_id: str = "job_1", **changes: Any) -> Assignment:
-    fields: dict[str, Any] = {
-        "job_id": job_id,
-        "attempt": 2,
-        "lease": LEASE,
-        "kind": "sleep",
-        "payload": {"seconds": 5, "note": "ünïcode"},
-        "server_id": "srv_1",
-    }
-    fields.update(changes)
-    return Assignment(**fields)
-
-
-def written_journal(data_dir: Path, *entries: Assignment) -> Path:
-    journal = Journal(data_dir / FILE_NAME, {entry.job_id: entry for entry in entries})
-    journal.write(journal.snapshot())
-    return journal.path
-
-
-def test_journal_round_trips_its_assignments(tmp_path: Path) -> None:
-    """What is written is what the next open reads, field for field."""
-    held = {
-        "job_1": assignment("job_1"),
-        "job_2": assignment(
-            "job_2",
-            kind="command",
-            payload={"argv": ["true"]},
-            state="finished",
-            started_at_ms=T0_MS,
-            progress_seq=7,
-            result={"outcome": "failed", "retryable": True, "error": {"code": "x", "message": ""}},
-            notes=["resumed"],
-        ),
-    }
-    written_journal(tmp_path, *held.values())
-
-    assert Journal.open(tmp_path).entries == held
-
-
-def test_a_missing_journal_opens_empty_and_creates_nothing(tmp_path: Path) -> None:
-    """No file means no assignments held; opening does not write one."""
-    journal = Journal.open(tmp_path)
-
-    assert (journal.entries, list(tmp_path.iterdir())) == ({}, [])
-
-
-def test_journal_writes_leave_no_temporary_file(tmp_path: Path) -> None:
-    """The temp file is renamed over the journal: only journal.json remains, mode 0600."""
-    (tmp_path / (FILE_NAME + ".tmp")).write_bytes(b"left by a crash mid-write")
-    path = written_journal(tmp_path, assignment("job_1"))
-    written_journal(tmp_path, assignment("job_1"), assignment("job_2"))
-
-    assert sorted(p.name for p in tmp_path.iterdir()) == [FILE_NAME]
-    assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert set(Journal.open(tmp_path).entries) == {"job_1", "job_2"}
-
-
-def test_an_empty_journal_round_trips(tmp_path: Path) -> None:
-    """Dropping the last assignment writes an empty journal, which opens empty."""
-    written_journal(tmp_path)
-
-    assert Journal.open(tmp_path).entries == {}
-
-
-def torn(document: bytes) -> bytes:
-    return document[: len(document) // 2]
-
-
-def emptied(document: bytes) -> bytes:
-    return b""
-
-
-def edited(document: bytes) -> bytes:
-    parsed = json.loads(document)
-    parsed["entries"][0]["attempt"] = 3  # the stored checksum no longer fits
-    return json.dumps(parsed).encode()
-
-
-def wrong_format(document: bytes) -> bytes:
-    parsed = json.loads(document)
-    parsed["format"] = "moonrun-journal/99"
-    return json.dumps(parsed).encode()
-
-
-def not_a_journal(document: bytes) -> bytes:
-    return b'["some", "other", "json"]'
-
-
-def not_utf8(document: bytes) -> bytes:
-    return b"\xff\xfe" + document
-
-
-@pytest.mark.parametrize(
-    "damage",
-    [torn, emptied, edited, wrong_format, not_a_journal, not_utf8],
-    ids=lambda f: f.__name__,
-)
-def test_a_damaged_journal_is_reported_and_left_untouched(
-    tmp_path: Path, damage: Callable[[bytes], bytes]
-) -> None:
-    """Torn, edited or foreign files raise JournalCorrupt and are never emptied or rewritten."""
-    path = written_journal(tmp_path, assignment("job_1"))
-    damaged = damage(path.read_bytes())
-    path.write_bytes(damaged)
-
-    with pytest.raises(JournalCorrupt, match="left untouched") as raised:
-        Journal.open(tmp_path)
-
-    assert str(path) in raised.value.message
-    assert path.read_bytes() == damaged
-    assert sorted(p.name for p in tmp_path.iterdir()) == [FILE_NAME]
 
 
 # -- identity -------------------------------------------------------------------------------

@@ -2,16 +2,19 @@
 
 Four loops run side by side, each on its own channel: control (heartbeat), jobs (claims, and
 one supervisor task per held attempt: ack, progress, cancel, result), logs and artifacts.
-Any `session_*` or `reconcile_required` answer makes Run register again and reconcile its
-whole journal before it claims anything else. A supervisor that cannot get a lease renewal
-accepted in time stops its own attempt (self-fencing): Run never works on a lease the
-platform may already have handed to someone else.
+An idle Run keeps one claim waiting at the platform (a long poll), so a new job starts at
+once. Supervisors' acks and results travel in batches (`Batcher`), each answer going back to
+its own supervisor. Any `session_*` or `reconcile_required` answer makes Run register again and
+reconcile its whole journal before it claims anything else. A supervisor that cannot get a
+lease renewal accepted in time stops its own attempt (self-fencing): Run never works on a lease
+the platform may already have handed to someone else.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import secrets
 import time
@@ -21,7 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from moonrun.errors import MoonrunError, SequenceRegression
-from moonrun.run.client import SESSION_ERRORS, TRANSIENT, PlatformClient
+from moonrun.run.batcher import Batcher
+from moonrun.run.client import (
+    BATCH_BYTES,
+    BATCH_ITEMS,
+    SESSION_ERRORS,
+    TRANSIENT,
+    PlatformClient,
+)
 from moonrun.run.handlers import Handler, HandlerResult, JobContext
 from moonrun.run.handlers.command import process_record, stop_left_behind
 from moonrun.run.identity import Identity
@@ -31,9 +41,23 @@ from moonrun.security.tokens import b64url
 
 log = logging.getLogger("moonrun.run")
 
+Message = dict[str, Any]
+"""One batch entry: `job_id`, `attempt`, `lease`, and for a result its fields."""
+
 
 def wall_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def message_batcher(send: Callable[[list[Message]], Awaitable[list[Any]]]) -> Batcher[Message, Any]:
+    """Batches of acks or results: one entry per job, within the platform's bounds."""
+    return Batcher(
+        send,
+        max_items=BATCH_ITEMS,
+        size=lambda item: len(json.dumps(item)) + 1,
+        max_size=BATCH_BYTES,
+        key=lambda item: item["job_id"],
+    )
 
 
 @dataclass(frozen=True)
@@ -41,9 +65,13 @@ class RunConfig:
     platform_url: str
     data_dir: Path
     capacity: int
+    claim_wait_s: float = 25.0
+    """How long an idle Run's claim waits at the platform for work (it caps this at 30 s)."""
     claim_interval_s: float = 1.0
+    """The least time between two claims that both came back empty at once."""
     log_interval_s: float = 1.0
     cancel_grace_s: float = 10.0
+    min_backoff_s: float = 0.5
     max_backoff_s: float = 10.0
 
 
@@ -58,12 +86,17 @@ class Agent:
         handlers: dict[str, Handler],
         *,
         now_ms: Callable[[], int] = wall_ms,
+        client: PlatformClient | None = None,
     ) -> None:
         self.config = config
         self.journal = journal
         self.handlers = handlers
         self.boot_id = b64url(secrets.token_bytes(16))
-        self.client = PlatformClient(config.platform_url, identity.endpoint_id, identity.key)
+        self.client = client or PlatformClient(
+            config.platform_url, identity.endpoint_id, identity.key
+        )
+        self._acks = message_batcher(self.client.acks)
+        self._results = message_batcher(self.client.results)
         self.logs = LogShipper(self.client, interval_s=config.log_interval_s)
         self.artifacts = ArtifactUploader(self.client)
         self._now_ms = now_ms
@@ -71,7 +104,6 @@ class Agent:
         self._renewed_until: dict[str, float] = {}
         self._session_ok = asyncio.Event()
         self._renew_lock = asyncio.Lock()
-        self._journal_lock = asyncio.Lock()
         self._slot_freed = asyncio.Event()
         self._stop = asyncio.Event()
         self._background: set[asyncio.Task[None]] = set()
@@ -96,6 +128,7 @@ class Agent:
                     task.cancel()
                 await asyncio.gather(*supervisors, return_exceptions=True)
                 await self.logs.flush()
+                await self.journal.close()
 
     async def _pause(self, seconds: float) -> None:
         """Wait, but wake at once when Run stops."""
@@ -111,10 +144,15 @@ class Agent:
             for waiter in waiters:
                 waiter.cancel()
 
-    async def _save(self) -> None:
-        """Write the journal (off the event loop: it fsyncs)."""
-        async with self._journal_lock:
-            await asyncio.to_thread(self.journal.write, self.journal.snapshot())
+    async def _save(self, entry: Assignment) -> None:
+        """Journal `entry` as it is now, durably; not once the journal has dropped it (a
+        reconciliation did, and cancels its supervisor)."""
+        if self.journal.entries.get(entry.job_id) is entry:
+            await self.journal.put(entry)
+
+    def _generation(self) -> int | None:
+        """The session generation a request sent now is signed for."""
+        return self.client.session.generation if self.client.session else None
 
     # -- session ---------------------------------------------------------------------------
 
@@ -174,7 +212,7 @@ class Agent:
         for job_id, entry in list(self.journal.entries.items()):
             if job_id in confirmed:
                 continue
-            del self.journal.entries[job_id]
+            self.journal.drop(job_id)
             task = self._running.pop(job_id, None)
             if task is not None:
                 task.cancel()
@@ -184,14 +222,10 @@ class Agent:
                 "journal entry dropped",
                 extra={"fields": {"job_id": job_id, "attempt": entry.attempt}},
             )
-        await self._save()
+        await self.journal.sync()
         for job_id in confirmed:
             if job_id not in self._running and job_id in self.journal.entries:
                 self._start(self.journal.entries[job_id], resumed=True)
-
-    async def _on_session_error(self) -> None:
-        session = self.client.session
-        await self._renew_session(session.generation if session else None)
 
     # -- control channel -------------------------------------------------------------------
 
@@ -207,7 +241,7 @@ class Agent:
             try:
                 await self.client.heartbeat()
             except SESSION_ERRORS:
-                await self._on_session_error()
+                await self._renew_session(session.generation if session else None)
                 continue
             except TRANSIENT as error:
                 log.warning("heartbeat failed", extra={"fields": {"code": error.code}})
@@ -227,30 +261,53 @@ class Agent:
     # -- jobs channel ------------------------------------------------------------------------
 
     async def _jobs_loop(self) -> None:
-        delay = 0.5
+        """Claim while there is room: at once after a claim that got jobs or a freed slot, as
+        a long poll after one that got none. One claim at a time."""
+        delay = self.config.min_backoff_s
+        wait = False
         while not self._stop.is_set():
             if not self._session_ok.is_set():
                 await self._until(self._session_ok)
                 continue
             free = self.config.capacity - len(self._running)
-            if free > 0:
-                try:
-                    granted = await self.client.claim(free)
-                    delay = 0.5
-                except SESSION_ERRORS:
-                    await self._on_session_error()
-                    continue
-                except MoonrunError as error:
-                    log.warning("claim failed", extra={"fields": {"code": error.code}})
-                    await self._pause(delay)
-                    delay = min(self.config.max_backoff_s, delay * 2)
-                    continue
-                if granted:
-                    await self._accept(granted)
-                    continue
-            self._slot_freed.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._slot_freed.wait(), self.config.claim_interval_s)
+            if free <= 0:
+                self._slot_freed.clear()
+                await self._until(self._slot_freed)
+                wait = False
+                continue
+            generation, asked = self._generation(), time.monotonic()
+            try:
+                granted = await self._claim(free, wait)
+            except SESSION_ERRORS:
+                await self._renew_session(generation)
+                continue
+            except MoonrunError as error:
+                log.warning("claim failed", extra={"fields": {"code": error.code}})
+                await self._pause(delay)
+                delay = min(self.config.max_backoff_s, delay * 2)
+                continue
+            delay = self.config.min_backoff_s
+            if granted:
+                await self._accept(granted)
+            elif wait and time.monotonic() - asked < self.config.claim_interval_s:
+                # Nothing, and at once although asked to wait: a platform that does not hold
+                # claims. Poll then, rather than claim in a tight loop.
+                await self._pause(self.config.claim_interval_s)
+            wait = not granted
+
+    async def _claim(self, free: int, wait: bool) -> list[dict[str, Any]]:
+        """Claim up to `free` jobs (waiting at the platform if `wait`); nothing if Run stops
+        first."""
+        wait_s = self.config.claim_wait_s if wait else None
+        claim = asyncio.ensure_future(self.client.claim(free, wait_s))
+        stopping = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait({claim, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+            if not claim.done():  # abandoned: whatever it might still grant waits for its
+                claim.cancel()  # ack deadline, as for any Run that stops
+        return claim.result() if claim.done() else []
 
     async def _accept(self, granted: list[dict[str, Any]]) -> None:
         """Journal every granted attempt (durably) before acking any of them."""
@@ -265,9 +322,7 @@ class Agent:
             )
             for job in granted
         ]
-        for entry in entries:
-            self.journal.entries[entry.job_id] = entry
-        await self._save()
+        await self.journal.put(*entries)
         for entry in entries:
             log.info(
                 "claimed", extra={"fields": {"job_id": entry.job_id, "attempt": entry.attempt}}
@@ -281,14 +336,14 @@ class Agent:
         """Everything about one held attempt, from ack to an accepted result."""
         try:
             if entry.state == "accepted" and not await self._ack(entry):
-                await self._forget(entry)
+                self._forget(entry)
                 return
             if entry.state == "running":
                 result = await self._execute(entry, resumed)
                 if result is None:
                     return
                 entry.state, entry.result = "finished", result.as_message()
-                await self._save()
+                await self._save(entry)
             if entry.state == "finished":
                 await self._deliver(entry)
         except asyncio.CancelledError:
@@ -299,10 +354,11 @@ class Agent:
             self._renewed_until.pop(entry.job_id, None)
             self._slot_freed.set()
 
-    async def _forget(self, entry: Assignment) -> None:
+    def _forget(self, entry: Assignment) -> None:
+        """Drop the attempt from the journal, without waiting for the disk: should the drop be
+        lost, the next reconciliation discards the entry."""
         if self.journal.entries.get(entry.job_id) is entry:
-            del self.journal.entries[entry.job_id]
-            await self._save()
+            self.journal.drop(entry.job_id)
 
     async def _settle(
         self, entry: Assignment, what: str, send: Callable[[], Awaitable[Any]]
@@ -312,14 +368,14 @@ class Agent:
         Session errors renew the session first; transient ones back off. None: refused for
         good, dropped by a reconciliation meanwhile, or Run is stopping.
         """
-        delay = 0.5
+        delay = self.config.min_backoff_s
         while not self._stop.is_set():
-            sent = time.monotonic()
+            generation, sent = self._generation(), time.monotonic()
             try:
                 await send()
                 return sent
             except SESSION_ERRORS:
-                await self._on_session_error()
+                await self._renew_session(generation)
                 if self.journal.entries.get(entry.job_id) is not entry:
                     return None
             except TRANSIENT:
@@ -333,15 +389,14 @@ class Agent:
 
     async def _ack(self, entry: Assignment) -> bool:
         """True once the ack is accepted; False when the attempt is gone for good."""
-        sent = await self._settle(
-            entry, "ack", lambda: self.client.ack(entry.job_id, entry.attempt, entry.lease)
-        )
+        ack = {"job_id": entry.job_id, "attempt": entry.attempt, "lease": entry.lease}
+        sent = await self._settle(entry, "ack", lambda: self._acks.submit(ack))
         session = self.client.session
         if sent is None or session is None:
             return False
         self._renewed_until[entry.job_id] = sent + session.lease_ttl_s
         entry.state, entry.started_at_ms = "running", self._now_ms()
-        await self._save()
+        await self._save(entry)
         return True
 
     async def _execute(self, entry: Assignment, resumed: bool) -> HandlerResult | None:
@@ -388,14 +443,14 @@ class Agent:
 
     async def _remember_process(self, entry: Assignment, pid: int) -> None:
         entry.process = process_record(pid)
-        await self._save()
+        await self._save(entry)
 
     async def _stop_left_behind(self, entry: Assignment) -> None:
         """Stop the process group a previous Run process started for this attempt."""
         if entry.process is not None:
             await asyncio.to_thread(stop_left_behind, entry.process, self.config.cancel_grace_s)
             entry.process = None
-            await self._save()
+            await self._save(entry)
 
     async def _renew_while(
         self, work: asyncio.Task[HandlerResult], entry: Assignment, context: JobContext
@@ -409,8 +464,8 @@ class Agent:
             if work in done:
                 return True
             entry.progress_seq += 1
-            await self._save()  # before sending: a restart never reuses a seq the platform saw
-            sent = time.monotonic()
+            await self._save(entry)  # before sending: a restart never reuses a seq the platform saw
+            generation, sent = self._generation(), time.monotonic()
             # A renewal is only worth waiting for while the lease it renews still holds.
             budget = self._renewed_until.get(entry.job_id, 0.0) - margin - sent
             try:
@@ -432,7 +487,7 @@ class Agent:
                 if answer["cancel_requested"]:
                     context.cancelled.set()
             except SESSION_ERRORS:
-                renewal = asyncio.create_task(self._on_session_error())
+                renewal = asyncio.create_task(self._renew_session(generation))
                 self._background.add(renewal)  # keep a reference until it is done
                 renewal.add_done_callback(self._background.discard)
             except SequenceRegression:
@@ -446,7 +501,7 @@ class Agent:
                     "attempt ended by the platform",
                     extra={"fields": {"job_id": entry.job_id, "code": error.code}},
                 )
-                await self._forget(entry)
+                self._forget(entry)
                 return False
             renewed_until = self._renewed_until.get(entry.job_id, 0.0)
             if time.monotonic() + tick >= renewed_until - margin:
@@ -457,7 +512,7 @@ class Agent:
         """Stop an attempt whose lease may lapse before another renewal could be accepted."""
         self.self_fenced += 1
         entry.state = "self_fenced"
-        await self._save()
+        await self._save(entry)
         log.warning(
             "attempt self-fenced: no lease renewal accepted in time",
             extra={"fields": {"job_id": entry.job_id, "attempt": entry.attempt}},
@@ -467,14 +522,11 @@ class Agent:
         """Send the result until it is accepted or refused for good (same fingerprint)."""
         result = entry.result
         assert result is not None
-        sent = await self._settle(
-            entry,
-            "result",
-            lambda: self.client.result(entry.job_id, entry.attempt, entry.lease, result),
-        )
+        message = {"job_id": entry.job_id, "attempt": entry.attempt, "lease": entry.lease, **result}
+        sent = await self._settle(entry, "result", lambda: self._results.submit(message))
         if sent is None and self._stop.is_set():
             return  # the journal keeps the result for the next start
         if sent is not None:
             fields = {"job_id": entry.job_id, "outcome": result.get("outcome")}
             log.info("result accepted", extra={"fields": fields})
-        await self._forget(entry)
+        self._forget(entry)

@@ -4,6 +4,10 @@ Each channel (control, jobs, logs, artifacts) has its own connection pool and ti
 stuck artifact upload can never hold a connection a heartbeat needs. Every request is signed
 afresh when sent (a retry gets a new nonce and `created`). Error answers become the
 `moonrun.errors` type their code names; a failure to get any answer is `Unreachable`.
+
+Acks and results travel in batches (`acks`, `results`): each entry is answered, or refused,
+exactly as its single-message route would answer it. A claim may wait at the platform for work
+(`wait_s`, a long poll); that request's timeout is then that much longer.
 """
 
 from __future__ import annotations
@@ -92,6 +96,13 @@ CHANNELS: Mapping[str, ChannelSettings] = {
 }
 
 
+BATCH_ITEMS = 1000
+"""The most entries the platform takes in one batch."""
+BATCH_BYTES = 192 * 1024
+"""A batch's entries stay under this many bytes of JSON, well within the platform's body limit
+for the jobs channel (256 KiB)."""
+
+
 def error_from(status: int, body: Any) -> MoonrunError:
     """The typed error an error answer names."""
     detail = body.get("error") if isinstance(body, dict) else None
@@ -101,6 +112,14 @@ def error_from(status: int, body: Any) -> MoonrunError:
         return Unreachable(f"the platform answered {status}")
     error_type = _BY_CODE.get(code, MoonrunError)
     return error_type(str(message or code))
+
+
+def entry_answer(entry: dict[str, Any]) -> Any:
+    """A batch entry's answer, or its typed error (as the single-message route gives it)."""
+    status = entry.get("status")
+    if status == 200:
+        return entry.get("answer")
+    return error_from(status if isinstance(status, int) else 500, entry)
 
 
 class PlatformClient:
@@ -147,6 +166,7 @@ class PlatformClient:
         key: bytes | Ed25519PrivateKey | None = None,
         extra_headers: Mapping[str, str] | None = None,
         content_type: str = "application/json",
+        timeout_s: float | None = None,
     ) -> Any:
         headers = {"Content-Type": content_type, **(extra_headers or {})}
         if key is not None and key_id is not None:
@@ -163,8 +183,9 @@ class PlatformClient:
                 )
             )
         try:
+            timeout = None if timeout_s is None else aiohttp.ClientTimeout(total=timeout_s)
             async with self._sessions[channel].request(
-                method, self.base_url + path, data=body, headers=headers
+                method, self.base_url + path, data=body, headers=headers, timeout=timeout
             ) as response:
                 text = await response.text()
                 status = response.status
@@ -183,11 +204,19 @@ class PlatformClient:
             raise MoonrunError("no session: register first")
         return self.session
 
-    async def _signed(self, channel: str, path: str, document: Any) -> Any:
+    async def _signed(
+        self, channel: str, path: str, document: Any, *, timeout_s: float | None = None
+    ) -> Any:
         session = self._session()
         body = json.dumps(document).encode()
         return await self._send(
-            channel, "POST", path, body, key_id=f"session:{session.session_id}", key=session.key
+            channel,
+            "POST",
+            path,
+            body,
+            key_id=f"session:{session.session_id}",
+            key=session.key,
+            timeout_s=timeout_s,
         )
 
     # -- control channel -----------------------------------------------------------------------
@@ -223,14 +252,36 @@ class PlatformClient:
     async def reconcile(self, entries: list[dict[str, Any]]) -> Any:
         return await self._signed("jobs", "/run/v1/reconcile", {"entries": entries})
 
-    async def claim(self, max_jobs: int) -> list[dict[str, Any]]:
-        answer = await self._signed("jobs", "/run/v1/jobs/claim", {"max_jobs": max_jobs})
+    async def claim(self, max_jobs: int, wait_s: float | None = None) -> list[dict[str, Any]]:
+        """Up to `max_jobs` jobs; with `wait_s`, the platform holds the request until one is
+        claimable or that time is up (so this request's timeout is that much longer)."""
+        body: dict[str, Any] = {"max_jobs": max_jobs}
+        timeout_s = None
+        if wait_s is not None:
+            body["wait_s"] = wait_s
+            timeout_s = wait_s + CHANNELS["jobs"].timeout_s
+        answer = await self._signed("jobs", "/run/v1/jobs/claim", body, timeout_s=timeout_s)
         jobs: list[dict[str, Any]] = answer["jobs"]
         return jobs
 
-    async def ack(self, job_id: str, attempt: int, lease: str) -> Any:
-        evidence = {"attempt": attempt, "lease": lease}
-        return await self._signed("jobs", f"/run/v1/jobs/{job_id}/ack", evidence)
+    async def acks(self, acks: list[dict[str, Any]]) -> list[Any]:
+        """Several acks (`job_id`, `attempt`, `lease`) in one request: for each, in order, its
+        answer or its error (an error of the whole request is raised)."""
+        return await self._batch("/run/v1/jobs/acks", "acks", acks)
+
+    async def results(self, results: list[dict[str, Any]]) -> list[Any]:
+        """Several results (`job_id`, `attempt`, `lease` and the result's fields) in one
+        request, answered as `acks` are."""
+        return await self._batch("/run/v1/jobs/results", "results", results)
+
+    async def _batch(self, path: str, name: str, items: list[dict[str, Any]]) -> list[Any]:
+        answer = await self._signed("jobs", path, {name: items})
+        entries = answer.get("answers") if isinstance(answer, dict) else None
+        if not isinstance(entries, list) or [
+            entry.get("job_id") if isinstance(entry, dict) else None for entry in entries
+        ] != [item["job_id"] for item in items]:
+            raise Unreachable(f"the platform answered {path} with a foreign shape")
+        return [entry_answer(entry) for entry in entries]
 
     async def progress(
         self,
@@ -251,10 +302,6 @@ class PlatformClient:
     async def cancel_poll(self, job_id: str, attempt: int, lease: str) -> Any:
         evidence = {"attempt": attempt, "lease": lease}
         return await self._signed("jobs", f"/run/v1/jobs/{job_id}/cancel-poll", evidence)
-
-    async def result(self, job_id: str, attempt: int, lease: str, result: dict[str, Any]) -> Any:
-        body = {"attempt": attempt, "lease": lease, **result}
-        return await self._signed("jobs", f"/run/v1/jobs/{job_id}/result", body)
 
     # -- logs and artifacts channels -----------------------------------------------------------
 

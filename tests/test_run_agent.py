@@ -1,0 +1,348 @@
+"""Run's agent against a real platform served in-process: long-poll claims and batched acks.
+
+The platform is the real ASGI app over a memory store, served by uvicorn on a local port in
+the test's event loop; the agent is the real one, with a client that records what it sends
+(and, where a test says so, spoils one entry or fails one whole request before it is sent).
+Waits are on the platform's own change events; nothing is timed against the wall clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from moonrun.clock import SystemClock
+from moonrun.errors import MoonrunError, SessionRotated
+from moonrun.platform.app import create_app
+from moonrun.platform.artifacts import FileArtifactStore
+from moonrun.platform.channels import Channels
+from moonrun.platform.config import SchedulingSettings
+from moonrun.platform.directory import Directory
+from moonrun.platform.http import Platform
+from moonrun.platform.logstore import MemoryLogStore
+from moonrun.platform.service import SchedulingService
+from moonrun.run.agent import Agent, RunConfig
+from moonrun.run.client import PlatformClient, Unreachable
+from moonrun.run.handlers import load_handlers
+from moonrun.run.identity import Identity
+from moonrun.run.journal import Journal
+from moonrun.scheduling.records import User
+from moonrun.security import signing
+from moonrun.security.tokens import SystemTokenSource
+from moonrun.store.memory import MemoryStore
+
+HANG_GUARD_S = 10.0
+"""Only a guard against a hang; every wait below is expected to end well before it."""
+ADMIN_TOKEN = "mra_run-agent-test-admin-token-0000000000000"
+TERMINAL = ("succeeded", "failed", "cancelled")
+
+
+@dataclass
+class World:
+    """One platform, one endpoint with one server, and what happened, in order."""
+
+    platform: Platform
+    url: str
+    admin: User
+    identity: Identity
+    server_id: str
+    timeline: list[tuple[str, Any]] = field(default_factory=list)
+
+    def submit(self, kind: str = "noop", payload: Any = None) -> str:
+        job = self.platform.service.create_job(
+            self.admin, self.server_id, kind=kind, payload=payload
+        )
+        self.timeline.append(("job created", job.id))
+        return job.id
+
+    def state(self, job_id: str) -> str:
+        job = self.platform.store.get_job(job_id)
+        assert job is not None
+        return str(job.state.value)
+
+    async def wait_state(self, job_id: str, *states: str) -> str:
+        """Wait (on the platform's change events) until the job is in one of `states`."""
+        async with asyncio.timeout(HANG_GUARD_S):
+            with self.platform.watch.job(job_id) as changed:
+                while True:
+                    changed.clear()  # before reading: a change from now on sets it again
+                    if (state := self.state(job_id)) in states:
+                        return state
+                    await changed.wait()
+
+
+@asynccontextmanager
+async def served_platform(tmp_path: Path) -> AsyncIterator[World]:
+    clock, tokens, store = SystemClock(), SystemTokenSource(), MemoryStore()
+    service = SchedulingService(store, clock, tokens, SchedulingSettings())
+    directory = Directory(store, clock, tokens)
+    admin = directory.ensure_bootstrap_admin(ADMIN_TOKEN)
+    platform = Platform(
+        store=store,
+        service=service,
+        directory=directory,
+        clock=clock,
+        secret=bytes(range(32)),
+        logs=MemoryLogStore(),
+        artifacts=FileArtifactStore(tmp_path / "artifacts"),
+        channels=Channels.with_limits(inline=True),
+    )
+    key = Ed25519PrivateKey.generate()
+    public = key.public_key().public_bytes(
+        serialization.Encoding.Raw, serialization.PublicFormat.Raw
+    )
+    enrolled = service.create_endpoint(admin, "host-1")
+    endpoint = service.join_endpoint(enrolled.join_token, signing.b64url(public))
+    server = directory.create_server(admin, "web-1", endpoint_id=endpoint.id, owner_id=admin.id)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    config = uvicorn.Config(
+        create_app(platform, sweep=False),
+        log_config=None,
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=1,
+    )
+    http = uvicorn.Server(config)
+    serving = asyncio.create_task(http.serve(sockets=[listener]))
+    try:
+        async with asyncio.timeout(HANG_GUARD_S):
+            while not http.started:
+                await asyncio.sleep(0.01)
+        yield World(
+            platform,
+            f"http://127.0.0.1:{port}",
+            admin,
+            Identity(endpoint.id, key),
+            server.id,
+        )
+    finally:
+        # A claim that a stopped Run left waiting would hold the server's shutdown until its
+        # wait is over: a job for it ends that wait at once.
+        if platform.watch.waiting:
+            service.create_job(admin, server.id, kind="noop")
+        http.should_exit = True
+        await serving
+        listener.close()
+        platform.close()
+
+
+class RecordingClient(PlatformClient):
+    """The real client; notes each claim and ack batch in the world's timeline, and can spoil
+    the lease of chosen jobs' acks or fail whole ack requests before they are sent."""
+
+    def __init__(self, world: World) -> None:
+        super().__init__(world.url, world.identity.endpoint_id, world.identity.key)
+        self.timeline = world.timeline
+        self.spoiled: set[str] = set()
+        self.ack_failures: list[MoonrunError] = []
+
+    async def claim(self, max_jobs: int, wait_s: float | None = None) -> list[dict[str, Any]]:
+        self.timeline.append(("claim sent", wait_s))
+        jobs = await super().claim(max_jobs, wait_s)
+        self.timeline.append(("claim answered", [job["job_id"] for job in jobs]))
+        return jobs
+
+    async def acks(self, acks: list[dict[str, Any]]) -> list[Any]:
+        self.timeline.append(("acks sent", sorted(ack["job_id"] for ack in acks)))
+        if self.ack_failures:
+            raise self.ack_failures.pop(0)
+        sent = [
+            {**ack, "lease": "mrl_" + "x" * 43} if ack["job_id"] in self.spoiled else ack
+            for ack in acks
+        ]
+        answers = await super().acks(sent)
+        self.timeline.append(
+            ("acks answered", sorted(type(a).__name__ for a in answers if isinstance(a, Exception)))
+        )
+        return answers
+
+
+@asynccontextmanager
+async def running_agent(
+    world: World,
+    tmp_path: Path,
+    capacity: int,
+    prepare: Callable[[RecordingClient], None] = lambda client: None,
+) -> AsyncIterator[Agent]:
+    data_dir = tmp_path / "run-data"
+    data_dir.mkdir()
+    config = RunConfig(
+        world.url,
+        data_dir,
+        capacity,
+        claim_interval_s=3600,  # a Run that polled would not see a new job during a test
+        min_backoff_s=0.01,
+    )
+    client = RecordingClient(world)
+    prepare(client)
+    agent = Agent(config, world.identity, Journal.open(data_dir), load_handlers(), client=client)
+    stop = asyncio.Event()
+    running = asyncio.create_task(agent.run(stop))
+    try:
+        yield agent
+    finally:
+        stop.set()
+        async with asyncio.timeout(HANG_GUARD_S):
+            await running
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    """Wait for a condition nothing signals (the platform holding a claim)."""
+    async with asyncio.timeout(HANG_GUARD_S):
+        while not condition():
+            await asyncio.sleep(0.005)
+
+
+def events(timeline: list[tuple[str, Any]], *names: str) -> list[tuple[str, Any]]:
+    return [event for event in timeline if event[0] in names]
+
+
+# -- long-poll claims ----------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_an_idle_run_starts_a_new_job_from_its_waiting_claim(tmp_path: Path) -> None:
+    """With nothing to do, Run's next claim waits at the platform (wait_s), and that very
+    claim gets the job created meanwhile: no poll interval (an hour here) passes first."""
+    async with served_platform(tmp_path) as world, running_agent(world, tmp_path, capacity=4):
+        await until(lambda: world.platform.watch.waiting == 1)
+        job_id = world.submit()
+        ended = await world.wait_state(job_id, *TERMINAL)
+
+    expected = [
+        ("claim sent", None),
+        ("claim answered", []),
+        ("claim sent", 25.0),
+        ("job created", job_id),
+        ("claim answered", [job_id]),
+    ]
+    assert expected == events(world.timeline, "claim sent", "claim answered", "job created")[:5]
+    succeeded = "succeeded"
+    assert succeeded == ended
+
+
+@pytest.mark.anyio
+async def test_a_full_run_claims_at_once_when_a_slot_frees(tmp_path: Path) -> None:
+    """A Run at capacity sends no claim; the slot its job frees is claimed at once (no wait_s),
+    which gets the job created meanwhile."""
+    gate = tmp_path / "gate"
+    wait_for_gate = ["sh", "-c", f'while [ ! -e "{gate}" ]; do sleep 0.01; done']
+    async with served_platform(tmp_path) as world:
+        first = world.submit("command", {"argv": wait_for_gate})
+        async with running_agent(world, tmp_path, capacity=1):
+            await world.wait_state(first, "running")
+            second = world.submit()
+            gate.touch()
+            ended = await world.wait_state(second, *TERMINAL)
+
+    expected = [
+        ("claim sent", None),
+        ("claim answered", [first]),
+        ("job created", second),
+        ("claim sent", None),
+        ("claim answered", [second]),
+    ]
+    assert expected == events(world.timeline, "claim sent", "claim answered", "job created")[1:6]
+    succeeded = "succeeded"
+    assert succeeded == ended
+
+
+# -- batched acks ------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_acks_of_jobs_claimed_together_travel_in_one_request(tmp_path: Path) -> None:
+    """Three jobs granted by one claim are acked by one request of three entries."""
+    async with served_platform(tmp_path) as world:
+        job_ids = sorted(world.submit() for _ in range(3))
+        async with running_agent(world, tmp_path, capacity=3):
+            ended = [await world.wait_state(job_id, *TERMINAL) for job_id in job_ids]
+
+    one_request = [("acks sent", job_ids)]
+    assert one_request == events(world.timeline, "acks sent")
+    all_succeeded = ["succeeded"] * 3
+    assert all_succeeded == ended
+
+
+@pytest.mark.anyio
+async def test_one_refused_ack_leaves_the_others_in_its_request_alone(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An entry the platform refuses (a wrong lease: lease_mismatch) ends that attempt in Run;
+    the other two entries of the same request are accepted and their jobs succeed."""
+    caplog.set_level(logging.INFO, logger="moonrun.run")
+    async with served_platform(tmp_path) as world:
+        job_ids = sorted(world.submit() for _ in range(3))
+        refused = job_ids[1]
+        async with running_agent(
+            world, tmp_path, 3, lambda client: client.spoiled.add(refused)
+        ) as agent:
+            ended = [await world.wait_state(job_ids[n], *TERMINAL) for n in (0, 2)]
+            await until(lambda: not agent.journal.entries)
+
+    refusals = [
+        (record.fields["job_id"], record.fields["code"])  # type: ignore[attr-defined]
+        for record in caplog.records
+        if record.getMessage() == "ack refused"
+    ]
+    one_request = [("acks sent", job_ids)]
+    one_refusal = [("acks answered", ["LeaseMismatch"])]
+    assert one_request == events(world.timeline, "acks sent")
+    assert one_refusal == events(world.timeline, "acks answered")
+    forgotten_by_run = [(refused, "lease_mismatch")]
+    assert forgotten_by_run == refusals
+    others_succeeded = (["succeeded", "succeeded"], "accepted")
+    assert others_succeeded == (ended, world.state(refused))
+
+
+@pytest.mark.anyio
+async def test_a_whole_ack_request_that_failed_is_retried_by_each_supervisor(
+    tmp_path: Path,
+) -> None:
+    """No answer to the request at all: every attempt in it is acked again, and succeeds."""
+    async with served_platform(tmp_path) as world:
+        job_ids = sorted(world.submit() for _ in range(3))
+        failure = Unreachable("jobs: connection reset")
+        async with running_agent(
+            world, tmp_path, 3, lambda client: client.ack_failures.append(failure)
+        ):
+            ended = [await world.wait_state(job_id, *TERMINAL) for job_id in job_ids]
+
+    batches = [job_ids for _, job_ids in events(world.timeline, "acks sent")]
+    assert job_ids == batches[0]
+    assert job_ids == sorted(job_id for batch in batches[1:] for job_id in batch)
+    all_succeeded = ["succeeded"] * 3
+    assert all_succeeded == ended
+
+
+@pytest.mark.anyio
+async def test_a_session_error_on_a_whole_ack_request_renews_the_session_once(
+    tmp_path: Path,
+) -> None:
+    """Every supervisor in the request sees the session error; Run registers again only once,
+    and each attempt, confirmed by the reconciliation, is acked under the new session."""
+    async with served_platform(tmp_path) as world:
+        job_ids = sorted(world.submit() for _ in range(3))
+        rotated = SessionRotated("a newer registration exists")
+        async with running_agent(
+            world, tmp_path, 3, lambda client: client.ack_failures.append(rotated)
+        ):
+            ended = [await world.wait_state(job_id, *TERMINAL) for job_id in job_ids]
+            endpoint = world.platform.store.get_endpoint(world.identity.endpoint_id)
+
+    assert endpoint is not None
+    registered_once_more = (2, ["succeeded"] * 3)
+    assert registered_once_more == (endpoint.generation, ended)
