@@ -233,10 +233,6 @@ class Run(Process):
         self.data_dir = data_dir
         self.capacity = capacity
 
-    @property
-    def journal_path(self) -> Path:
-        return self.data_dir / "journal.json"
-
     def start(self, *, cancel_grace_s: float = 2.0) -> int:
         """Start Run and wait until it has registered a new session; returns its generation."""
         before = self.cluster.endpoint(self.endpoint_id)["generation"]
@@ -275,8 +271,7 @@ class Run(Process):
     def write_journal(self, entries: list[Assignment]) -> None:
         """Replace the journal on disk (Run must be stopped)."""
         assert not self.running, "write the journal only while Run is stopped"
-        journal = Journal(self.journal_path, {entry.job_id: entry for entry in entries})
-        journal.write(journal.snapshot())
+        Journal(self.data_dir, {entry.job_id: entry for entry in entries}).rewrite()
 
     def events(self, message: str | None = None) -> list[dict[str, Any]]:
         """Run's JSON log lines (across its restarts), optionally only those with `message`."""

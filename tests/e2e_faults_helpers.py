@@ -311,13 +311,6 @@ class RunAgent:
                     continue
         return found
 
-    def journal(self) -> dict[str, Any]:
-        path = self.data_dir / "journal.json"
-        if not path.exists():
-            return {}
-        document = json.loads(path.read_bytes())
-        return {entry["job_id"]: entry for entry in document["entries"]}
-
 
 class BlockingProxy:
     """tests/e2e_faults_proxy.py in its own process: forwards all, holds `hang` prefixes."""

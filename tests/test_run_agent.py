@@ -346,3 +346,43 @@ async def test_a_session_error_on_a_whole_ack_request_renews_the_session_once(
     assert endpoint is not None
     registered_once_more = (2, ["succeeded"] * 3)
     assert registered_once_more == (endpoint.generation, ended)
+
+
+@pytest.mark.anyio
+async def test_a_waiting_claim_whose_run_went_away_grants_nothing(tmp_path: Path) -> None:
+    """A long poll whose connection closes stops waiting, and a job created afterwards stays
+    queued for the next Run instead of going to a connection nobody reads."""
+    async with served_platform(tmp_path) as world:
+        client = PlatformClient(world.url, world.identity.endpoint_id, world.identity.key)
+        async with client:
+            session = await client.register("boot-gone", 4)
+            await client.reconcile([])
+            body = b'{"max_jobs": 1, "wait_s": 30}'
+            headers = signing.sign(
+                "POST",
+                "/run/v1/jobs/claim",
+                "",
+                body,
+                key_id=f"session:{session.session_id}",
+                key=session.key,
+                created=int(SystemClock().now() / 1000),
+                nonce=signing.b64url(b"gone-nonce-0123456789"),
+            )
+            head = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+            host, port = world.url.removeprefix("http://").split(":")
+            _, writer = await asyncio.open_connection(host, int(port))
+            request = (
+                f"POST /run/v1/jobs/claim HTTP/1.1\r\nHost: {host}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n{head}\r\n"
+            )
+            writer.write(request.encode() + body)
+            await writer.drain()
+            async with asyncio.timeout(HANG_GUARD_S):
+                while world.platform.watch.waiting == 0:
+                    await asyncio.sleep(0.005)
+                writer.close()
+                await writer.wait_closed()
+                while world.platform.watch.waiting:
+                    await asyncio.sleep(0.005)
+            job_id = world.submit()
+            assert world.state(job_id) == "queued"

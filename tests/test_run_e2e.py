@@ -244,12 +244,6 @@ def test_jobs_succeed_over_each_durable_store(
 # -- Run restarts ----------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="the platform still answers a claim whose Run is gone: the killed Run's long poll "
-    "gets the job queued while Run is down (reconcile_lost, then attempt 2) until a waiting "
-    "claim ends when its client disconnects",
-)
 def test_run_restart_resumes_confirmed_attempt(tmp_path: Path) -> None:
     """A SIGKILLed Run's sleep is confirmed and rebound before any claim; same attempt ends it."""
     with cluster(tmp_path) as cl:

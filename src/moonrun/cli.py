@@ -287,9 +287,21 @@ def run_start(
         await agent.run(stop)
 
     try:
-        asyncio.run(serve())
+        _event_loop_run(serve())
     finally:
         lock.close()
+
+
+def _event_loop_run(main: Any) -> None:
+    """Run a coroutine to completion on uvloop where it is installed, else on asyncio."""
+    import asyncio
+
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main)
+        return
+    uvloop.run(main)
 
 
 def main() -> None:

@@ -12,6 +12,7 @@ with instants as RFC 3339 strings.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -90,6 +91,8 @@ class Call:
     params: dict[str, Any]
     body: Any
     headers: dict[str, str]
+    receive: Receive
+    """The request's ASGI receive: once the body is read, it returns only on disconnect."""
 
 
 Handler = Callable[[Call], Awaitable[Any]]
@@ -251,21 +254,30 @@ async def claim(call: Call) -> dict[str, Any]:
     wait_s = min(body.wait_s or 0.0, platform.http.max_claim_wait_s)
     if not outcome.jobs and wait_s > 0 and watch.has_room():
         deadline = time.monotonic() + wait_s
+        gone = asyncio.Event()
         with watch.claims(outcome.endpoint_id) as woken:
-            while True:
-                # Registered first, claimed again second: no wake-up can fall in between.
-                woken.clear()
-                outcome = await call.lane.run(service.claim_or_wait, call.subject, body.max_jobs)
-                remaining = deadline - time.monotonic()
-                if outcome.jobs or remaining <= 0:
-                    break
-                pause = min(remaining, watch.recheck_s)
-                if outcome.next_claimable_at is not None:
-                    due_s = (outcome.next_claimable_at - platform.clock.now()) / 1000
-                    pause = min(pause, max(0.001, due_s))
-                call.admission.leave()
-                await wait_for(woken, pause)
-                call.admission.enter()
+            # A Run that went away (killed, or stopping) must not be granted what it can never
+            # receive: its attempts would only come back through reconciliation, as lost.
+            listener = asyncio.create_task(_until_disconnected(call.receive, gone, woken))
+            try:
+                while not gone.is_set():
+                    # Registered first, claimed again second: no wake-up can fall in between.
+                    woken.clear()
+                    outcome = await call.lane.run(
+                        service.claim_or_wait, call.subject, body.max_jobs
+                    )
+                    remaining = deadline - time.monotonic()
+                    if outcome.jobs or remaining <= 0:
+                        break
+                    pause = min(remaining, watch.recheck_s)
+                    if outcome.next_claimable_at is not None:
+                        due_s = (outcome.next_claimable_at - platform.clock.now()) / 1000
+                        pause = min(pause, max(0.001, due_s))
+                    call.admission.leave()
+                    await wait_for(woken, pause)
+                    call.admission.enter()
+            finally:
+                listener.cancel()
     platform.metrics.claims.inc(len(outcome.jobs))
     return {
         "jobs": [
@@ -283,6 +295,14 @@ async def claim(call: Call) -> dict[str, Any]:
             for job in outcome.jobs
         ]
     }
+
+
+async def _until_disconnected(receive: Receive, gone: asyncio.Event, woken: asyncio.Event) -> None:
+    """Set `gone` (and wake the waiter) when the client disconnects."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    gone.set()
+    woken.set()
 
 
 async def ack(call: Call) -> dict[str, Any]:
@@ -557,7 +577,7 @@ class RunApi:
             body: Any = data
             if route.body is not None:
                 body = _parse(route.body, data)
-            call = Call(platform, lane, admission, subject, params, body, headers)
+            call = Call(platform, lane, admission, subject, params, body, headers, receive)
             return route.status, await route.handler(call)
 
     async def _verify(

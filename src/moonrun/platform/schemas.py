@@ -138,6 +138,7 @@ class ClaimAnswer(Answer):
 class AckAnswerModel(Answer):
     state: str
     lease_expires_at: str
+    cancel_requested: bool
 
 
 class ProgressRequest(EvidenceRequest):

@@ -102,6 +102,8 @@ class Agent:
         self._now_ms = now_ms
         self._running: dict[str, asyncio.Task[None]] = {}
         self._renewed_until: dict[str, float] = {}
+        self._cancel_known: dict[str, bool] = {}
+        """Whether a cancel was requested, as the ack or the reconciliation said (no poll)."""
         self._session_ok = asyncio.Event()
         self._renew_lock = asyncio.Lock()
         self._slot_freed = asyncio.Event()
@@ -207,6 +209,8 @@ class Agent:
         session = self.client.session
         assert session is not None
         confirmed = {item["job_id"] for item in report.get("confirmed", [])}
+        for item in report.get("confirmed", []):
+            self._cancel_known[item["job_id"]] = bool(item.get("cancel_requested"))
         for job_id in confirmed:
             self._renewed_until[job_id] = sent + session.lease_ttl_s
         for job_id, entry in list(self.journal.entries.items()):
@@ -390,7 +394,13 @@ class Agent:
     async def _ack(self, entry: Assignment) -> bool:
         """True once the ack is accepted; False when the attempt is gone for good."""
         ack = {"job_id": entry.job_id, "attempt": entry.attempt, "lease": entry.lease}
-        sent = await self._settle(entry, "ack", lambda: self._acks.submit(ack))
+
+        async def send() -> None:
+            answer = await self._acks.submit(ack)
+            if isinstance(answer, dict) and "cancel_requested" in answer:
+                self._cancel_known[entry.job_id] = bool(answer["cancel_requested"])
+
+        sent = await self._settle(entry, "ack", send)
         session = self.client.session
         if sent is None or session is None:
             return False
@@ -422,11 +432,13 @@ class Agent:
             remember_process=lambda pid: self._remember_process(entry, pid),
             grace_s=self.config.cancel_grace_s,
         )
-        with contextlib.suppress(MoonrunError):
-            if (await self.client.cancel_poll(entry.job_id, entry.attempt, entry.lease))[
-                "cancel_requested"
-            ]:
-                context.cancelled.set()
+        known = self._cancel_known.pop(entry.job_id, None)
+        if known is None:  # from a platform that does not say so with the ack
+            with contextlib.suppress(MoonrunError):
+                answer = await self.client.cancel_poll(entry.job_id, entry.attempt, entry.lease)
+                known = bool(answer["cancel_requested"])
+        if known:
+            context.cancelled.set()
         work = asyncio.create_task(handler.run(context))
         try:
             if not await self._renew_while(work, entry, context):

@@ -77,6 +77,8 @@ class Decision(Generic[T]):
 class AckAnswer:
     state: JobState
     lease_expires_at: Instant
+    cancel_requested: bool = False
+    """Whether a cancel intent exists: Run learns it with the ack, without a cancel poll."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,14 +143,15 @@ def ack(
         return checked
     if current.state is JobState.RUNNING:
         assert current.lease_expires_at is not None
-        return Decision(current, AckAnswer(JobState.RUNNING, current.lease_expires_at))
+        answer = AckAnswer(JobState.RUNNING, current.lease_expires_at, current.cancel is not None)
+        return Decision(current, answer)
     if not accepts(Event.ACK, current.state):
         return Decision(current, error=NotActive(f"the job is {current.state}"))
     expires = now + lease_ttl_ms
     acked = transition(
         current, Event.ACK, JobState.RUNNING, now, ack_deadline=None, lease_expires_at=expires
     )
-    return Decision(acked, AckAnswer(JobState.RUNNING, expires))
+    return Decision(acked, AckAnswer(JobState.RUNNING, expires, acked.cancel is not None))
 
 
 def progress(
