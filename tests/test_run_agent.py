@@ -155,6 +155,10 @@ class RecordingClient(PlatformClient):
         self.timeline.append(("claim answered", [job["job_id"] for job in jobs]))
         return jobs
 
+    async def cancel_poll(self, job_id: str, attempt: int, lease: str) -> Any:
+        self.timeline.append(("cancel poll sent", job_id))
+        return await super().cancel_poll(job_id, attempt, lease)
+
     async def acks(self, acks: list[dict[str, Any]]) -> list[Any]:
         self.timeline.append(("acks sent", sorted(ack["job_id"] for ack in acks)))
         if self.ack_failures:
@@ -232,6 +236,28 @@ async def test_an_idle_run_starts_a_new_job_from_its_waiting_claim(tmp_path: Pat
     assert expected == events(world.timeline, "claim sent", "claim answered", "job created")[:5]
     succeeded = "succeeded"
     assert succeeded == ended
+
+
+@pytest.mark.anyio
+async def test_an_acked_attempt_learns_its_cancel_intent_from_the_ack(tmp_path: Path) -> None:
+    """The ack answer says whether a cancel was requested: Run starts the handler without a
+    cancel poll, and a job cancelled before its ack ends cancelled from that answer alone."""
+    async with served_platform(tmp_path) as world:
+        plain = world.submit()
+        doomed = world.submit("sleep", {"seconds": 30})
+        claimed = world.platform.service.claim_or_wait  # the cancel lands between claim and ack
+
+        def claim_then_cancel(session_id: str, max_jobs: int) -> Any:
+            outcome = claimed(session_id, max_jobs)
+            if any(job.job_id == doomed for job in outcome.jobs):
+                world.platform.service.cancel_job(world.admin, doomed)
+            return outcome
+
+        world.platform.service.claim_or_wait = claim_then_cancel  # type: ignore[method-assign]
+        async with running_agent(world, tmp_path, capacity=4):
+            ended = [await world.wait_state(job_id, *TERMINAL) for job_id in (plain, doomed)]
+
+    assert (ended, events(world.timeline, "cancel poll sent")) == (["succeeded", "cancelled"], [])
 
 
 @pytest.mark.anyio

@@ -140,6 +140,7 @@ def ack_answer(answer: AckAnswer) -> dict[str, Any]:
     return {
         "state": answer.state.value,
         "lease_expires_at": format_instant(answer.lease_expires_at),
+        "cancel_requested": answer.cancel_requested,
     }
 
 
