@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -103,12 +104,12 @@ def row_to_job(row: Row) -> Job:
         endpoint_id=row["endpoint_id"],
         kind=row["kind"],
         payload_json=row["payload_json"],
-        policy=RetryPolicy(
-            max_attempts=row["max_attempts"],
-            initial_s=row["backoff_initial_s"],
-            multiplier=row["backoff_multiplier"],
-            max_s=row["backoff_max_s"],
-            jitter=row["backoff_jitter"],
+        policy=_policy(
+            row["max_attempts"],
+            row["backoff_initial_s"],
+            row["backoff_multiplier"],
+            row["backoff_max_s"],
+            row["backoff_jitter"],
         ),
         state=JobState(row["state"]),
         attempt=row["attempt"],
@@ -179,6 +180,10 @@ def row_to_job(row: Row) -> Job:
             for attempt, claimed_at, ended_at, outcome, code in json.loads(row["history_json"])
         ),
     )
+
+
+_policy = functools.lru_cache(maxsize=1024)(RetryPolicy)
+"""Stored policies are few and were checked when their jobs were made: build each once."""
 
 
 def _error(code: str | None, message: str | None) -> ErrorInfo | None:

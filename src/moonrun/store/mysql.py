@@ -84,6 +84,7 @@ class MySQLStore(SqlStore):
         self._connect_timeout_s = connect_timeout_s
         self._reads = _Pool(lambda: self._open(autocommit=True))
         self._writes = _Pool(lambda: self._open(autocommit=False))
+        self._unit = threading.local()
         self._migrate(
             create_engine(
                 self.url,
@@ -105,8 +106,10 @@ class MySQLStore(SqlStore):
                 charset="utf8mb4",
                 connect_timeout=self._connect_timeout_s,
                 autocommit=autocommit,
-                # rowcount counts rows matched, not only rows changed (compare-and-swap needs it)
-                client_flag=pymysql.constants.CLIENT.FOUND_ROWS,
+                # rowcount counts rows matched, not only rows changed (compare-and-swap needs
+                # it); several statements per round trip let the counts ride with COMMIT.
+                client_flag=pymysql.constants.CLIENT.FOUND_ROWS
+                | pymysql.constants.CLIENT.MULTI_STATEMENTS,
                 init_command="SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
             )
         except pymysql.MySQLError as error:
@@ -134,10 +137,11 @@ class MySQLStore(SqlStore):
         pymysql = self._pymysql
         for attempt in range(1, self.write_retries + 1):
             connection = self._fresh_write_connection()
+            self._unit.counts = []
             try:
                 with connection.cursor() as cursor:
                     result = work(cursor)
-                connection.commit()
+                    self._commit(cursor, self._unit.counts)
             except pymysql.IntegrityError as error:
                 self._abandon(connection)
                 raise duplicate(error) from None
@@ -154,6 +158,28 @@ class MySQLStore(SqlStore):
             self._writes.give(connection)
             return result
         raise AssertionError("unreachable")
+
+    def _apply_counts(self, cursor: Cursor, changes: list[dict[str, Any]]) -> None:
+        self._unit.counts.extend(changes)
+
+    def _commit(self, cursor: Any, counts: list[dict[str, Any]]) -> None:
+        """COMMIT, with the unit's count changes in the same round trip."""
+        if not counts:
+            cursor.execute("COMMIT")
+            return
+        rows = ", ".join(["(%s, %s, %s)"] * len(counts))
+        values = [
+            value
+            for change in counts
+            for value in (change["state"], change["shard"], change["delta"])
+        ]
+        cursor.execute(
+            f"INSERT INTO job_counts (state, shard, n) VALUES {rows} "
+            "ON DUPLICATE KEY UPDATE n = n + VALUES(n); COMMIT",
+            values,
+        )
+        while cursor.nextset():
+            pass
 
     def _fresh_write_connection(self) -> Any:
         """A pooled write connection, checked with a ping if it sat idle for a while."""

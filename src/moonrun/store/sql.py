@@ -185,7 +185,12 @@ class SqlStore:
             if delta
         ]
         if changes:
-            cursor.executemany(self._sql.count_delta, changes)
+            self._apply_counts(cursor, changes)
+
+    def _apply_counts(self, cursor: Cursor, changes: list[dict[str, Any]]) -> None:
+        """Write count changes now, in the unit's transaction (MySQL defers them to its
+        commit, see MySQLStore)."""
+        cursor.executemany(self._sql.count_delta, changes)
 
     def _cas(
         self,
