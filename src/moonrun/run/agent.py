@@ -152,6 +152,11 @@ class Agent:
         if self.journal.entries.get(entry.job_id) is entry:
             await self.journal.put(entry)
 
+    def _save_later(self, entry: Assignment) -> None:
+        """`_save` without waiting for the disk."""
+        if self.journal.entries.get(entry.job_id) is entry:
+            self.journal.put(entry)
+
     def _generation(self) -> int | None:
         """The session generation a request sent now is signed for."""
         return self.client.session.generation if self.client.session else None
@@ -406,7 +411,10 @@ class Agent:
             return False
         self._renewed_until[entry.job_id] = sent + session.lease_ttl_s
         entry.state, entry.started_at_ms = "running", self._now_ms()
-        await self._save(entry)
+        # Not waited for: the handler's next durable change (its process, a progress seq,
+        # its result) carries it to disk anyway. Lost in a crash, the attempt is acked again
+        # on restart (the platform answers a repeated ack as before) and resumed.
+        self._save_later(entry)
         return True
 
     async def _execute(self, entry: Assignment, resumed: bool) -> HandlerResult | None:
