@@ -75,7 +75,6 @@ class Queries:
         )
         self.next_claimable = render(
             "SELECT MIN(claimable_at) FROM jobs @ix_jobs_claim WHERE endpoint_id = :endpoint_id"
-            " AND claimable_at IS NOT NULL"
         )
         self.due = render(
             f"SELECT {JOB} FROM jobs @ix_jobs_due WHERE deadline_at <= :now "
