@@ -24,7 +24,7 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from kit import Served, child_env, free_port, mysql_database, platform_command  # noqa: E402
+from kit import Served, child_env, free_port, mysql_database, platform_command
 
 ADMIN_TOKEN = "mra_" + secrets.token_urlsafe(32)
 
@@ -41,7 +41,11 @@ async def call(http: aiohttp.ClientSession, url: str, path: str, body: Any) -> A
 async def measure(store_url: str, workdir: Path, args: argparse.Namespace) -> tuple[float, float]:
     port = free_port()
     served = Served(
-        "platform", platform_command(store_url, port, workdir), port, workdir, child_env(ADMIN_TOKEN)
+        "platform",
+        platform_command(store_url, port, workdir),
+        port,
+        workdir,
+        child_env(ADMIN_TOKEN),
     )
     try:
         served.wait_ready()
@@ -96,7 +100,9 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=1000)
     parser.add_argument("--stores", default="file,mysql")
     args = parser.parse_args()
-    print(f"{'store':12} {'creates/s, ' + str(args.lanes) + ' in flight':>26} {'batched jobs/s':>16}")
+    print(
+        f"{'store':12} {'creates/s, ' + str(args.lanes) + ' in flight':>26} {'batched jobs/s':>16}"
+    )
     with tempfile.TemporaryDirectory(prefix="moonrun-create-") as tmp:
         for store in filter(None, args.stores.split(",")):
             workdir = Path(tmp) / store

@@ -12,9 +12,7 @@ A plan is written as steps (table, access, index): SEARCH is a lookup or range o
 (SQLite SEARCH; MySQL const, eq_ref, ref, range), SCAN walks a whole table or index in order
 (SQLite SCAN; MySQL index, ALL), SORT is a temporary B-tree or filesort, and MIN FROM INDEX is
 MySQL's "Select tables optimized away" (a MIN read by one index dive while planning).
-`PRIMARY` is the table's primary-key index in both databases. `KNOWN_WRONG` lists the plans
-that still depend on statistics (strict xfail: fixing them makes those tests fail until the
-entry is removed).
+`PRIMARY` is the table's primary-key index in both databases.
 """
 
 from __future__ import annotations
@@ -306,30 +304,12 @@ def _mysql_plan(cursor: Cursor, sql: str, parameters: dict[str, Any]) -> list[St
 
 # -- tests -------------------------------------------------------------------------------------
 
-_SMALL_JOIN = (
-    "SQLite scans both tables of this primary-key join once ANALYZE has seen them small, and "
-    "keeps scanning after they grow: the join needs its primary keys pinned"
-)
-KNOWN_WRONG: dict[tuple[str, str], str] = {
-    ("file", "session_with_endpoint"): _SMALL_JOIN,
-    ("file", "user_by_api_token"): _SMALL_JOIN,
-    ("file", "web_session_user"): _SMALL_JOIN,
-}
-"""(store, query): plans still wrong, expected to fail until store/queries.py pins them."""
-
-
-def expect_known_wrong(request: pytest.FixtureRequest, store: str, query: str) -> None:
-    reason = KNOWN_WRONG.get((store, query))
-    if reason is not None:
-        request.applymarker(pytest.mark.xfail(reason=reason, strict=True))
-
 
 @pytest.mark.parametrize("query", list(EXPECTED_PLANS))
 def test_hot_query_walks_its_intended_index_after_analyze(
-    query: str, durable_factory: StoreFactory, found: Found, request: pytest.FixtureRequest
+    query: str, durable_factory: StoreFactory, found: Found
 ) -> None:
     """After ANALYZE of a skewed store, the query uses exactly the index meant for it."""
-    expect_known_wrong(request, durable_factory.name, query)
     expected = EXPECTED_PLANS[query]
     if durable_factory.name == "mysql":
         expected = MYSQL_PLANS.get(query, expected)
@@ -338,10 +318,9 @@ def test_hot_query_walks_its_intended_index_after_analyze(
 
 @pytest.mark.parametrize("query", list(EXPECTED_PLANS))
 def test_hot_query_plan_is_the_same_before_and_after_analyze(
-    query: str, durable_factory: StoreFactory, found: Found, request: pytest.FixtureRequest
+    query: str, durable_factory: StoreFactory, found: Found
 ) -> None:
     """What ANALYZE finds in a skewed store does not change the query's plan."""
-    expect_known_wrong(request, durable_factory.name, query)
     assert found.before[query] == found.after[query]
 
 

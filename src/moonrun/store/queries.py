@@ -120,8 +120,9 @@ class Queries:
         self.insert_session = self._insert("sessions", SESSION_COLUMNS)
         self.get_session = render(f"SELECT {_SESSION} FROM sessions WHERE id = :id")
         self.session_with_endpoint = render(
-            f"SELECT {_SESSION}, {_ENDPOINT} FROM sessions "
-            "JOIN endpoints ON endpoints.id = sessions.endpoint_id WHERE sessions.id = :id"
+            f"SELECT {_SESSION}, {_ENDPOINT} FROM sessions @pk_sessions "
+            "JOIN endpoints @pk_endpoints ON endpoints.id = sessions.endpoint_id "
+            "WHERE sessions.id = :id"
         )
         self.extend_session = render(
             "UPDATE sessions SET last_seen_at = :seen_at, expires_at = :expires_at "
@@ -140,7 +141,8 @@ class Queries:
             "VALUES (:token_hash, :user_id, :created_at)"
         )
         self.user_by_api_token = render(
-            f"SELECT {_USER} FROM users JOIN api_tokens ON api_tokens.user_id = users.id "
+            f"SELECT {_USER} FROM users @pk_users "
+            "JOIN api_tokens @pk_api_tokens ON api_tokens.user_id = users.id "
             "WHERE api_tokens.token_hash = :token_hash"
         )
         self.insert_web_session = render(
@@ -148,7 +150,8 @@ class Queries:
             "VALUES (:token_hash, :user_id, :created_at, :expires_at)"
         )
         self.web_session_user = render(
-            f"SELECT {_USER} FROM users JOIN web_sessions ON web_sessions.user_id = users.id "
+            f"SELECT {_USER} FROM users @pk_users "
+            "JOIN web_sessions @pk_web_sessions ON web_sessions.user_id = users.id "
             "WHERE web_sessions.token_hash = :token_hash AND web_sessions.expires_at > :now"
         )
         self.delete_web_session = render("DELETE FROM web_sessions WHERE token_hash = :token_hash")
@@ -174,11 +177,16 @@ class Queries:
         self.schema_version = render("SELECT version FROM schema_version")
 
     def render(self, text: str) -> str:
-        """`text` in this dialect: placeholders and index pins."""
+        """`text` in this dialect: placeholders and index pins (`@ix_name` for an index,
+        `@pk_table` for a table's primary key)."""
         if self.dialect == "mysql":
             text = text.replace("%", "%%")
             text = re.sub(r"(?<![:\w]):([a-z_][a-z0-9_]*)", r"%(\1)s", text)
+            text = re.sub(r"@pk_(\w+)", "FORCE INDEX (PRIMARY)", text)
             return re.sub(r"@(ix_\w+)", r"FORCE INDEX (\1)", text)
+        # SQLite names a primary key's index sqlite_autoindex_<table>_1: the schema declares
+        # the key before any unique column (tests/test_query_plans.py checks the plans).
+        text = re.sub(r"@pk_(\w+)", r"INDEXED BY sqlite_autoindex_\1_1", text)
         return re.sub(r"@(ix_\w+)", r"INDEXED BY \1", text)
 
     def _insert(self, table: str, names: tuple[str, ...]) -> str:
