@@ -76,10 +76,10 @@ class World:
         async with asyncio.timeout(HANG_GUARD_S):
             with self.platform.watch.job(job_id) as changed:
                 while True:
-                    changed.clear()  # before reading: a change from now on sets it again
+                    changed.event.clear()  # before reading: a change from now on sets it again
                     if (state := self.state(job_id)) in states:
                         return state
-                    await changed.wait()
+                    await changed.event.wait()
 
 
 @asynccontextmanager

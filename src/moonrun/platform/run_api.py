@@ -256,7 +256,8 @@ async def claim(call: Call) -> dict[str, Any]:
     if not outcome.jobs and wait_s > 0 and watch.has_room():
         deadline = time.monotonic() + wait_s
         gone = asyncio.Event()
-        with watch.claims(outcome.endpoint_id) as woken:
+        with watch.claims(outcome.endpoint_id) as waiter:
+            woken = waiter.event
             # A Run that went away (killed, or stopping) must not be granted what it can never
             # receive: its attempts would only come back through reconciliation, as lost.
             listener = asyncio.create_task(_until_disconnected(call.receive, gone, woken))

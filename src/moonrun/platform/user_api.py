@@ -335,16 +335,22 @@ async def get_job(
     if not settled(job):
         admission = request.state.admission
         deadline = time.monotonic() + min(wait_s, platform.http.max_read_wait_s)
-        with platform.watch.job(job_id) as woken:
+        with platform.watch.job(job_id, settled) as waiter:
             while True:
-                woken.clear()  # registered, then read again: no change can slip in between
+                waiter.event.clear()  # registered, then read again: no change slips in between
                 job = await as_caller(request, service.get_job, job_id)
                 remaining = deadline - time.monotonic()
                 if settled(job) or remaining <= 0:
                     break
                 admission.leave()  # a waiting read holds no place on the user channel
-                await wait_for(woken, min(remaining, platform.watch.recheck_s))
+                await wait_for(waiter.event, min(remaining, platform.watch.recheck_s))
                 admission.enter()
+                seen = waiter.latest
+                if seen is not None and seen.version > job.version:
+                    # The committed record the wake-up carried: the reader's access was
+                    # checked when the read began and at each read of the store since.
+                    job = seen
+                    break
     if until is None and not settled(job):
         return Response(status_code=304, headers={"ETag": etag(job)})
     return job_answer(job)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -20,12 +20,15 @@ from moonrun.errors import ChannelBusy
 from moonrun.scheduling.jobs import Job
 
 
-@dataclass(frozen=True, eq=False)
-class _Waiter:
-    """A waiting request's event, and the loop it must be set on."""
+@dataclass(eq=False)
+class Waiter:
+    """A waiting request: the event set when it should look again, and for a job's reader the
+    latest committed record it wanted (so it may answer without reading the store again)."""
 
     loop: asyncio.AbstractEventLoop
     event: asyncio.Event
+    wanted: Callable[[Job], bool] | None = None
+    latest: Job | None = None
 
 
 class Watch:
@@ -35,8 +38,8 @@ class Watch:
         self.recheck_s = recheck_s
         self.max_waiting = max_waiting
         self._lock = threading.Lock()
-        self._jobs: dict[str, set[_Waiter]] = {}
-        self._endpoints: dict[str, set[_Waiter]] = {}
+        self._jobs: dict[str, set[Waiter]] = {}
+        self._endpoints: dict[str, set[Waiter]] = {}
         self._waiting = 0
         self.wakeups = 0
         """Waiters woken so far (for tests)."""
@@ -53,7 +56,12 @@ class Watch:
             return
         frees = before is not None and before.state.is_active and not job.state.is_active
         with self._lock:
-            woken = list(self._jobs.get(job.id, ()))
+            woken = []
+            for waiter in self._jobs.get(job.id, ()):
+                if waiter.wanted is None or waiter.wanted(job):
+                    if waiter.latest is None or waiter.latest.version < job.version:
+                        waiter.latest = job  # notices of one job may arrive out of order
+                    woken.append(waiter)
             if job.claimable_at is not None or frees:
                 woken.extend(self._endpoints.get(job.endpoint_id, ()))
             self.wakeups += len(woken)
@@ -65,27 +73,33 @@ class Watch:
         return self._waiting < self.max_waiting
 
     @contextmanager
-    def job(self, job_id: str) -> Iterator[asyncio.Event]:
-        """An event set whenever the job changes, for as long as the block runs."""
-        with self._registered(self._jobs, job_id) as event:
-            yield event
+    def job(self, job_id: str, wanted: Callable[[Job], bool] | None = None) -> Iterator[Waiter]:
+        """Woken whenever the job changes into a record `wanted` accepts (any change without
+        it), for as long as the block runs."""
+        with self._registered(self._jobs, job_id, wanted) as waiter:
+            yield waiter
 
     @contextmanager
-    def claims(self, endpoint_id: str) -> Iterator[asyncio.Event]:
-        """An event set whenever the endpoint may have claimable work."""
-        with self._registered(self._endpoints, endpoint_id) as event:
-            yield event
+    def claims(self, endpoint_id: str) -> Iterator[Waiter]:
+        """Woken whenever the endpoint may have claimable work."""
+        with self._registered(self._endpoints, endpoint_id) as waiter:
+            yield waiter
 
     @contextmanager
-    def _registered(self, table: dict[str, set[_Waiter]], key: str) -> Iterator[asyncio.Event]:
-        waiter = _Waiter(asyncio.get_running_loop(), asyncio.Event())
+    def _registered(
+        self,
+        table: dict[str, set[Waiter]],
+        key: str,
+        wanted: Callable[[Job], bool] | None = None,
+    ) -> Iterator[Waiter]:
+        waiter = Waiter(asyncio.get_running_loop(), asyncio.Event(), wanted)
         with self._lock:
             if self._waiting >= self.max_waiting:
                 raise ChannelBusy(f"{self.max_waiting} requests are waiting already")
             table.setdefault(key, set()).add(waiter)
             self._waiting += 1
         try:
-            yield waiter.event
+            yield waiter
         finally:
             with self._lock:
                 waiters = table[key]

@@ -45,6 +45,10 @@ Message = dict[str, Any]
 """One batch entry: `job_id`, `attempt`, `lease`, and for a result its fields."""
 
 
+RUNNING_WRITE_DELAY_S = 0.05
+"""How long after its ack an attempt's `running` state waits to be journaled on its own."""
+
+
 def wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -155,6 +159,11 @@ class Agent:
     def _save_later(self, entry: Assignment) -> None:
         """`_save` without waiting for the disk."""
         if self.journal.entries.get(entry.job_id) is entry:
+            self.journal.put(entry)
+
+    def _save_if_running(self, entry: Assignment) -> None:
+        """Journal a running attempt, without waiting, unless it has moved on meanwhile."""
+        if entry.state == "running" and self.journal.entries.get(entry.job_id) is entry:
             self.journal.put(entry)
 
     def _generation(self) -> int | None:
@@ -411,10 +420,11 @@ class Agent:
             return False
         self._renewed_until[entry.job_id] = sent + session.lease_ttl_s
         entry.state, entry.started_at_ms = "running", self._now_ms()
-        # Not waited for: the handler's next durable change (its process, a progress seq,
-        # its result) carries it to disk anyway. Lost in a crash, the attempt is acked again
-        # on restart (the platform answers a repeated ack as before) and resumed.
-        self._save_later(entry)
+        # Not waited for, and written only if the handler is still at work a little later: a
+        # quick handler's result write carries it (one fsync, not two, between the ack and
+        # the result). Lost in a crash, the attempt is acked again on restart (the platform
+        # answers a repeated ack as before) and resumed.
+        asyncio.get_running_loop().call_later(RUNNING_WRITE_DELAY_S, self._save_if_running, entry)
         return True
 
     async def _execute(self, entry: Assignment, resumed: bool) -> HandlerResult | None:
