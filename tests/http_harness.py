@@ -51,8 +51,9 @@ SETTINGS = SchedulingSettings(
 
 
 def user_routes(app: FastAPI) -> set[tuple[str, str]]:
-    """(method, path template) of every route under /api/v1/, read from the app's routes."""
-    found: set[tuple[str, str]] = set()
+    """(method, path template) of every route under /api/v1/, read from the app's route tables
+    (the APIs' own, and FastAPI's in case a user route were ever added there)."""
+    found: set[tuple[str, str]] = {(route.method, route.path) for route in app.api.routes}  # type: ignore[attr-defined]
 
     def walk(routes: list[Any], prefix: str) -> None:
         for route in routes:

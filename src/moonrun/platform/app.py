@@ -12,7 +12,8 @@ from fastapi.responses import Response
 from fastapi.staticfiles import StaticFiles
 
 from moonrun import __version__
-from moonrun.platform import user_api
+from moonrun.platform import run_api, user_api
+from moonrun.platform.api import Api, openapi_paths
 from moonrun.platform.error_handlers import install_error_handlers
 from moonrun.platform.http import (
     BodyLimit,
@@ -22,28 +23,30 @@ from moonrun.platform.http import (
     error_response,
     platform_of,
 )
-from moonrun.platform.run_api import ROUTES, RunApi, openapi_paths
-from moonrun.platform.schemas import HealthAnswer
+from moonrun.platform.schemas import ErrorBody, HealthAnswer
 from moonrun.platform.sweeper import Sweeper
 from moonrun.platform.web import views
 
+API_ROUTES = (*run_api.ROUTES, *user_api.ROUTES)
+"""The routes `Api` serves: everything under /run/ and /api/."""
+
 
 class PlatformApp(FastAPI):
-    """FastAPI for users, the console and operations; Run's paths go to the lean `RunApi`."""
+    """The Run and user APIs on `Api`; FastAPI for the console, operations and the docs."""
 
-    run_api: RunApi
+    api: Api
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["path"].startswith("/run/"):
-            await self.run_api(scope, receive, send)
+        if scope["type"] == "http" and scope["path"].startswith(("/run/", "/api/")):
+            await self.api(scope, receive, send)
             return
         await super().__call__(scope, receive, send)
 
     def openapi(self) -> dict[str, Any]:
-        """FastAPI's document of its own routes, with the Run API's routes added."""
+        """FastAPI's document of its own routes, with the APIs' routes added."""
         if self.openapi_schema is None:
             document = super().openapi()
-            paths, schemas = openapi_paths(ROUTES, "#/components/schemas/ErrorBody")
+            paths, schemas = openapi_paths(API_ROUTES, ErrorBody)
             document["paths"] = {**paths, **document["paths"]}
             components = document.setdefault("components", {}).setdefault("schemas", {})
             for name, schema in schemas.items():
@@ -75,11 +78,10 @@ def create_app(platform: Platform, *, sweep: bool = True) -> FastAPI:
         description="Durable job scheduling for fleets of hosts: the Run API and the user API.",
         lifespan=lifespan,
     )
-    app.run_api = RunApi(platform)
+    app.api = Api(platform, API_ROUTES, run_api.verify_signature)
     app.state.platform = platform
     app.state.templates = views.environment()
     install_error_handlers(app)
-    app.include_router(user_api.router)
     app.include_router(views.router)
     app.mount("/static", StaticFiles(packages=[("moonrun.platform.web", "static")]), "static")
 

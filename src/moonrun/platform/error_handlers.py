@@ -1,4 +1,5 @@
-"""Errors to HTTP: moonrun's one table, and validation and routing errors in the same shape."""
+"""Errors to HTTP for FastAPI's routes (the console and operations): moonrun's one table, and
+validation and routing errors in the same shape. (`platform/api.py` answers the APIs' own.)"""
 
 from __future__ import annotations
 
@@ -8,8 +9,7 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from moonrun.errors import MoonrunError, NotFound
-from moonrun.platform.http import error_response, platform_of
-from moonrun.platform.user_api import authenticate
+from moonrun.platform.http import error_response
 from moonrun.platform.web import views
 
 
@@ -24,9 +24,6 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def invalid(request: Request, error: Exception) -> Response:
         assert isinstance(error, RequestValidationError)
-        refused = await credentials_error(request)
-        if refused is not None:
-            return await moonrun_error(request, refused)
         # Name the field and the problem, never the input (it may be a secret).
         problems = [
             f"{'.'.join(str(p) for p in problem['loc'] if p != 'body')}: {problem['msg']}"
@@ -37,9 +34,6 @@ def install_error_handlers(app: FastAPI) -> None:
     async def http_error(request: Request, error: Exception) -> Response:
         assert isinstance(error, StarletteHTTPException)
         if error.status_code == 400:  # a body that is not JSON, or not UTF-8
-            refused = await credentials_error(request)
-            if refused is not None:
-                return await moonrun_error(request, refused)
             return error_response(422, "invalid_request", "the body is not valid JSON")
         codes = {404: "not_found", 405: "method_not_allowed"}
         if views.is_console(request.url.path) and error.status_code in (404, 405):
@@ -53,23 +47,6 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(MoonrunError, moonrun_error)
     app.add_exception_handler(RequestValidationError, invalid)
     app.add_exception_handler(StarletteHTTPException, http_error)
-
-
-async def credentials_error(request: Request) -> MoonrunError | None:
-    """Why the request's credentials fail, or None.
-
-    FastAPI parses a body before it runs the dependencies that check credentials; when that
-    parsing fails, this runs the same checks first, so that a request without valid
-    credentials is always 401 whatever its body. (The Run API checks signatures before bodies
-    by itself.)
-    """
-    platform = platform_of(request)
-    try:
-        if request.url.path.startswith("/api/") and getattr(request.state, "user", None) is None:
-            await authenticate(request, platform)
-    except MoonrunError as error:
-        return error
-    return None
 
 
 class _ConsolePageMissing(NotFound):

@@ -9,9 +9,8 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
 from fastapi import Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse
 
 from moonrun.clock import Clock
 from moonrun.errors import MoonrunError, TooLarge
@@ -20,7 +19,6 @@ from moonrun.platform.channels import Channels
 from moonrun.platform.directory import Directory
 from moonrun.platform.logstore import LogStore
 from moonrun.platform.metrics import Metrics
-from moonrun.platform.schemas import ErrorBody
 from moonrun.platform.service import SchedulingService
 from moonrun.platform.watch import Watch
 from moonrun.platform.web.sessions import SignInThrottle, WebSessions
@@ -107,28 +105,6 @@ def platform_of(request: Request) -> Platform:
 async def on_user_channel(request: Request, work: Any, *args: Any, **kwargs: Any) -> Any:
     """Run blocking `work` for a user-facing request (API or console) on the user channel."""
     return await platform_of(request).channels.user.run(work, *args, **kwargs)
-
-
-ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorBody, "description": description}
-    for status, description in {
-        401: "Not authenticated",
-        403: "Forbidden",
-        404: "Not found",
-        409: "Conflict",
-        413: "Too large",
-        422: "Invalid request",
-        429: "Channel busy",
-        503: "Store unavailable",
-    }.items()
-}
-"""Every route may answer these, each with the one error body."""
-
-
-def json_answer(content: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    """A JSON answer serialised once, without a second pass through the route's model: for the
-    hot routes whose content is already a view built field by field from an allowlist."""
-    return Response(orjson.dumps(content), status, headers, media_type="application/json")
 
 
 def error_response(status: int, code: str, message: str) -> JSONResponse:

@@ -1,37 +1,21 @@
-"""The Run API (PROTOCOL.md sections 2-5) as a small ASGI app of its own.
+"""The Run API (PROTOCOL.md sections 2-5): its routes, handlers and signature checks.
 
-Run's messages are the platform's hottest path, so they skip the web framework's per-request
-machinery: one table of routes (`ROUTES`), and for each request, in this order: the route
-(404/405), the declared body size (413), admission to the route's channel (429 at once when
-full), the body (413 past the channel's limit), the signature (401: credentials come before
-any check of the body), the body's shape (422, pydantic in strict mode), then the handler on
-the channel. Answers and errors have PROTOCOL.md's shapes; every route is described in the
-served OpenAPI document (`openapi_paths`). Handlers answer exactly what the service answers,
-with instants as RFC 3339 strings.
+Served by `platform/api.py` like the user API. Every route but join is signed (RFC 9421
+subset): the signature is verified before anything looks at the body. Handlers answer exactly
+what the service answers, with instants as RFC 3339 strings.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
-import orjson
-from pydantic import BaseModel, ValidationError
-
-from moonrun.errors import (
-    InvalidRequest,
-    MethodNotAllowed,
-    MoonrunError,
-    NotFound,
-    SignatureInvalid,
-    TooLarge,
-)
-from moonrun.platform.channels import Admission, Channel
-from moonrun.platform.http import Platform, channel_of
+from moonrun.errors import InvalidRequest, MoonrunError, SignatureInvalid
+from moonrun.platform.api import Auth, Call, Receive, Route, error_body
+from moonrun.platform.channels import Channel
+from moonrun.platform.http import Platform
 from moonrun.platform.logstore import LogLine
 from moonrun.platform.schemas import (
     AckAnswerModel,
@@ -71,68 +55,6 @@ from moonrun.security import signing
 from moonrun.security.keys import session_key
 from moonrun.security.tokens import b64url
 
-log = logging.getLogger("moonrun.http")
-
-KeyKind = Literal["endpoint", "session"]
-Scope = Mapping[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
-
-
-@dataclass
-class Call:
-    """One Run request as a handler sees it: verified, admitted, its body parsed."""
-
-    platform: Platform
-    lane: Channel
-    admission: Admission
-    subject: str
-    """The session id (or, for registration, the endpoint id) the request was signed for."""
-    params: dict[str, Any]
-    body: Any
-    headers: dict[str, str]
-    receive: Receive
-    """The request's ASGI receive: once the body is read, it returns only on disconnect."""
-
-
-Handler = Callable[[Call], Awaitable[Any]]
-
-
-@dataclass(frozen=True)
-class Route:
-    """One Run API route: where, on which channel, signed how, with which bodies."""
-
-    method: str
-    path: str
-    channel: str
-    key: KeyKind | None
-    """Which key must sign it (None: unsigned)."""
-    body: type[BaseModel] | None
-    """The JSON body's model; None for a body that is ignored or raw bytes."""
-    answer: type[BaseModel]
-    status: int
-    handler: Handler
-    ints: frozenset[str] = frozenset()
-    """Path parameters that must be integers."""
-    segments: tuple[str, ...] = field(init=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "segments", tuple(self.path.split("/")))
-
-    def match(self, parts: Sequence[str]) -> dict[str, Any] | None:
-        if len(parts) != len(self.segments):
-            return None
-        params: dict[str, Any] = {}
-        for template, part in zip(self.segments, parts, strict=True):
-            if template.startswith("{"):
-                if not part:
-                    return None
-                params[template[1:-1]] = part
-            elif template != part:
-                return None
-        return params
-
-
 # -- answers -------------------------------------------------------------------------------------
 
 
@@ -166,10 +88,6 @@ def result_answer(answer: ResultAnswer) -> dict[str, Any]:
         "next_eligible_at": format_optional(answer.next_eligible_at),
         "replayed": answer.replayed,
     }
-
-
-def error_body(error: MoonrunError) -> dict[str, Any]:
-    return {"error": {"code": error.code, "message": error.message}}
 
 
 # -- control channel -----------------------------------------------------------------------------
@@ -479,234 +397,37 @@ ROUTES: tuple[Route, ...] = (
     Route(
         "PUT", "/run/v1/artifacts/{job_id}/{attempt}/{name}/{chunk_index}", "artifacts", "session",
         None, ChunkAnswer, 202, put_artifact_chunk, ints=frozenset({"attempt", "chunk_index"}),
+        headers=("Run-Lease", "Run-Final"), raw_body=True,
     ),
 )  # fmt: skip
 """Every Run route, in matching order (literal paths before templated ones)."""
 
 
-# -- the app -------------------------------------------------------------------------------------
+# -- signatures ---------------------------------------------------------------------------------
 
 
-class _Overflow(Exception):
-    pass
-
-
-class RunApi:
-    """The ASGI app that serves `ROUTES` for one platform."""
-
-    def __init__(self, platform: Platform, routes: Sequence[Route] = ROUTES) -> None:
-        self.platform = platform
-        self.routes = tuple(routes)
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        started = time.perf_counter()
-        platform = self.platform
-        path = scope["path"]
-        status, template = 500, "unmatched"
-        try:
-            route, params = self._route(scope["method"], path)
-            template = route.path
-            status, answer = await self._serve(route, params, scope, receive)
-        except MoonrunError as error:
-            platform.metrics.count_rejection(error)
-            status, answer = error.status, error_body(error)
-        except Exception:
-            log.exception("unexpected error", extra={"fields": {"route": template}})
-            status, answer = 500, {"error": {"code": "internal", "message": "internal error"}}
-        body = orjson.dumps(answer)
-        headers = [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-        ]
-        if status in (429, 503):
-            headers.append((b"retry-after", b"1"))
-        elif status == 405:
-            allowed = sorted({r.method for r in self.routes if r.match(path.split("/"))})
-            headers.append((b"allow", ", ".join(allowed).encode()))
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
-        elapsed = time.perf_counter() - started
-        channel = channel_of(path)
-        platform.metrics.latency.labels(channel=channel).observe(elapsed)
-        if log.isEnabledFor(logging.INFO):
-            log.info(
-                "request",
-                extra={
-                    "fields": {
-                        "method": scope["method"],
-                        "route": template,
-                        "status": status,
-                        "channel": channel,
-                        "ms": round(elapsed * 1000, 3),
-                    }
-                },
-            )
-
-    def _route(self, method: str, path: str) -> tuple[Route, dict[str, Any]]:
-        parts = path.split("/")
-        allowed = False
-        for route in self.routes:
-            params = route.match(parts)
-            if params is None:
-                continue
-            if route.method == method:
-                return route, params
-            allowed = True
-        if allowed:
-            raise MethodNotAllowed("Method Not Allowed")
-        raise NotFound("Not Found")
-
-    async def _serve(
-        self, route: Route, params: dict[str, Any], scope: Scope, receive: Receive
-    ) -> tuple[int, Any]:
-        platform = self.platform
-        headers = {
-            name.decode("latin-1").lower(): value.decode("latin-1")
-            for name, value in scope["headers"]
-        }
-        limit = platform.http.limit_for(route.channel)
-        declared = headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limit:
-            raise TooLarge(f"the body is over the limit of {limit} bytes")
-        lane: Channel = getattr(platform.channels, route.channel)
-        async with lane.admit() as admission:
-            data = await _read_body(receive, limit)
-            subject = ""
-            if route.key is not None:
-                subject = await self._verify(route.key, lane, scope, headers, data)
-            for name in route.ints:
-                params[name] = _int_param(name, params[name])
-            body: Any = data
-            if route.body is not None:
-                body = _parse(route.body, data)
-            call = Call(platform, lane, admission, subject, params, body, headers, receive)
-            return route.status, await route.handler(call)
-
-    async def _verify(
-        self,
-        kind: KeyKind,
-        lane: Channel,
-        scope: Scope,
-        headers: dict[str, str],
-        data: bytes,
-    ) -> str:
-        """Check a signed request (shape, time window, digest, key), then its nonce once."""
-        platform = self.platform
-        raw_path = scope.get("raw_path")
-        path = raw_path.decode("latin-1") if raw_path else scope["path"]
-        query = scope.get("query_string", b"").decode("latin-1")
-        signed = signing.parse(scope["method"], path, query, headers, data)
-        if signed.key_kind != kind:
-            raise SignatureInvalid(f"this route needs a keyid of the form {kind}:<id>")
-        now_s = platform.clock.now() / 1000
-        signing.check_created(signed, now_s=now_s, started_s=platform.started_at_s)
-        if kind == "session":
-            signing.verify_hmac(signed, session_key(platform.secret, signed.key_subject))
-        else:
-            public_key = await lane.run(platform.service.identity_key, signed.key_subject)
-            signing.verify_ed25519(signed, public_key)
-        platform.nonces.remember(signed.key_id, signed.nonce, signed.created, now_s)
-        return signed.key_subject
-
-
-async def _read_body(receive: Receive, limit: int) -> bytes:
-    chunks = []
-    seen = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            break
-        chunk = message.get("body", b"")
-        seen += len(chunk)
-        if seen > limit:
-            raise TooLarge(f"the body is over the limit of {limit} bytes")
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            break
-    return b"".join(chunks)
-
-
-def _parse(model: type[BaseModel], data: bytes) -> BaseModel:
-    try:
-        return model.model_validate_json(data)
-    except ValidationError as error:
-        problems = []
-        for problem in error.errors(include_url=False, include_input=False)[:5]:
-            if problem["type"] == "json_invalid":
-                raise InvalidRequest("the body is not valid JSON") from None
-            where = ".".join(str(part) for part in problem["loc"])
-            problems.append(f"{where}: {problem['msg']}" if where else problem["msg"])
-        raise InvalidRequest("; ".join(problems) or "invalid request") from None
-
-
-def _int_param(name: str, text: str) -> int:
-    if not text.lstrip("-").isdigit():
-        raise InvalidRequest(f"{name}: Input should be a valid integer")
-    return int(text)
-
-
-def openapi_paths(routes: Sequence[Route], error_ref: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The OpenAPI path items of `routes` and the component schemas they refer to."""
-    from pydantic.json_schema import models_json_schema
-
-    models = {m for r in routes for m in (r.body, r.answer) if m is not None}
-    refs, document = models_json_schema(
-        [(model, "validation") for model in sorted(models, key=lambda m: m.__name__)],
-        ref_template="#/components/schemas/{model}",
-    )
-    schema_of = {model: refs[(model, "validation")] for model in models}
-    paths: dict[str, Any] = {}
-    errors = {
-        str(status): {
-            "description": description,
-            "content": {"application/json": {"schema": {"$ref": error_ref}}},
-        }
-        for status, description in (
-            (401, "Not authenticated"),
-            (403, "Forbidden"),
-            (404, "Not found"),
-            (409, "Conflict"),
-            (413, "Too large"),
-            (422, "Invalid request"),
-            (429, "Channel busy"),
-            (503, "Store unavailable"),
-        )
-    }
-    for route in routes:
-        operation: dict[str, Any] = {
-            "tags": ["run"],
-            "summary": route.handler.__name__.replace("_", " ").capitalize(),
-            "description": (route.handler.__doc__ or "").strip(),
-            "operationId": f"run_{route.handler.__name__}",
-            "responses": {
-                str(route.status): {
-                    "description": "Answer",
-                    "content": {"application/json": {"schema": schema_of[route.answer]}},
-                },
-                **errors,
-            },
-        }
-        parameters = [
-            {
-                "name": segment[1:-1],
-                "in": "path",
-                "required": True,
-                "schema": {"type": "integer" if segment[1:-1] in route.ints else "string"},
-            }
-            for segment in route.segments
-            if segment.startswith("{")
-        ]
-        if parameters:
-            operation["parameters"] = parameters
-        if route.body is not None:
-            operation["requestBody"] = {
-                "required": True,
-                "content": {"application/json": {"schema": schema_of[route.body]}},
-            }
-        elif route.method == "PUT":
-            operation["requestBody"] = {
-                "required": True,
-                "content": {"application/octet-stream": {"schema": {"type": "string"}}},
-            }
-        paths.setdefault(route.path, {})[route.method.lower()] = operation
-    return paths, document.get("$defs", {})
+async def verify_signature(
+    platform: Platform,
+    lane: Channel,
+    kind: Auth,
+    scope: Mapping[str, Any],
+    headers: dict[str, str],
+    data: bytes,
+) -> str:
+    """Check a signed request (shape, time window, digest, key), then record its nonce; the
+    key's subject (session or endpoint id)."""
+    raw_path = scope.get("raw_path")
+    path = raw_path.decode("latin-1") if raw_path else scope["path"]
+    query = scope.get("query_string", b"").decode("latin-1")
+    signed = signing.parse(scope["method"], path, query, headers, data)
+    if signed.key_kind != kind:
+        raise SignatureInvalid(f"this route needs a keyid of the form {kind}:<id>")
+    now_s = platform.clock.now() / 1000
+    signing.check_created(signed, now_s=now_s, started_s=platform.started_at_s)
+    if kind == "session":
+        signing.verify_hmac(signed, session_key(platform.secret, signed.key_subject))
+    else:
+        public_key = await lane.run(platform.service.identity_key, signed.key_subject)
+        signing.verify_ed25519(signed, public_key)
+    platform.nonces.remember(signed.key_id, signed.nonce, signed.created, now_s)
+    return signed.key_subject

@@ -1,0 +1,443 @@
+"""The APIs' front door: one small ASGI app over a table of routes (the Run and user APIs).
+
+Run's messages and users' jobs are the platform's hot paths, so they skip a web framework's
+per-request machinery (routing over every route, dependency solving, response models, a
+stack of middleware), which cost more than the work itself. For each request, in this order:
+the route (404, or 405 with `Allow`), the declared body size (413), admission to the route's
+channel (429 at once when it is full), the body as read (413 past the limit), the
+credentials (401: a signature is verified, user credentials must be present, before anything
+looks at the body), the query's and the body's shapes (422; bodies strictly), then the
+handler. A user request whose shape is wrong has its credentials checked first, so that bad
+credentials are 401 whatever the body. Answers and errors have PROTOCOL.md's shapes, are
+serialised once (orjson), and every route is described in the served OpenAPI document
+(`openapi_paths`). FastAPI serves the rest: the console, `/healthz`, `/metrics`, `/docs`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+from urllib.parse import parse_qsl
+
+import orjson
+from pydantic import BaseModel, ValidationError
+from starlette.requests import cookie_parser
+
+from moonrun.errors import (
+    Forbidden,
+    InvalidRequest,
+    MethodNotAllowed,
+    MoonrunError,
+    NotFound,
+    TooLarge,
+    Unauthenticated,
+)
+from moonrun.platform.channels import Admission, Channel
+from moonrun.platform.http import Platform, channel_of
+from moonrun.platform.web.sessions import SESSION_COOKIE
+from moonrun.scheduling.records import User
+
+log = logging.getLogger("moonrun.http")
+
+Auth = Literal["session", "endpoint", "user"] | None
+"""Who may call a route: Run signing with its session key or its identity key, a user with an
+API token or the console's cookie, or anyone (None)."""
+Scope = Mapping[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    """What a user request presents, not checked yet: an API token, or the console's cookie
+    (then a write also needs the session's X-CSRF-Token header)."""
+
+    token: str | None
+    cookie: str | None
+    write: bool
+    csrf: str | None
+
+    @classmethod
+    def of(cls, method: str, headers: Mapping[str, str]) -> Credentials:
+        scheme, _, token = headers.get("authorization", "").partition(" ")
+        cookies = cookie_parser(headers.get("cookie", ""))
+        return cls(
+            token.strip() if scheme.lower() == "bearer" and token.strip() else None,
+            cookies.get(SESSION_COOKIE),
+            method not in ("GET", "HEAD"),
+            headers.get("x-csrf-token"),
+        )
+
+    @property
+    def present(self) -> bool:
+        return self.token is not None or self.cookie is not None
+
+    def check(self, platform: Platform) -> User:
+        """The user these credentials belong to (blocking: it reads the store)."""
+        if self.token is not None:
+            return platform.directory.authenticate(self.token)
+        found = platform.web.user(self.cookie) if self.cookie else None
+        if found is None:
+            raise Unauthenticated("send Authorization: Bearer <api token>")
+        if self.write and not platform.web.csrf_ok(self.cookie, self.csrf):
+            raise Forbidden("a cookie-authenticated write needs the X-CSRF-Token header")
+        return found
+
+
+@dataclass
+class Call:
+    """One request as a handler sees it: admitted, its credentials verified or present, its
+    query and body parsed."""
+
+    platform: Platform
+    lane: Channel
+    admission: Admission
+    subject: str
+    """The session id (or, for registration, the endpoint id) a Run request was signed for."""
+    credentials: Credentials | None
+    """A user request's credentials, checked with the work they authorise (`user_api`)."""
+    params: dict[str, Any]
+    query: Any
+    body: Any
+    headers: dict[str, str]
+    receive: Receive
+    """The request's ASGI receive: once the body is read, it returns only on disconnect."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A handler's answer when it is not the route's status with a JSON body."""
+
+    status: int
+    content: Any = None
+    """A JSON body, or None for none."""
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+Handler = Callable[[Call], Awaitable[Any]]
+Verify = Callable[[Platform, Channel, Auth, Scope, dict[str, str], bytes], Awaitable[str]]
+"""Checks a Run request's signature; returns the key's subject (session or endpoint id)."""
+
+
+@dataclass(frozen=True)
+class Route:
+    """One route: where, on which channel, called by whom, with which query and bodies."""
+
+    method: str
+    path: str
+    channel: str
+    auth: Auth
+    body: type[BaseModel] | None
+    """The JSON body's model; None for a body that is ignored, or raw bytes (`raw_body`)."""
+    answer: type[BaseModel] | None
+    status: int
+    handler: Handler
+    ints: frozenset[str] = frozenset()
+    """Path parameters that must be integers."""
+    query: type[BaseModel] | None = None
+    headers: tuple[str, ...] = ()
+    """Optional request headers the route reads (for the document)."""
+    also: Mapping[int, tuple[type[BaseModel] | None, str]] = field(default_factory=dict)
+    """Other successful answers: status -> (model or None, description)."""
+    raw_body: bool = False
+    segments: tuple[str, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "segments", tuple(self.path.split("/")))
+
+    @property
+    def run(self) -> bool:
+        return self.path.startswith("/run/")
+
+    def match(self, parts: Sequence[str]) -> dict[str, Any] | None:
+        if len(parts) != len(self.segments):
+            return None
+        params: dict[str, Any] = {}
+        for template, part in zip(self.segments, parts, strict=True):
+            if template.startswith("{"):
+                if not part:
+                    return None
+                params[template[1:-1]] = part
+            elif template != part:
+                return None
+        return params
+
+
+def error_body(error: MoonrunError) -> dict[str, Any]:
+    return {"error": {"code": error.code, "message": error.message}}
+
+
+class Api:
+    """The ASGI app serving one table of routes for one platform."""
+
+    def __init__(self, platform: Platform, routes: Sequence[Route], verify: Verify) -> None:
+        self.platform = platform
+        self.routes = tuple(routes)
+        self._verify = verify
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = time.perf_counter()
+        platform = self.platform
+        path, method = scope["path"], scope["method"]
+        status, template, route = 500, "unmatched", None
+        headers: list[tuple[bytes, bytes]] = []
+        try:
+            route, params = self._route("GET" if method == "HEAD" else method, path)
+            template = route.path
+            answer = await self._serve(route, params, scope, receive)
+            if not isinstance(answer, Answer):
+                answer = Answer(route.status, answer)
+        except MoonrunError as error:
+            if path.startswith("/run/"):
+                platform.metrics.count_rejection(error)
+            answer = Answer(error.status, error_body(error), _error_headers(error, path, self))
+        except Exception:
+            log.exception("unexpected error", extra={"fields": {"route": template}})
+            error_answer = {"error": {"code": "internal", "message": "internal error"}}
+            answer = Answer(500, error_answer)
+        status = answer.status
+        body = b"" if answer.content is None else orjson.dumps(answer.content)
+        headers = [
+            (name.lower().encode(), value.encode()) for name, value in answer.headers.items()
+        ]
+        if answer.content is not None:
+            headers.append((b"content-type", b"application/json"))
+        headers.append((b"content-length", str(len(body)).encode()))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": b"" if method == "HEAD" else body})
+        elapsed = time.perf_counter() - started
+        channel = channel_of(path)
+        platform.metrics.latency.labels(channel=channel).observe(elapsed)
+        if log.isEnabledFor(logging.INFO):
+            log.info(
+                "request",
+                extra={
+                    "fields": {
+                        "method": method,
+                        "route": template,
+                        "status": status,
+                        "channel": channel,
+                        "ms": round(elapsed * 1000, 3),
+                    }
+                },
+            )
+
+    def _route(self, method: str, path: str) -> tuple[Route, dict[str, Any]]:
+        parts = path.split("/")
+        allowed = False
+        for route in self.routes:
+            params = route.match(parts)
+            if params is None:
+                continue
+            if route.method == method:
+                return route, params
+            allowed = True
+        if allowed:
+            raise MethodNotAllowed("Method Not Allowed")
+        raise NotFound("Not Found")
+
+    def allowed(self, path: str) -> list[str]:
+        """The methods some route takes at `path`."""
+        parts = path.split("/")
+        return sorted({r.method for r in self.routes if r.match(parts) is not None})
+
+    async def _serve(
+        self, route: Route, params: dict[str, Any], scope: Scope, receive: Receive
+    ) -> Any:
+        platform = self.platform
+        headers = {
+            name.decode("latin-1").lower(): value.decode("latin-1")
+            for name, value in scope["headers"]
+        }
+        limit = platform.http.limit_for(route.channel)
+        declared = headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise TooLarge(f"the body is over the limit of {limit} bytes")
+        lane: Channel = getattr(platform.channels, route.channel)
+        async with lane.admit() as admission:
+            data = await _read_body(receive, limit)
+            subject, credentials = "", None
+            if route.auth == "user":
+                credentials = Credentials.of(scope["method"], headers)
+                if not credentials.present:
+                    raise Unauthenticated("send Authorization: Bearer <api token>")
+            elif route.auth is not None:
+                subject = await self._verify(platform, lane, route.auth, scope, headers, data)
+            call = Call(
+                platform,
+                lane,
+                admission,
+                subject,
+                credentials,
+                params,
+                None,
+                data,
+                headers,
+                receive,
+            )
+            try:
+                for name in route.ints:
+                    params[name] = _int_param(name, params[name])
+                if route.query is not None:
+                    call.query = _parse_query(route.query, scope.get("query_string", b""))
+                if route.body is not None:
+                    call.body = _parse_body(route.body, data)
+            except InvalidRequest:
+                if credentials is not None:  # bad credentials are 401 whatever the request
+                    await lane.run(credentials.check, platform)
+                raise
+            return await route.handler(call)
+
+
+def _error_headers(error: MoonrunError, path: str, api: Api) -> dict[str, str]:
+    if error.status in (429, 503):
+        return {"Retry-After": "1"}
+    if isinstance(error, MethodNotAllowed):
+        return {"Allow": ", ".join(api.allowed(path))}
+    return {}
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes:
+    chunks = []
+    seen = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            break
+        chunk = message.get("body", b"")
+        seen += len(chunk)
+        if seen > limit:
+            raise TooLarge(f"the body is over the limit of {limit} bytes")
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+def _problems(error: ValidationError, prefix: str = "") -> str:
+    """The fields and what is wrong with them, never the values (they may be secrets)."""
+    problems = []
+    for problem in error.errors(include_url=False, include_input=False)[:5]:
+        if problem["type"] == "json_invalid":
+            return "the body is not valid JSON"
+        where = prefix + ".".join(str(part) for part in problem["loc"])
+        problems.append(f"{where}: {problem['msg']}" if where else problem["msg"])
+    return "; ".join(problems) or "invalid request"
+
+
+def _parse_body(model: type[BaseModel], data: bytes) -> BaseModel:
+    try:
+        return model.model_validate_json(data)
+    except ValidationError as error:
+        raise InvalidRequest(_problems(error)) from None
+
+
+def _parse_query(model: type[BaseModel], query_string: bytes) -> BaseModel:
+    values = dict(parse_qsl(query_string.decode("latin-1"), keep_blank_values=True))
+    try:
+        return model.model_validate(values)
+    except ValidationError as error:
+        raise InvalidRequest(_problems(error, "query.")) from None
+
+
+def _int_param(name: str, text: str) -> int:
+    if not text.lstrip("-").isdigit():
+        raise InvalidRequest(f"{name}: Input should be a valid integer")
+    return int(text)
+
+
+ERRORS: Mapping[int, str] = {
+    401: "Not authenticated",
+    403: "Forbidden",
+    404: "Not found",
+    409: "Conflict",
+    413: "Too large",
+    422: "Invalid request",
+    429: "Channel busy",
+    503: "Store unavailable",
+}
+"""Every route may answer these, each with the one error body."""
+
+
+def openapi_paths(
+    routes: Sequence[Route], error: type[BaseModel]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The OpenAPI path items of `routes` and the component schemas they refer to (`error` is
+    the one error body)."""
+    from pydantic.json_schema import models_json_schema
+
+    models = {
+        model
+        for r in routes
+        for model in (r.body, r.answer, r.query, *(m for m, _ in r.also.values()))
+        if model is not None
+    } | {error}
+    refs, document = models_json_schema(
+        [(model, "validation") for model in sorted(models, key=lambda m: m.__name__)],
+        ref_template="#/components/schemas/{model}",
+    )
+    schema_of = {model: refs[(model, "validation")] for model in models}
+    definitions: dict[str, Any] = document.get("$defs", {})
+    errors = {
+        str(status): {
+            "description": description,
+            "content": {"application/json": {"schema": schema_of[error]}},
+        }
+        for status, description in ERRORS.items()
+    }
+    paths: dict[str, Any] = {}
+    for route in routes:
+        answers: dict[str, Any] = {}
+        for status, (model, description) in {
+            route.status: (route.answer, "Answer"),
+            **route.also,
+        }.items():
+            answer: dict[str, Any] = {"description": description}
+            if model is not None:
+                answer["content"] = {"application/json": {"schema": schema_of[model]}}
+            answers[str(status)] = answer
+        operation: dict[str, Any] = {
+            "tags": ["run" if route.run else "users"],
+            "summary": route.handler.__name__.replace("_", " ").capitalize(),
+            "description": (route.handler.__doc__ or "").strip(),
+            "operationId": f"{'run' if route.run else 'api'}_{route.handler.__name__}",
+            "responses": {**answers, **errors},
+        }
+        parameters = [
+            {
+                "name": segment[1:-1],
+                "in": "path",
+                "required": True,
+                "schema": {"type": "integer" if segment[1:-1] in route.ints else "string"},
+            }
+            for segment in route.segments
+            if segment.startswith("{")
+        ]
+        if route.query is not None:
+            schema = definitions.get(route.query.__name__) or route.query.model_json_schema()
+            required = set(schema.get("required", ()))
+            parameters.extend(
+                {"name": name, "in": "query", "required": name in required, "schema": field}
+                for name, field in schema.get("properties", {}).items()
+            )
+        parameters.extend(
+            {"name": name, "in": "header", "required": False, "schema": {"type": "string"}}
+            for name in route.headers
+        )
+        if parameters:
+            operation["parameters"] = parameters
+        if route.body is not None:
+            operation["requestBody"] = {
+                "required": True,
+                "content": {"application/json": {"schema": schema_of[route.body]}},
+            }
+        elif route.raw_body:
+            operation["requestBody"] = {
+                "required": True,
+                "content": {"application/octet-stream": {"schema": {"type": "string"}}},
+            }
+        paths.setdefault(route.path, {})[route.method.lower()] = operation
+    return paths, definitions
