@@ -63,13 +63,11 @@ class Credentials:
     @classmethod
     def of(cls, method: str, headers: Mapping[str, str]) -> Credentials:
         scheme, _, token = headers.get("authorization", "").partition(" ")
-        cookies = cookie_parser(headers.get("cookie", ""))
-        return cls(
-            token.strip() if scheme.lower() == "bearer" and token.strip() else None,
-            cookies.get(SESSION_COOKIE),
-            method not in ("GET", "HEAD"),
-            headers.get("x-csrf-token"),
-        )
+        bearer = token.strip() if scheme.lower() == "bearer" and token.strip() else None
+        cookie = None
+        if bearer is None and "cookie" in headers:
+            cookie = cookie_parser(headers["cookie"]).get(SESSION_COOKIE)
+        return cls(bearer, cookie, method not in ("GET", "HEAD"), headers.get("x-csrf-token"))
 
     @property
     def present(self) -> bool:
@@ -177,6 +175,9 @@ class Api:
         self.platform = platform
         self.routes = tuple(routes)
         self._verify = verify
+        self._exact = {
+            (route.method, route.path): route for route in self.routes if "{" not in route.path
+        }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
@@ -226,6 +227,9 @@ class Api:
             )
 
     def _route(self, method: str, path: str) -> tuple[Route, dict[str, Any]]:
+        exact = self._exact.get((method, path))
+        if exact is not None:
+            return exact, {}
         parts = path.split("/")
         allowed = False
         for route in self.routes:

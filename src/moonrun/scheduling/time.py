@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from datetime import UTC, datetime, timedelta
@@ -24,11 +25,15 @@ def seconds_to_ms(seconds: float) -> int:
 
 def format_instant(instant: Instant) -> str:
     """`2026-11-30T04:00:00.123Z` for an instant."""
-    m = _EPOCH + timedelta(milliseconds=instant)
-    return (
-        f"{m.year:04d}-{m.month:02d}-{m.day:02d}T{m.hour:02d}:{m.minute:02d}:{m.second:02d}"
-        f".{m.microsecond // 1000:03d}Z"
-    )
+    seconds, milliseconds = divmod(instant, 1000)
+    return f"{_second(seconds)}.{milliseconds:03d}Z"
+
+
+@functools.lru_cache(maxsize=4096)
+def _second(seconds: int) -> str:
+    """`2026-11-30T04:00:00` (the instants of one answer mostly share their seconds)."""
+    m = _EPOCH + timedelta(seconds=seconds)
+    return f"{m.year:04d}-{m.month:02d}-{m.day:02d}T{m.hour:02d}:{m.minute:02d}:{m.second:02d}"
 
 
 def format_optional(instant: Instant | None) -> str | None:
