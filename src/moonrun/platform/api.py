@@ -178,6 +178,10 @@ class Api:
         self._exact = {
             (route.method, route.path): route for route in self.routes if "{" not in route.path
         }
+        self._templated: dict[int, list[Route]] = {}
+        for route in self.routes:
+            if "{" in route.path:
+                self._templated.setdefault(len(route.segments), []).append(route)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
@@ -211,7 +215,7 @@ class Api:
         await send({"type": "http.response.body", "body": b"" if method == "HEAD" else body})
         elapsed = time.perf_counter() - started
         channel = channel_of(path)
-        platform.metrics.latency.labels(channel=channel).observe(elapsed)
+        platform.metrics.latency_of(channel).observe(elapsed)
         if log.isEnabledFor(logging.INFO):
             log.info(
                 "request",
@@ -232,14 +236,14 @@ class Api:
             return exact, {}
         parts = path.split("/")
         allowed = False
-        for route in self.routes:
+        for route in self._templated.get(len(parts), ()):
             params = route.match(parts)
             if params is None:
                 continue
             if route.method == method:
                 return route, params
             allowed = True
-        if allowed:
+        if allowed or any(route.path == path for route in self._exact.values()):
             raise MethodNotAllowed("Method Not Allowed")
         raise NotFound("Not Found")
 
@@ -261,7 +265,7 @@ class Api:
         if declared is not None and declared.isdigit() and int(declared) > limit:
             raise TooLarge(f"the body is over the limit of {limit} bytes")
         lane: Channel = getattr(platform.channels, route.channel)
-        async with lane.admit() as admission:
+        with lane.admit() as admission:
             data = await _read_body(receive, limit)
             subject, credentials = "", None
             if route.auth == "user":

@@ -97,7 +97,7 @@ def create_app(platform: Platform, *, sweep: bool = True) -> FastAPI:
     async def metrics(request: Request) -> Response:
         """Prometheus text: jobs by state, claims, rejections by code, latency by channel."""
         platform = platform_of(request)
-        async with platform.channels.ops.admit():
+        with platform.channels.ops.admit():
             body = await platform.channels.ops.run(platform.metrics.render)
         return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
 

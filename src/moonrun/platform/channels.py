@@ -14,8 +14,7 @@ import contextlib
 import functools
 import queue
 import threading
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -45,6 +44,13 @@ class Admission:
             self._channel.in_flight -= 1
             self.held = False
 
+    def __enter__(self) -> Admission:
+        self.enter()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.leave()
+
 
 class Channel:
     """One request path: at most `limit` requests in flight, on `limit` threads of its own."""
@@ -56,15 +62,10 @@ class Channel:
         self._threads = _Threads(max(limit, 1), f"moonrun-{name}")
         self.in_flight = 0
 
-    @asynccontextmanager
-    async def admit(self) -> AsyncIterator[Admission]:
-        """Hold one of the channel's places for a request, or refuse it now."""
-        admission = Admission(self)
-        admission.enter()
-        try:
-            yield admission
-        finally:
-            admission.leave()
+    def admit(self) -> Admission:
+        """`with channel.admit():` holds one of the channel's places for a request, or refuses
+        it now (ChannelBusy)."""
+        return Admission(self)
 
     async def run(self, work: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run blocking `work` on one of this channel's threads (inline when it cannot block)."""

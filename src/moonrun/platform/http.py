@@ -209,7 +209,7 @@ class RequestLog:
         finally:
             elapsed = time.perf_counter() - started
             channel = channel_of(scope["path"])
-            self.metrics_of().latency.labels(channel=channel).observe(elapsed)
+            self.metrics_of().latency_of(channel).observe(elapsed)
             route = scope.get("route")
             log.info(
                 "request",

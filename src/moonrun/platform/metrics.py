@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
@@ -54,6 +55,14 @@ class Metrics:
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
         )
         self.registry.register(_JobsByState(store))
+        self._latency: dict[str, Any] = {}
+
+    def latency_of(self, channel: str) -> Any:
+        """The latency histogram of one channel (looked up once, not per request)."""
+        found = self._latency.get(channel)
+        if found is None:
+            found = self._latency[channel] = self.latency.labels(channel=channel)
+        return found
 
     def count_rejection(self, error: MoonrunError) -> None:
         """A Run message refused with `error` (job messages also count as fenced writes)."""
