@@ -20,6 +20,7 @@ from moonrun.platform.service import SchedulingService
 from moonrun.security.keys import load_or_create_secret
 from moonrun.security.tokens import SystemTokenSource
 from moonrun.store import DEFAULT_STORE_URL, open_store
+from moonrun.store.file import FileStore
 from moonrun.store.memory import MemoryStore
 from moonrun.store.mysql import MySQLStore
 
@@ -76,8 +77,9 @@ def build_platform(config: PlatformConfig) -> Platform:
             secret=secret,
             logs=MemoryLogStore(),
             artifacts=FileArtifactStore(config.artifacts_dir),
-            # A memory store never blocks: its work runs on the event loop, without thread hops.
-            channels=Channels.with_limits(inline=isinstance(store, MemoryStore)),
+            # Memory and file stores answer from memory, the page cache or one fsync: their work
+            # runs on the event loop, without thread hops (MySQL waits on the network).
+            channels=Channels.with_limits(inline=isinstance(store, MemoryStore | FileStore)),
             http=HttpSettings(
                 sweep_interval_s=config.sweep_interval_s,
                 recheck_s=0.25 if isinstance(store, MySQLStore) else 1.0,

@@ -103,8 +103,9 @@ def platform_of(request: Request) -> Platform:
 
 
 async def on_user_channel(request: Request, work: Any, *args: Any, **kwargs: Any) -> Any:
-    """Run blocking `work` for a user-facing request (API or console) on the user channel."""
-    return await platform_of(request).channels.user.run(work, *args, **kwargs)
+    """Run `work` for a console request on a thread of the user channel (signing in hashes a
+    password: never on the event loop)."""
+    return await platform_of(request).channels.user.thread(work, *args, **kwargs)
 
 
 def error_response(status: int, code: str, message: str) -> JSONResponse:

@@ -299,44 +299,28 @@ class SchedulingService:
 
     def reconcile(self, session_id: str, entries: Sequence[ReconcileEntry]) -> ReconcileReport:
         """Confirm and rebind Run's live attempts, discard stale entries, and apply cancel or
-        retry policy to the endpoint's active jobs the report does not confirm."""
+        retry policy to the endpoint's active jobs the report does not confirm; every job's
+        part is decided under the store's write and all of it committed at once."""
         session = self.authenticate_session(session_id)
         caller = Caller(session.endpoint_id, session.generation)
         self._check_entries(entries)
         now = self._clock.now()
-        report = ReportBuilder()
-        for entry in entries:
-            self._reconcile_job(entry.job_id, [entry], caller, now, report)
-        for job in self._store.active_jobs(caller.endpoint_id):
-            if job.id not in report.decided:
-                self._reconcile_job(job.id, [], caller, now, report)
-        self._store.mark_session_reconciled(session.id, now)
-        return report.build()
-
-    def _reconcile_job(
-        self,
-        job_id: str,
-        entries: list[ReconcileEntry],
-        caller: Caller,
-        now: Instant,
-        report: ReportBuilder,
-    ) -> None:
-        """Plan and write one job's part of a reconciliation; a conflict re-plans that job."""
         s = self._settings
-        for _ in range(s.cas_retries):
-            stored = self._store.get_job(job_id)
-            fresh = (
-                None
-                if stored is None
-                else jobs_domain.apply_due_deadline(stored, now=now, draw=self._tokens.draw())
+        entry_of = {entry.job_id: entry for entry in entries}
+        job_ids = list(entry_of) + [
+            job.id for job in self._store.active_jobs(caller.endpoint_id) if job.id not in entry_of
+        ]
+        planned: dict[str, tuple[reconcile_domain.ReconcilePlan, Job]] = {}
+
+        def change(stored: Job) -> Job:
+            fresh = jobs_domain.apply_due_deadline(stored, now=now, draw=self._tokens.draw())
+            reported = [entry_of[stored.id]] if stored.id in entry_of else []
+            mine = fresh.state.is_active and fresh.endpoint_id == caller.endpoint_id
+            plan = reconcile_domain.plan(
+                reported, {stored.id: fresh}, [fresh] if mine else [], caller.endpoint_id
             )
-            known = {} if fresh is None else {job_id: fresh}
-            active = [fresh] if fresh is not None and fresh.state.is_active else []
-            if fresh is not None and fresh.endpoint_id != caller.endpoint_id:
-                active = []
-            plan = reconcile_domain.plan(entries, known, active, caller.endpoint_id)
             updated = fresh
-            if fresh is not None and plan.confirm:
+            if plan.confirm:
                 updated = reconcile_domain.confirm(
                     fresh,
                     caller,
@@ -344,15 +328,26 @@ class SchedulingService:
                     ack_timeout_ms=s.ack_timeout_ms,
                     lease_ttl_ms=s.lease_ttl_ms,
                 )
-            elif fresh is not None and plan.lost:
+            elif plan.lost:
                 updated = reconcile_domain.lose(fresh, caller, now=now, draw=self._tokens.draw())
-            if stored is not None and updated is not None and updated is not stored:
-                if not self._store.replace_job(updated, stored):
-                    continue
-                self._events.job_changed(updated, stored)
+            planned[stored.id] = (plan, updated)
+            return updated
+
+        done = self._store.update_jobs(job_ids, change)
+        report = ReportBuilder()
+        for job_id in job_ids:
+            if job_id not in done:  # unknown: there is no such job
+                report.add(
+                    reconcile_domain.plan([entry_of[job_id]], {}, [], caller.endpoint_id), None
+                )
+                continue
+            before, after = done[job_id]
+            if after is not before:
+                self._events.job_changed(after, before)
+            plan, updated = planned[job_id]
             report.add(plan, updated)
-            return
-        raise Contention()
+        self._store.mark_session_reconciled(session.id, now)
+        return report.build()
 
     def _check_entries(self, entries: Sequence[ReconcileEntry]) -> None:
         if len(entries) > self._settings.max_reconcile_entries:

@@ -59,7 +59,7 @@ class Store(Protocol):
     ) -> dict[str, tuple[Job, Job]]:
         """Read each job and store `change(job)` in its place, atomically per job, committed
         together: no other write to the job comes between the read and the write. `change` must
-        return the job itself (nothing to store) or a record whose `version` is one above.
+        return the job itself (nothing to store) or a record with a higher `version`.
         Answers (before, after) per job id found; unknown ids are left out."""
         ...
 
