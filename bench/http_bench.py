@@ -1,7 +1,7 @@
 """No-op job lifecycles per second through real HTTP, against the bare server stack's limit.
 
 The platform runs as the real command, `moonrun platform serve`, in a subprocess (uvicorn with
-its defaults here: asyncio loop, h11 unless uvloop/httptools are installed; JSON request logs
+its defaults: uvloop and httptools, which moonrun depends on; JSON request logs
 at level info go to a temporary file, as they would go to a log in production). The client is
 aiohttp in this process, signing every Run request with `moonrun.security.signing` (HMAC of
 the session key, real clock, fresh nonce) exactly as Run does.
@@ -11,7 +11,7 @@ of one no-op job: 2 + 1/16 signed requests. Jobs are created first, untimed, thr
 API. The client then runs `--concurrency` lanes (default 4) on one session, each with its own
 keep-alive connection, so that many requests are in flight: a lane claims 16, acks and
 finishes them one request at a time, and claims again until a claim comes back empty. This
-models a Run whose jobs channel keeps a few connections busy (src has no Run to copy yet); the
+models a Run that sends one message per request (today's Run batches acks and results); the
 session's capacity is 16 per lane, so claims are never cut short. The platform's jobs channel
 admits 32 requests at once: keep the concurrency at 32 or below (more gets 429 `channel_busy`).
 The sweeper runs as in production (every second).
@@ -374,6 +374,7 @@ async def bare_round_trips(args: argparse.Namespace, workdir: Path) -> Figure:
 
 
 async def measure(args: argparse.Namespace) -> None:
+    from uvicorn.loops.auto import auto_loop_factory
     from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
     stores = [name for name in args.stores.split(",") if name]
@@ -381,7 +382,8 @@ async def measure(args: argparse.Namespace) -> None:
     if unknown:
         raise SystemExit(f"unknown stores: {', '.join(sorted(unknown))} (memory, file)")
     print(
-        f"uvicorn ({AutoHTTPProtocol.__name__}, asyncio loop) in a subprocess; aiohttp client,"
+        f"uvicorn ({AutoHTTPProtocol.__name__}, {auto_loop_factory(use_subprocess=False).__module__}"
+        ") in a subprocess; aiohttp client,"
         f" {args.concurrency} lanes in flight; claim batch {CLAIM_BATCH}"
     )
     with tempfile.TemporaryDirectory(prefix="moonrun-http-bench-") as tmp:

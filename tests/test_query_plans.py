@@ -62,6 +62,7 @@ EXPECTED_PLANS: dict[str, list[Step]] = {
     "next_claimable": _search("ix_jobs_claim"),
     "due": _search("ix_jobs_due"),
     "active": _search("ix_jobs_active"),
+    "active_deadlines": _search("ix_jobs_active"),
     "session_with_endpoint": [
         ("sessions", "SEARCH", "PRIMARY"),
         ("endpoints", "SEARCH", "PRIMARY"),
@@ -101,6 +102,7 @@ def hot_queries(sql: Queries) -> dict[str, tuple[str, dict[str, Any]]]:
         "next_claimable": (sql.next_claimable, {"endpoint_id": ENDPOINT}),
         "due": (sql.due, {"now": NOW, "limit": 500}),
         "active": (sql.active, {"endpoint_id": ENDPOINT}),
+        "active_deadlines": (sql.active_deadlines, {"endpoint_id": ENDPOINT}),
         "session_with_endpoint": (sql.session_with_endpoint, {"id": SESSION}),
         "counts": (sql.counts, {}),
         "user_by_api_token": (sql.user_by_api_token, {"token_hash": API_TOKEN_HASH}),

@@ -578,6 +578,9 @@ def test_active_jobs_are_the_endpoints_accepted_and_running_jobs(store: Store) -
     )
     assert [taken, busy] == by_id(store.active_jobs("ep-1"))
     assert store.active_jobs("ep-3") == []
+    deadlines = [(job.id, job.deadline_at) for job in (taken, busy)]
+    assert deadlines == sorted(store.active_deadlines("ep-1"))
+    assert store.active_deadlines("ep-3") == []
 
 
 def test_active_jobs_follow_state_changes(store: Store) -> None:

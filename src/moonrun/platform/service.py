@@ -375,7 +375,9 @@ class SchedulingService:
             raise ReconcileRequired("reconcile after registering, before claiming")
         now = self._clock.now()
         busy = sum(
-            1 for job in self._store.active_jobs(session.endpoint_id) if self._live(job, now)
+            1
+            for job_id, deadline in self._store.active_deadlines(session.endpoint_id)
+            if self._live(job_id, deadline, now)
         )
         wanted = min(max_jobs, session.capacity - busy, self._settings.max_claim_batch)
         if wanted <= 0:
@@ -402,11 +404,11 @@ class SchedulingService:
             return Claim(granted, session.endpoint_id, None)
         return Claim([], session.endpoint_id, self._store.next_claimable_at(session.endpoint_id))
 
-    def _live(self, job: Job, now: Instant) -> bool:
+    def _live(self, job_id: str, deadline: Instant | None, now: Instant) -> bool:
         """False (after applying it) when an active job's deadline has already passed."""
-        if job.deadline_at is None or now < job.deadline_at:
+        if deadline is None or now < deadline:
             return True
-        self._apply_deadline(job.id, now)
+        self._apply_deadline(job_id, now)
         return False
 
     def _claimed(self, job: Job, lease: str) -> ClaimedJob:

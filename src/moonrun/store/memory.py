@@ -189,6 +189,14 @@ class MemoryStore:
         with self._lock:
             return [self._jobs[job_id] for job_id in self._index.active.get(endpoint_id, ())]
 
+    def active_deadlines(self, endpoint_id: str) -> list[tuple[str, Instant | None]]:
+        with self._lock:
+            jobs = self._jobs
+            return [
+                (job_id, jobs[job_id].deadline_at)
+                for job_id in self._index.active.get(endpoint_id, ())
+            ]
+
     def job_counts(self) -> dict[JobState, int]:
         with self._lock:
             return {state: n for state, n in self._index.counts.items() if n}

@@ -90,6 +90,11 @@ class Store(Protocol):
         """The endpoint's accepted/running jobs."""
         ...
 
+    def active_deadlines(self, endpoint_id: str) -> list[tuple[str, Instant | None]]:
+        """(id, live deadline) of the endpoint's accepted/running jobs: what a claim's capacity
+        check needs, without reading whole records."""
+        ...
+
     def next_claimable_at(self, endpoint_id: str) -> Instant | None:
         """The earliest `claimable_at` among the endpoint's waiting jobs, if any."""
         ...

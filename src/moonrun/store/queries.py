@@ -84,6 +84,10 @@ class Queries:
             f"SELECT {JOB} FROM jobs @ix_jobs_active "
             "WHERE endpoint_id = :endpoint_id AND state IN ('accepted', 'running')"
         )
+        self.active_deadlines = render(
+            "SELECT id, deadline_at FROM jobs @ix_jobs_active "
+            "WHERE endpoint_id = :endpoint_id AND state IN ('accepted', 'running')"
+        )
         self.counts = render("SELECT state, SUM(n) FROM job_counts GROUP BY state")
         if dialect == "mysql":
             self.count_delta = render(

@@ -323,6 +323,10 @@ class SqlStore:
     def active_jobs(self, endpoint_id: str) -> list[Job]:
         return self._jobs(self._sql.active, {"endpoint_id": endpoint_id})
 
+    def active_deadlines(self, endpoint_id: str) -> list[tuple[str, Instant | None]]:
+        rows = self._rows(self._sql.active_deadlines, {"endpoint_id": endpoint_id})
+        return [(job_id, deadline) for job_id, deadline in rows]
+
     def job_counts(self) -> dict[JobState, int]:
         rows = self._rows(self._sql.counts, {})
         return {JobState(state): int(n) for state, n in rows if n}
