@@ -158,3 +158,13 @@ def test_openapi_describes_every_route(memory_cast: Cast) -> None:
         "/metrics",
     }
     assert set() == expected - set(paths)
+
+
+def test_a_query_integer_beyond_its_range_is_invalid_not_a_crash(memory_cast: Cast) -> None:
+    """An attempt number past 64 bits in a query is 422 invalid_request (it once reached the
+    answer's serialiser and failed there)."""
+    world = memory_cast.world
+    job = world.submit(memory_cast.server_id, memory_cast.owner[1])
+    path = f"/api/v1/jobs/{job['id']}/logs?attempt={2**64}"
+    answer = world.api("GET", path, token=memory_cast.owner[1])
+    assert (answer.status_code, answer.json()["error"]["code"]) == (422, "invalid_request")

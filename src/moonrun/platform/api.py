@@ -15,6 +15,7 @@ serialised once (orjson), and every route is described in the served OpenAPI doc
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -164,6 +165,15 @@ class Route:
         return params
 
 
+def _dumps(content: Any) -> bytes:
+    """JSON bytes: orjson, or the standard library for what orjson refuses (an integer beyond
+    64 bits that a request carried in, say)."""
+    try:
+        return orjson.dumps(content)
+    except TypeError:
+        return json.dumps(content, separators=(",", ":")).encode()
+
+
 def error_body(error: MoonrunError) -> dict[str, Any]:
     return {"error": {"code": error.code, "message": error.message}}
 
@@ -204,7 +214,7 @@ class Api:
             error_answer = {"error": {"code": "internal", "message": "internal error"}}
             answer = Answer(500, error_answer)
         status = answer.status
-        body = b"" if answer.content is None else orjson.dumps(answer.content)
+        body = b"" if answer.content is None else _dumps(answer.content)
         headers = [
             (name.lower().encode(), value.encode()) for name, value in answer.headers.items()
         ]

@@ -84,8 +84,8 @@ class JobReadQuery(_Query):
 
 
 class LogsQuery(_Query):
-    after_seq: int = Field(default=-1, ge=-1)
-    attempt: int | None = Field(default=None, ge=1)
+    after_seq: int = Field(default=-1, ge=-1, le=2**62)
+    attempt: int | None = Field(default=None, ge=1, le=2**31)
 
 
 # -- users -------------------------------------------------------------------------------------
