@@ -279,10 +279,10 @@ class Agent:
     # -- jobs channel ------------------------------------------------------------------------
 
     async def _jobs_loop(self) -> None:
-        """Claim while there is room: at once after a claim that got jobs or a freed slot, as
-        a long poll after one that got none. One claim at a time."""
+        """Claim while there is room, always as a long poll (the platform answers at once when
+        it has work, and an idle Run's claim is answered the moment a job comes). One claim at
+        a time."""
         delay = self.config.min_backoff_s
-        wait = False
         while not self._stop.is_set():
             if not self._session_ok.is_set():
                 await self._until(self._session_ok)
@@ -291,11 +291,10 @@ class Agent:
             if free <= 0:
                 self._slot_freed.clear()
                 await self._until(self._slot_freed)
-                wait = False
                 continue
             generation, asked = self._generation(), time.monotonic()
             try:
-                granted = await self._claim(free, wait)
+                granted = await self._claim(free)
             except SESSION_ERRORS:
                 await self._renew_session(generation)
                 continue
@@ -307,17 +306,15 @@ class Agent:
             delay = self.config.min_backoff_s
             if granted:
                 await self._accept(granted)
-            elif wait and time.monotonic() - asked < self.config.claim_interval_s:
+            elif time.monotonic() - asked < self.config.claim_interval_s:
                 # Nothing, and at once although asked to wait: a platform that does not hold
                 # claims. Poll then, rather than claim in a tight loop.
                 await self._pause(self.config.claim_interval_s)
-            wait = not granted
 
-    async def _claim(self, free: int, wait: bool) -> list[dict[str, Any]]:
-        """Claim up to `free` jobs (waiting at the platform if `wait`); nothing if Run stops
+    async def _claim(self, free: int) -> list[dict[str, Any]]:
+        """Claim up to `free` jobs, waiting at the platform for some; nothing if Run stops
         first."""
-        wait_s = self.config.claim_wait_s if wait else None
-        claim = asyncio.ensure_future(self.client.claim(free, wait_s))
+        claim = asyncio.ensure_future(self.client.claim(free, self.config.claim_wait_s))
         stopping = asyncio.ensure_future(self._stop.wait())
         try:
             await asyncio.wait({claim, stopping}, return_when=asyncio.FIRST_COMPLETED)
