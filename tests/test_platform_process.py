@@ -7,11 +7,14 @@ PROTOCOL.md sections 2-4 and 6) with the real clock, SIGKILL it and start it aga
 from __future__ import annotations
 
 import json
+import os
+import random
 import re
 import secrets
 import stat
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -379,3 +382,51 @@ def test_serve_creates_a_missing_secret_file_with_mode_0600(tmp_path: Path) -> N
     owner_only = 0o600
     assert owner_only == mode
     assert re.fullmatch(r"[0-9a-f]{64}\n?", content), repr(content)
+
+
+def test_sigkill_while_serving_loses_no_acknowledged_job(tmp_path: Path) -> None:
+    """SIGKILLed at random moments while eight clients create jobs, the platform has, once
+    started again, every job it answered 201 for (an answer follows the commit of its write)."""
+    store_url = f"file:{tmp_path / 'platform.db'}"
+    kills = int(os.environ.get("MOONRUN_CRASH_KILLS", "50"))
+    rng = random.Random(int(os.environ.get("MOONRUN_CRASH_SEED", "0")) or None)
+    acknowledged: set[str] = set()
+    headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    with platform_process(tmp_path, store_url, tmp_path / "platform.secret") as platform:
+        platform.start()
+        admin_id = platform.api("GET", "/api/v1/users").json()["users"][0]["id"]
+        endpoint = platform.created("/api/v1/endpoints", {"name": "host-1"})["endpoint"]
+        server = platform.created(
+            "/api/v1/servers",
+            {"name": "web-1", "endpoint_id": endpoint["id"], "owner_id": admin_id},
+        )
+        path = f"/api/v1/servers/{server['id']}/jobs"
+        for _ in range(kills):
+            stop = threading.Event()
+
+            def create_until_gone(stop: threading.Event = stop) -> None:
+                with httpx.Client(base_url=platform.url, timeout=5.0) as client:
+                    while not stop.is_set():
+                        try:
+                            answer = client.post(path, json={"kind": "noop"}, headers=headers)
+                        except httpx.TransportError:
+                            return  # killed: this request was never answered
+                        if answer.status_code == 201:
+                            acknowledged.add(answer.json()["id"])
+
+            lanes = [threading.Thread(target=create_until_gone) for _ in range(8)]
+            for lane in lanes:
+                lane.start()
+            time.sleep(rng.uniform(0.02, 0.3))
+            platform.kill()
+            stop.set()
+            for lane in lanes:
+                lane.join()
+            platform.start()
+    store = open_store(store_url)
+    try:
+        missing = sorted(job_id for job_id in acknowledged if store.get_job(job_id) is None)
+    finally:
+        store.close()
+    assert acknowledged, "no create was ever acknowledged"
+    assert missing == []
