@@ -381,9 +381,9 @@ async def measure(args: argparse.Namespace) -> None:
     unknown = set(stores) - set(STORES)
     if unknown:
         raise SystemExit(f"unknown stores: {', '.join(sorted(unknown))} (memory, file)")
+    loop = auto_loop_factory(use_subprocess=False).__module__
     print(
-        f"uvicorn ({AutoHTTPProtocol.__name__}, {auto_loop_factory(use_subprocess=False).__module__}"
-        ") in a subprocess; aiohttp client,"
+        f"uvicorn ({AutoHTTPProtocol.__name__}, {loop}) in a subprocess; aiohttp client,"
         f" {args.concurrency} lanes in flight; claim batch {CLAIM_BATCH}"
     )
     with tempfile.TemporaryDirectory(prefix="moonrun-http-bench-") as tmp:

@@ -1,8 +1,9 @@
 """moonrun beside Celery + Redis, in one run: end-to-end no-op jobs/s and submit -> done latency.
 
 moonrun: the real `moonrun platform serve` (FileStore, the default, and MySQLStore when
-MariaDB answers) and one real Run (`moonrun run start --capacity 16`) in subprocesses. A user
-client (aiohttp, in this process) runs 8 lanes; each lane creates its share of the jobs, one
+MariaDB answers) and one real Run (`moonrun run start --capacity 16`, and 256 on FileStore to
+show that a bigger Run is not slower) in subprocesses. A user client (aiohttp, in this
+process) runs 8 lanes; each lane creates its share of the jobs, one
 `POST /api/v1/servers/{id}/jobs` at a time, then awaits each of them until it is terminal:
 with one blocking `GET /api/v1/jobs/{id}?wait_s=..&until=terminal` per job (`--await block`,
 the default), or by polling its GET every `--poll-ms` (`--await poll`).
@@ -15,7 +16,7 @@ subprocess. The client runs 8 threads; each calls `noop.delay()` for its share, 
 Latency: one no-op at a time on an idle system, submit -> terminal state visible to the
 client (moonrun: POST then the blocking GET; Celery: `delay()` then `.get()`), p50 and p99.
 
-    python bench/peer_bench.py [--jobs 3000] [--lanes 8] [--capacity 16] [--samples 200]
+    python bench/peer_bench.py [--jobs 3000] [--lanes 8] [--capacities 16,256] [--samples 200]
                                [--stores file,mysql] [--await block|poll] [--no-celery]
 """
 
@@ -168,9 +169,9 @@ class Moonrun:
 
 
 async def moonrun_figures(
-    label: str, store_url: str, args: argparse.Namespace, workdir: Path
+    label: str, store_url: str, args: argparse.Namespace, workdir: Path, capacity: int
 ) -> Figures:
-    system = Moonrun(store_url, workdir, args.capacity)
+    system = Moonrun(store_url, workdir, capacity)
     connector = aiohttp.TCPConnector(limit=args.lanes + 2)
     try:
         async with aiohttp.ClientSession(connector=connector) as http:
@@ -261,7 +262,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=3000)
     parser.add_argument("--lanes", type=int, default=8)
-    parser.add_argument("--capacity", type=int, default=16)
+    parser.add_argument(
+        "--capacities",
+        default="16,256",
+        help="Run capacities to measure on FileStore (the first also on MySQL)",
+    )
     parser.add_argument("--samples", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--stores", default="file,mysql")
@@ -270,48 +275,54 @@ def main() -> None:
     parser.add_argument("--no-celery", action="store_true")
     args = parser.parse_args()
 
+    capacities = [int(c) for c in args.capacities.split(",") if c]
     results: list[Figures] = []
     with tempfile.TemporaryDirectory(prefix="moonrun-peer-") as tmp:
         base = Path(tmp)
-        runners: dict[str, Callable[[], Figures]] = {}
+        runners: list[Callable[[], Figures | None]] = []
         if not args.no_celery:
-            runners["celery"] = lambda: celery_figures(args, base)
+            runners.append(lambda: celery_figures(args, base))
         for store in filter(None, args.stores.split(",")):
-            workdir = base / store
-            workdir.mkdir()
-            if store == "file":
-                url = f"file:{workdir / 'platform.db'}"
-                runners[store] = lambda url=url, w=workdir: asyncio.run(
-                    moonrun_figures("moonrun, FileStore", url, args, w)
-                )
-            elif store == "mysql":
-                runners[store] = lambda w=workdir: _with_mysql(args, w)
-            else:
+            if store not in ("file", "mysql"):
                 parser.error(f"unknown store {store!r} (file, mysql)")
-        for runner in runners.values():
+            for capacity in capacities if store == "file" else capacities[:1]:
+                workdir = base / f"{store}-{capacity}"
+                workdir.mkdir()
+                if store == "file":
+                    url = f"file:{workdir / 'platform.db'}"
+                    label = f"moonrun, FileStore, {capacity}"
+                    runners.append(
+                        lambda url=url, w=workdir, c=capacity, label=label: asyncio.run(
+                            moonrun_figures(label, url, args, w, c)
+                        )
+                    )
+                else:
+                    runners.append(lambda w=workdir, c=capacity: _with_mysql(args, w, c))
+        for runner in runners:
             figures = runner()
             if figures is not None:
                 results.append(figures)
                 print(f"  {figures.label}: {figures.jobs_per_s:,.0f} jobs/s", flush=True)
 
     print(
-        f"\n{args.jobs} no-op jobs, {args.lanes} lanes, Run capacity {args.capacity}, "
+        f"\n{args.jobs} no-op jobs, {args.lanes} lanes, Run capacity after the store's name, "
         f"await {args.await_mode}; latency over {args.samples} one-at-a-time jobs\n"
     )
     peer = next((f for f in results if f.label.startswith("Celery")), None)
-    print(f"{'':22} {'jobs/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'jobs/s x':>9} {'p50 x':>7}")
+    print(f"{'':26} {'jobs/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'jobs/s x':>9} {'p50 x':>7}")
     for f in results:
         ratio = (
             f"{f.jobs_per_s / peer.jobs_per_s:9.2f} {f.p50_ms / peer.p50_ms:7.2f}" if peer else ""
         )
-        print(f"{f.label:22} {f.jobs_per_s:9,.0f} {f.p50_ms:8.2f} {f.p99_ms:8.2f} {ratio}")
+        print(f"{f.label:26} {f.jobs_per_s:9,.0f} {f.p50_ms:8.2f} {f.p99_ms:8.2f} {ratio}")
 
 
-def _with_mysql(args: argparse.Namespace, workdir: Path) -> Figures | None:
+def _with_mysql(args: argparse.Namespace, workdir: Path, capacity: int) -> Figures | None:
     with mysql_database() as url:
         if url is None:
             return None
-        return asyncio.run(moonrun_figures("moonrun, MySQLStore", url, args, workdir))
+        label = f"moonrun, MySQLStore, {capacity}"
+        return asyncio.run(moonrun_figures(label, url, args, workdir, capacity))
 
 
 if __name__ == "__main__":
