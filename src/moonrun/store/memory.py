@@ -153,10 +153,6 @@ class MemoryStore:
                 done[job_id] = (stored, changed)
             return done
 
-    def replace_jobs(self, changes: Sequence[tuple[Job, Job]]) -> list[bool]:
-        with self._lock:
-            return [self.replace_job(job, expected) for job, expected in changes]
-
     def claimable_jobs(self, endpoint_id: str, now: Instant, limit: int) -> list[Job]:
         with self._lock:
             return [self._jobs[i] for i in self._index.first_waiting(endpoint_id, now, limit)]

@@ -63,11 +63,6 @@ class Store(Protocol):
         Answers (before, after) per job id found; unknown ids are left out."""
         ...
 
-    def replace_jobs(self, changes: Sequence[tuple[Job, Job]]) -> list[bool]:
-        """`replace_job` for each (job, expected) pair, committed together; each pair wins or
-        loses its compare-and-swap on its own."""
-        ...
-
     def claimable_jobs(self, endpoint_id: str, now: Instant, limit: int) -> list[Job]:
         """Queued/retrying jobs of the endpoint with `eligible_at <= now` and no cancel intent,
         oldest `eligible_at` first (then `created_at`, then id)."""

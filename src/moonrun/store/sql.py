@@ -238,16 +238,13 @@ class SqlStore:
         self._write(work)
 
     def replace_job(self, job: Job, expected: Job) -> bool:
-        return self.replace_jobs([(job, expected)])[0]
-
-    def replace_jobs(self, changes: Sequence[tuple[Job, Job]]) -> list[bool]:
-        def work(cursor: Cursor) -> list[bool]:
+        def work(cursor: Cursor) -> bool:
             deltas: Counter[str] = Counter()
-            won = [self._cas(cursor, job, expected, deltas) for job, expected in changes]
+            won = self._cas(cursor, job, expected, deltas)
             self._count(cursor, deltas)
             return won
 
-        return self._write(work) if changes else []
+        return self._write(work)
 
     def update_jobs(
         self, job_ids: Sequence[str], change: Callable[[Job], Job]
