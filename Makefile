@@ -10,6 +10,8 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[mysql-c]' || echo "make: mysqlclient did not build \
+	(apt-get install libmariadb-dev pkg-config); MySQL tests run on PyMySQL only"
 	touch $(STAMP)
 
 venv: $(STAMP)

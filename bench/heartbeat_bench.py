@@ -188,7 +188,11 @@ async def bench(options: argparse.Namespace, workdir: Path) -> None:
                 await client.reconcile([])
                 (job,) = await client.claim(1)
                 job_id, attempt, lease = job["job_id"], job["attempt"], job["lease"]
-                await client.ack(job_id, attempt, lease)
+                (acked,) = await client.acks(
+                    [{"job_id": job_id, "attempt": attempt, "lease": lease}]
+                )
+                if isinstance(acked, Exception):
+                    raise acked
 
                 await timed_heartbeats(client, options.warmup)
                 idle = await timed_heartbeats(client, options.heartbeats)

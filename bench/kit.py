@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import secrets
 import signal
@@ -126,11 +127,10 @@ def platform_command(store_url: str, port: int, workdir: Path, *extra: str) -> l
 MYSQL_URL = os.environ.get("MOONRUN_BENCH_MYSQL_URL", "mysql://root@127.0.0.1:3306/")
 
 
-def mysql_connect(url: str = MYSQL_URL, database: str | None = None):  # type: ignore[no-untyped-def]
-    import pymysql
-
+def mysql_connect(url: str = MYSQL_URL, database: str | None = None, driver: str = "pymysql"):  # type: ignore[no-untyped-def]
+    module = importlib.import_module(driver)
     parts = urlsplit(url)
-    return pymysql.connect(
+    return module.connect(
         host=parts.hostname or "127.0.0.1",
         port=parts.port or 3306,
         user=parts.username or "root",

@@ -8,14 +8,23 @@ database does with no moonrun code at all: plain `sqlite3` (WAL, synchronous=FUL
 PyMySQL (InnoDB, autocommit), each committing one small row per transaction from one client.
 A lifecycle is three commits (claim, ack, result); the fraction printed is lifecycles/s over
 those single-row commits/s, the share of the database's commit rate moonrun turns into work.
+MySQLStore runs twice when mysqlclient is installed: `mysql` (mysqlclient, the default then) and
+`mysql-py` (PyMySQL forced by `mysql+pymysql://`); both are divided by the PyMySQL floor, and
+the mysqlclient floor is printed beside it.
+
+Each rate is the median of `--repeat` measurements (default 3), taken in the same run: the
+disk's fsync time drifts by ±10% from second to second here, and one unlucky floor or one
+unlucky lifecycle run would otherwise decide the fraction.
 
     python bench/store_bench.py [--lifecycles N] [--callers 8] [--small 1000] [--large 100000]
-                                [--claims N] [--commits N]
+                                [--claims N] [--commits N] [--repeat 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import importlib.util
 import secrets
 import sqlite3
 import statistics
@@ -141,7 +150,8 @@ def claim_latency(make: Callable[[], Store], queued: int, claims: int) -> tuple[
 
 def sqlite_commits_per_second(directory: Path, count: int) -> float:
     """Plain sqlite3, WAL, synchronous=FULL: one small row per transaction, one client."""
-    connection = sqlite3.connect(directory / "plain.db", isolation_level=None)
+    path = directory / f"plain-{secrets.token_hex(4)}.db"
+    connection = sqlite3.connect(path, isolation_level=None)
     connection.execute("PRAGMA journal_mode = WAL")
     connection.execute("PRAGMA synchronous = FULL")
     connection.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, body TEXT NOT NULL)")
@@ -155,9 +165,9 @@ def sqlite_commits_per_second(directory: Path, count: int) -> float:
     return rate
 
 
-def mysql_commits_per_second(url: str, count: int) -> float:
-    """Plain PyMySQL, InnoDB, autocommit: one small row per transaction, one client."""
-    connection = mysql_connect(url, url.rsplit("/", 1)[1])
+def mysql_commits_per_second(url: str, count: int, driver: str = "pymysql") -> float:
+    """Plain PyMySQL (or mysqlclient), InnoDB, autocommit: one small row per transaction."""
+    connection = mysql_connect(url, url.rsplit("/", 1)[1], driver=driver)
     with connection.cursor() as cursor:
         cursor.execute("CREATE TABLE t (id BIGINT PRIMARY KEY, body TEXT NOT NULL)")
         started = time.perf_counter()
@@ -177,7 +187,11 @@ def main() -> None:
     parser.add_argument("--large", type=int, default=100_000)
     parser.add_argument("--claims", type=int, default=500)
     parser.add_argument("--commits", type=int, default=5000)
+    parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
+
+    def median(measure: Callable[[], float]) -> float:
+        return statistics.median(measure() for _ in range(args.repeat))
 
     with tempfile.TemporaryDirectory() as tmp, mysql_database() as mysql_url:
         counter = iter(range(10**6))
@@ -186,16 +200,26 @@ def main() -> None:
             return FileStore(Path(tmp) / f"bench-{next(counter)}.db")
 
         makers: dict[str, Callable[[], Store]] = {"memory": MemoryStore, "file": file_store}
-        floors: dict[str, float] = {"file": sqlite_commits_per_second(Path(tmp), args.commits)}
+        floors = {"file": median(lambda: sqlite_commits_per_second(Path(tmp), args.commits))}
+        c_floor = 0.0
         if mysql_url is not None:
             url = mysql_url
             makers["mysql"] = lambda: MySQLStore(url)
-            floors["mysql"] = mysql_commits_per_second(url, args.commits)
+            floors["mysql"] = median(lambda: mysql_commits_per_second(url, args.commits))
+            if importlib.util.find_spec("MySQLdb") is not None:
+                py_url = url.replace("mysql://", "mysql+pymysql://", 1)
+                makers["mysql-py"] = lambda: MySQLStore(py_url)
+                floors["mysql-py"] = floors["mysql"]
+                c_floor = median(
+                    lambda: mysql_commits_per_second(url, args.commits, driver="MySQLdb")
+                )
 
         print("single-row commits/s, no moonrun code, one client:")
         print(f"  sqlite3 (WAL, FULL) {floors['file']:10,.0f}")
         if "mysql" in floors:
             print(f"  PyMySQL (InnoDB)    {floors['mysql']:10,.0f}")
+        if c_floor:
+            print(f"  mysqlclient         {c_floor:10,.0f}  (not a divisor; for reference)")
         print()
         print(
             f"{'store':8} {'lc/s 1':>9} {'lc/s ' + str(args.callers):>9} {'x commits 1':>12}"
@@ -203,8 +227,10 @@ def main() -> None:
             f" {'claim p50/p99 @' + str(args.large):>24} {'p50 ratio':>10}"
         )
         for name, make in makers.items():
-            one = lifecycles_per_second(make, args.lifecycles, 1)
-            many = lifecycles_per_second(make, args.lifecycles, args.callers)
+            one = median(functools.partial(lifecycles_per_second, make, args.lifecycles, 1))
+            many = median(
+                functools.partial(lifecycles_per_second, make, args.lifecycles, args.callers)
+            )
             floor = floors.get(name)
             fractions = f"{one / floor:12.3f} {many / floor:12.3f}" if floor else f"{'':12} {'':12}"
             small = claim_latency(make, args.small, args.claims)

@@ -22,6 +22,10 @@ from moonrun.store.schema import DATA_TABLES
 STORE_NAMES = ["memory", "file", "mysql"]
 """The stores every contract and scenario suite runs against."""
 
+CONTRACT_STORE_NAMES = ["memory", "file", "mysql+pymysql", "mysql+mysqldb"]
+"""The store contract runs MySQLStore on each driver; the other suites on the default one
+(mysqlclient where it is installed, else PyMySQL)."""
+
 DEFAULT_MYSQL_URL = "mysql://root@127.0.0.1:3306/"
 
 
@@ -57,7 +61,9 @@ def file_factory(make_dir: Callable[[], Path]) -> StoreFactory:
     return StoreFactory("file", open_fresh, reopen, lambda: f"file:{paths[-1]}")
 
 
-def mysql_factory(url: str) -> StoreFactory:
+def mysql_factory(url: str, driver: str = "mysql") -> StoreFactory:
+    url = url.replace("mysql://", f"{driver}://", 1)
+
     def open_fresh() -> Store:
         wipe_mysql(url)
         return MySQLStore(url)
@@ -66,7 +72,7 @@ def mysql_factory(url: str) -> StoreFactory:
         store.close()
         return MySQLStore(url)
 
-    return StoreFactory("mysql", open_fresh, reopen, lambda: url)
+    return StoreFactory(driver, open_fresh, reopen, lambda: url)
 
 
 def _connect(url: str, database: str | None = None) -> pymysql.Connection:  # type: ignore[type-arg]

@@ -99,17 +99,30 @@ def test_mysql_urls_are_redacted() -> None:
     assert redact(f"mysql://bob:{CANARY}@db:3306/moonrun") == "mysql://bob:***@db:3306/moonrun"
 
 
-def test_mysql_store_without_pymysql_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_mysql_store_without_a_driver_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     """A missing driver is an install hint, not an ImportError."""
     import importlib.util
 
     real = importlib.util.find_spec
+    missing_drivers = {"pymysql", "MySQLdb"}
     monkeypatch.setattr(
-        importlib.util, "find_spec", lambda name, *a: None if name == "pymysql" else real(name)
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name in missing_drivers else real(name),
     )
     with pytest.raises(StoreUnavailable) as missing:
         MySQLStore("mysql://root@127.0.0.1:3306/test")
     assert "pip install 'moonrun[mysql]'" in missing.value.message
+
+
+def test_a_mysql_url_may_name_its_driver() -> None:
+    """`mysql+pymysql://` and `mysql+mysqldb://` force a driver; plain `mysql://` takes the
+    fastest one installed."""
+    from moonrun.store.mysql import DRIVERS, _driver_url
+
+    assert _driver_url("mysql+pymysql://u@h/db").drivername == "mysql+pymysql"
+    assert _driver_url("mysql+mysqldb://u@h/db").drivername == "mysql+mysqldb"
+    assert _driver_url("mysql://u@h/db").drivername in DRIVERS
 
 
 def bad_stores(tmp_path: Path, mysql_url: str) -> dict[str, tuple[str, str]]:

@@ -158,3 +158,26 @@ def test_a_failed_commit_answers_every_unit_of_the_group_with_an_error(database:
         [type(outcome) for outcome in outcomes],
         stored(database),
     )
+
+
+class _Gate:
+    """A gate that records what was executed while it was held."""
+
+    def __init__(self) -> None:
+        self.held = False
+
+    def __enter__(self) -> None:
+        self.held = True
+
+    def __exit__(self, *exc: object) -> None:
+        self.held = False
+
+
+def test_the_gate_is_held_for_the_units_and_let_go_for_begin_and_commit(database: Path) -> None:
+    """Reads may run while the group waits for the write lock or for the commit's fsync,
+    never while its units are being applied."""
+    gate, seen = _Gate(), []
+    connection = open_connection(database)
+    connection.set_trace_callback(lambda sql: seen.append((sql.split()[0], gate.held)))
+    GroupCommit(connection, translate, gate=gate).run(insert(1))
+    assert seen == [("BEGIN", False), ("INSERT", True), ("COMMIT", False)]

@@ -1,7 +1,8 @@
 """The store contract: every store must behave like this, observed only through the Store seam.
 
 Records are built directly with the pure dataclasses and transitions; no service is involved.
-Each test opens a fresh store from the parametrized `store_factory` and closes it afterwards.
+Each test opens a fresh store from the parametrized `store_factory` and closes it afterwards;
+MySQLStore runs once on PyMySQL and once on mysqlclient.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ from moonrun.scheduling.records import Endpoint, Server, Session, User
 from moonrun.scheduling.retry import RetryPolicy
 from moonrun.scheduling.time import Instant
 from moonrun.store.protocol import IdempotencyRecord, Store
-from tests.stores import StoreFactory
+from tests.conftest import build_factory
+from tests.stores import CONTRACT_STORE_NAMES, StoreFactory
 
 T0: Instant = 1_795_000_000_000
 """The reference instant (ms) every test's times are relative to."""
@@ -184,6 +186,14 @@ def typed(value: object) -> object:
     if isinstance(value, tuple):
         return (tuple, tuple(typed(item) for item in value))
     return (type(value), value)
+
+
+@pytest.fixture(params=CONTRACT_STORE_NAMES)
+def store_factory(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> StoreFactory:
+    """Every store, and MySQLStore on each of its two drivers."""
+    return build_factory(request.param, request, tmp_path_factory)
 
 
 @pytest.fixture
