@@ -216,6 +216,30 @@ ROWS: tuple[Row, ...] = (
         body=lambda s: {"user_id": s.cast.stranger[0]},
         writes=True,
     ),
+    Row(
+        "remove web-1's admin",
+        "DELETE",
+        "/api/v1/servers/{server_id}/admins/{user_id}",
+        lambda s: f"/api/v1/servers/{web1(s)}/admins/{s.cast.helper[0]}",
+        (OK, OK, FORBIDDEN, FORBIDDEN, UNAUTH, UNAUTH),
+        writes=True,
+    ),
+    Row(
+        "remove a user who is no admin of web-1",
+        "DELETE",
+        "/api/v1/servers/{server_id}/admins/{user_id}",
+        lambda s: f"/api/v1/servers/{web1(s)}/admins/{s.cast.stranger[0]}",
+        (OK, OK, FORBIDDEN, FORBIDDEN, UNAUTH, UNAUTH),
+        writes=True,
+    ),
+    Row(
+        "remove admin of missing server",
+        "DELETE",
+        "/api/v1/servers/{server_id}/admins/{user_id}",
+        lambda s: f"/api/v1/servers/{MISSING_SERVER}/admins/{s.cast.helper[0]}",
+        (NOT_FOUND, NOT_FOUND, NOT_FOUND, NOT_FOUND, UNAUTH, UNAUTH),
+        writes=True,
+    ),
     # -- endpoints: platform admins only -------------------------------------------------------
     Row(
         "list endpoints",

@@ -99,7 +99,7 @@ class Canary:
         **kwargs: Any,
     ) -> Any:
         """Send a user API request; `route` is the template, with ids given in `kwargs`."""
-        ids = {key: kwargs.pop(key) for key in list(kwargs) if key in ("server_id", "job_id")}
+        ids = {key: kwargs.pop(key) for key in list(kwargs) if key in ("server_id", "job_id", "user_id")}
         path = route.format(**ids) + (f"?{query}" if query else "")
         response = self.world.api(method, path, token=token, **kwargs)
         self.routes.add((method, route))
@@ -424,6 +424,13 @@ def refused_and_invalid(c: Canary, server_id: str, job_id: str, owner: str, stra
         token=owner,
         server_id=server_id,
         json={"user_id": lease},
+    )
+    c.call(
+        "DELETE",
+        "/api/v1/servers/{server_id}/admins/{user_id}",
+        token=owner,
+        server_id=server_id,
+        user_id=lease,
     )
     c.call(
         "POST",

@@ -7,6 +7,7 @@ browser tests are in tests/test_console_browser.py.
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -752,6 +753,11 @@ def build_page_canary(world: HttpWorld) -> PageCanary:
     jobs["queued later"] = c.submit(web1, olive)
     assert world.stored(running).state.value == "cancelled"
     visit_everything(p, jobs, servers, c.markers)
+    remove = "/servers/{server_id}/admins/{user_id}/remove"
+    hugo_id = users["hugo"][0]
+    assert p.visit("hugo", "POST", remove, server_id=web1, user_id=hugo_id).status_code == 403
+    assert p.visit("olive", "POST", remove, server_id=web1, user_id=hugo_id).is_redirect
+    p.visit("hugo", "GET", "/servers")
     assert p.visit("stella", "POST", "/logout").is_redirect
     p.visit("stella", "GET", "/jobs")
     return p
@@ -868,3 +874,33 @@ def test_a_sign_in_sets_only_its_own_new_session_cookie(page_canary: PageCanary)
     }
     assert {f"console session of {name}": True for name in CANARY_PASSWORDS} == found
     assert [seen.label for seen in excused if seen.fresh in seen.response.text] == []
+
+
+@pytest.mark.parametrize("number", ["9223372036854775808", "-9223372036854775809", "9" * 30])
+def test_a_cursor_beyond_64_bits_is_a_styled_error_page(con: Console, number: str) -> None:
+    """The jobs page with an overflowing cursor answers a 4xx page, never a 500."""
+    cursor = base64.urlsafe_b64encode(f"{number}:job_x".encode()).decode().rstrip("=")
+    response = con.client("ada").get(f"/jobs?cursor={cursor}")
+    assert error_page(response)[:3] == (422, "text/html; charset=utf-8", True)
+
+
+def test_an_owner_removes_a_server_administrator_with_a_button(con: Console) -> None:
+    """The servers page lists each administrator with a Remove form; after it, the
+    administrator no longer sees the server's jobs, and the form needs the CSRF token."""
+    job_id = con.submit()
+    olive, hugo = con.client("olive"), con.client("hugo")
+    hugo_id = con.users["hugo"][0]
+    action = f"/servers/{con.server_id}/admins/{hugo_id}/remove"
+    page = olive.get("/servers").text
+    assert f'action="{action}"' in page
+    assert olive.post(action, data={"csrf_token": "wrong"}).status_code == 403
+    assert hugo.get(f"/jobs/{job_id}").status_code == 200
+    removed = olive.post(action, data={"csrf_token": csrf_of(page)})
+    assert location(removed) == (303, "/servers")
+    assert hugo.get(f"/jobs/{job_id}").status_code == 403
+
+
+def test_a_server_administrator_sees_no_remove_buttons(con: Console) -> None:
+    """Only the owner (or a platform admin) may take administration away."""
+    page = con.client("hugo").get("/servers").text
+    assert "/remove" not in page

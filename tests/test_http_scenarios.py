@@ -849,3 +849,15 @@ def test_unauthorized_user_reads_another_owners_job(cast: Cast) -> None:
     assert ok(world.api("GET", "/api/v1/jobs", token=stranger))["jobs"] == []
     helper_jobs = ok(world.api("GET", "/api/v1/jobs", token=cast.helper[1]))["jobs"]
     assert [job] == [j["id"] for j in helper_jobs]
+
+
+def test_a_removed_server_administrator_loses_the_servers_jobs(cast: Cast) -> None:
+    """After the owner removes them, a server administrator no longer sees or creates jobs."""
+    world, helper = cast.world, cast.helper
+    job = world.submit(cast.server_id, cast.owner[1])
+    path = f"/api/v1/servers/{cast.server_id}/admins/{helper[0]}"
+    removed = world.api("DELETE", path, token=cast.owner[1])
+    assert (removed.status_code, removed.json()["admin_ids"]) == (200, [])
+    assert world.api("GET", f"/api/v1/jobs/{job['id']}", token=helper[1]).status_code == 403
+    again = world.api("DELETE", path, token=cast.owner[1])
+    assert again.status_code == 200

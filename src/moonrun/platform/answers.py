@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from moonrun.scheduling import reconcile as reconcile_domain
-from moonrun.scheduling.fingerprint import JsonValue
 from moonrun.scheduling.jobs import Job, JobState
 from moonrun.scheduling.reconcile import Discard
 from moonrun.scheduling.records import Endpoint, Session
@@ -45,7 +44,9 @@ class ClaimedJob:
     job_id: str
     server_id: str
     kind: str
-    payload: JsonValue
+    payload_json: str
+    """The payload as stored, handed on verbatim: the claim never decodes and re-encodes what
+    it granted, so nothing about a payload can fail its answer after the claim committed."""
     attempt: int
     lease: str
     ack_deadline: Instant

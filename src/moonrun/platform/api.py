@@ -171,7 +171,15 @@ def _dumps(content: Any) -> bytes:
     try:
         return orjson.dumps(content)
     except TypeError:
-        return json.dumps(content, separators=(",", ":")).encode()
+        return json.dumps(content, separators=(",", ":"), default=_unfragment).encode()
+
+
+def _unfragment(value: Any) -> Any:
+    """A verbatim JSON text (`orjson.Fragment`, a stored payload) as the standard library
+    needs it: decoded again."""
+    if isinstance(value, orjson.Fragment):
+        return json.loads(value.contents)
+    raise TypeError(f"{type(value).__name__} is not JSON")
 
 
 def error_body(error: MoonrunError) -> dict[str, Any]:
@@ -340,7 +348,14 @@ def _problems(error: ValidationError, prefix: str = "") -> str:
     problems = []
     for problem in error.errors(include_url=False, include_input=False)[:5]:
         if problem["type"] == "json_invalid":
-            return "the body is not valid JSON"
+            # The parser's reason names a place, never the input (a lone surrogate, a depth
+            # beyond its recursion limit, a bad escape).
+            reason = str(problem.get("ctx", {}).get("error", ""))
+            if reason.startswith("recursion limit exceeded"):
+                return "the body nests deeper than JSON's depth limit (200 levels)"
+            return (
+                f"the body is not valid JSON: {reason}" if reason else "the body is not valid JSON"
+            )
         where = prefix + ".".join(str(part) for part in problem["loc"])
         problems.append(f"{where}: {problem['msg']}" if where else problem["msg"])
     return "; ".join(problems) or "invalid request"

@@ -13,6 +13,7 @@ NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 BOOT_ID_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 RUN_VERSION_PATTERN = re.compile(r"^[A-Za-z0-9_.+-]{1,64}$")
 IDEMPOTENCY_KEY_PATTERN = re.compile(r"^[!-~]{1,255}$")
+JOB_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
 def check_pattern(name: str, value: object, pattern: re.Pattern[str]) -> None:
@@ -45,6 +46,11 @@ def decode_cursor(cursor: str | None) -> JobCursor | None:
         return None
     try:
         created_at, job_id = b64url_decode(cursor).decode().split(":", 1)
-        return int(created_at), job_id
+        instant = int(created_at)
     except (ValueError, UnicodeDecodeError):
-        raise InvalidRequest("cursor is not one this platform issued") from None
+        instant, job_id = -1, ""
+    # Only what encode_cursor can have written: an instant a store column holds (a signed
+    # 64-bit integer would overflow the driver beyond it) and a job id.
+    if not 0 <= instant < 2**63 or not JOB_ID_PATTERN.match(job_id):
+        raise InvalidRequest("cursor is not one this platform issued")
+    return instant, job_id

@@ -150,6 +150,22 @@ class Directory:
                 return updated
         raise Contention()
 
+    def remove_server_admin(self, actor: User, server_id: str, user_id: str) -> Server:
+        """The owner (or a platform admin) takes a user's administration of the server away;
+        removing someone who is not an administrator changes nothing."""
+        for _ in range(self._cas_retries):
+            server = self._store.get_server(server_id)
+            if server is None:
+                raise NotFound("no such server")
+            require(can_manage_admins(actor, server))
+            if user_id not in server.admin_ids:
+                return server
+            kept = tuple(admin for admin in server.admin_ids if admin != user_id)
+            updated = replace(server, admin_ids=kept, version=server.version + 1)
+            if self._store.replace_server(updated, server.version):
+                return updated
+        raise Contention()
+
 
 def _check_name(name: object) -> None:
     if not isinstance(name, str) or not NAME_PATTERN.match(name):

@@ -12,6 +12,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import orjson
+
 from moonrun.errors import InvalidRequest, MoonrunError, SignatureInvalid
 from moonrun.platform.api import Auth, Call, Receive, Route, error_body
 from moonrun.platform.channels import Channel
@@ -205,7 +207,7 @@ async def claim(call: Call) -> dict[str, Any]:
                 "job_id": job.job_id,
                 "server_id": job.server_id,
                 "kind": job.kind,
-                "payload": job.payload,
+                "payload": orjson.Fragment(job.payload_json),
                 "attempt": job.attempt,
                 "lease": job.lease,
                 "ack_deadline": format_instant(job.ack_deadline),

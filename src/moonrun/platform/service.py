@@ -417,7 +417,7 @@ class SchedulingService:
             job_id=job.id,
             server_id=job.server_id,
             kind=job.kind,
-            payload=job.payload(),
+            payload_json=job.payload_json,
             attempt=job.attempt,
             lease=lease,
             ack_deadline=job.ack_deadline,
@@ -722,11 +722,19 @@ class SchedulingService:
         extra = set(backoff or {}) - {"initial_s", "multiplier", "max_s"}
         if extra:
             raise InvalidRequest(f"unknown backoff fields: {', '.join(sorted(extra))}")
-        return replace(
+        policy = replace(
             default,
             max_attempts=default.max_attempts if max_attempts is None else max_attempts,
             **dict(backoff or {}),
         )
+        # Checked here, for what a user asks, rather than in RetryPolicy: policies stored
+        # before this check must still read back.
+        if policy.max_s < policy.initial_s:
+            raise InvalidRequest(
+                f"backoff max_s ({policy.max_s:g}) must be at least "
+                f"initial_s ({policy.initial_s:g})"
+            )
+        return policy
 
     def get_job(self, actor: User, job_id: str) -> Job:
         """An accessible job, with any deadline that has passed applied first."""

@@ -147,6 +147,17 @@ async def add_server_admin(call: Call) -> Any:
     return server_view(server)
 
 
+async def remove_server_admin(call: Call) -> Any:
+    """Take a user's administration of the server away (its owner or a platform admin)."""
+    server = await as_caller(
+        call,
+        call.platform.directory.remove_server_admin,
+        call.params["server_id"],
+        call.params["user_id"],
+    )
+    return server_view(server)
+
+
 # -- endpoints ---------------------------------------------------------------------------------
 
 
@@ -324,6 +335,10 @@ ROUTES: tuple[Route, ...] = (
     Route(
         "POST", "/api/v1/servers/{server_id}/admins", "user", "user",
         AddAdminRequest, ServerModel, 200, add_server_admin,
+    ),
+    Route(
+        "DELETE", "/api/v1/servers/{server_id}/admins/{user_id}", "user", "user",
+        None, ServerModel, 200, remove_server_admin,
     ),
     Route("GET", "/api/v1/endpoints", "user", "user", None, EndpointsAnswer, 200, list_endpoints),
     Route(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import rfc8785
@@ -26,19 +27,56 @@ def canonical_json(value: JsonValue, *, field: str, limit: int) -> bytes:
     return data
 
 
-def compact_json(value: JsonValue, *, field: str, limit: int) -> str:
+def compact_json(value: JsonValue, *, field: str, limit: int, shape: Shape | None = None) -> str:
     """Deterministic compact JSON (sorted keys) for storage; bad or oversized values are typed
     errors. Cheaper than RFC 8785, which only fingerprints need."""
+    if shape is not None:
+        shape.check(value, field)
     try:
         text = json.dumps(
             value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
         )
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidRequest(f"{field} holds a lone surrogate, which is not Unicode") from None
     except (TypeError, ValueError, RecursionError) as exc:
         raise InvalidRequest(f"{field} is not representable as JSON: {exc}") from None
-    size = len(text.encode("utf-8", "surrogatepass"))
     if size > limit:
         raise TooLarge(f"{field} is {size} bytes as JSON; the limit is {limit}")
     return text
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """Bounds on a JSON value's shape, beside its size: how deep containers nest, and how many
+    members (object keys and array items) it holds in all."""
+
+    max_depth: int
+    max_members: int
+
+    def check(self, value: JsonValue, field: str) -> None:
+        """Raise InvalidRequest naming the bound a value exceeds (walked without recursion, so
+        a value too deep for Python's stack is refused like any other)."""
+        members = 0
+        pending: list[tuple[JsonValue, int]] = [(value, 1)]
+        while pending:
+            item, depth = pending.pop()
+            if isinstance(item, dict):
+                children: Any = item.values()
+            elif isinstance(item, list):
+                children = item
+            else:
+                continue
+            if depth > self.max_depth:
+                raise InvalidRequest(
+                    f"{field} nests deeper than {self.max_depth} levels (depth limit)"
+                )
+            members += len(children)
+            if members > self.max_members:
+                raise InvalidRequest(
+                    f"{field} holds more than {self.max_members} keys and items (member limit)"
+                )
+            pending.extend((child, depth + 1) for child in children)
 
 
 def load_json(text: str) -> JsonValue:

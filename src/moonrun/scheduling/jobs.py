@@ -14,14 +14,19 @@ from enum import StrEnum
 from typing import Any, Final
 
 from moonrun.errors import IllegalTransition, InvalidRequest
-from moonrun.scheduling.fingerprint import JsonValue, compact_json, result_fingerprint
+from moonrun.scheduling.fingerprint import JsonValue, Shape, compact_json, result_fingerprint
 from moonrun.scheduling.retry import RetryPolicy
 from moonrun.scheduling.time import Instant
 
 KIND_PATTERN: Final = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
 CODE_PATTERN: Final = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
 PAYLOAD_LIMIT: Final = 64 * 1024
+PAYLOAD_SHAPE: Final = Shape(max_depth=32, max_members=10_000)
+"""A payload nests at most 32 containers deep and holds at most 10,000 keys and items: what
+every consumer (the platform's JSON, Run's, a handler's) can walk without running out of stack."""
 OUTPUT_LIMIT: Final = 64 * 1024
+NOT_BEFORE_HORIZON_MS: Final = 366 * 24 * 3600 * 1000
+"""How far ahead a job may be scheduled: a year (a leap year's worth)."""
 TEXT_LIMIT: Final = 4096
 
 
@@ -372,7 +377,9 @@ def create_job(
         payload = {}
     if not isinstance(payload, dict):
         raise InvalidRequest("payload must be a JSON object")
-    payload_json = compact_json(payload, field="payload", limit=PAYLOAD_LIMIT)
+    payload_json = compact_json(payload, field="payload", limit=PAYLOAD_LIMIT, shape=PAYLOAD_SHAPE)
+    if not_before is not None and not 0 <= not_before <= now + NOT_BEFORE_HORIZON_MS:
+        raise InvalidRequest("not_before must be from 1970 to one year from now")
     eligible_at = now if not_before is None else max(now, not_before)
     return Job(
         id=job_id,

@@ -337,8 +337,8 @@ async def servers_page(request: Request, message: str | None = None) -> Response
         {
             **server_view(server),
             "owner": names.get(server.owner_id, "?"),
-            "admins": [names.get(admin, "?") for admin in server.admin_ids],
-            "can_add_admin": user.platform_admin or user.id == server.owner_id,
+            "admins": [{"id": admin, "name": names.get(admin, "?")} for admin in server.admin_ids],
+            "can_manage_admins": user.platform_admin or user.id == server.owner_id,
         }
         for server in servers
     ]
@@ -354,6 +354,15 @@ async def add_admin(request: Request, server_id: str) -> Response:
     if added is None:
         raise NotFound("no user with that name")
     await on_user_channel(request, directory.add_server_admin, user, server_id, added.id)
+    return RedirectResponse("/servers", status_code=303)
+
+
+@router.post("/servers/{server_id}/admins/{user_id}/remove")
+async def remove_admin(request: Request, server_id: str, user_id: str) -> Response:
+    user = await signed_in(request)
+    await checked_form(request)
+    directory = platform_of(request).directory
+    await on_user_channel(request, directory.remove_server_admin, user, server_id, user_id)
     return RedirectResponse("/servers", status_code=303)
 
 
