@@ -99,7 +99,11 @@ class Canary:
         **kwargs: Any,
     ) -> Any:
         """Send a user API request; `route` is the template, with ids given in `kwargs`."""
-        ids = {key: kwargs.pop(key) for key in list(kwargs) if key in ("server_id", "job_id", "user_id")}
+        ids = {
+            key: kwargs.pop(key)
+            for key in list(kwargs)
+            if key in ("server_id", "job_id", "user_id")
+        }
         path = route.format(**ids) + (f"?{query}" if query else "")
         response = self.world.api(method, path, token=token, **kwargs)
         self.routes.add((method, route))

@@ -4,6 +4,8 @@ another's (issue findings: poison payloads, lone surrogates, cursor overflow, bo
 from __future__ import annotations
 
 import base64
+import dataclasses
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -168,3 +170,29 @@ def test_a_backoff_whose_cap_is_below_its_start_is_invalid(memory_cast: Cast) ->
         response = memory_cast.world.api("POST", path, token=memory_cast.owner[1], json=body)
         assert error_of(response) == (422, "invalid_request"), body
         assert "max_s" in response.json()["error"]["message"]
+
+
+def test_a_stored_payload_too_deep_to_decode_is_still_answered_with_its_neighbours(
+    memory_cast: Cast,
+) -> None:
+    """A payload stored before its bounds existed (2,000 levels deep) is handed on verbatim:
+    the claim that granted it answers 200, and another owner's job in the same claim runs."""
+    cast, world = memory_cast, memory_cast.world
+    deep_json = '{"deep":' + "[" * 2000 + "]" * 2000 + "}"
+    poison = world.submit(cast.server_id, cast.owner[1])
+    world.store.replace_job(
+        dataclasses.replace(world.stored(poison["id"]), payload_json=deep_json),
+        world.stored(poison["id"]),
+    )
+    other_server = world.create_server("web-2", cast.run.endpoint_id, cast.stranger[0])
+    neighbour = world.submit(other_server, cast.stranger[1])
+    run = cast.run.start()
+    response = run.post("/run/v1/jobs/claim", {"max_jobs": 2})
+    assert response.status_code == 200
+    assert deep_json.encode() in response.content
+    # The payload verbatim, then the rest read with it set aside (too deep for Python's json).
+    answer = json.loads(response.content.replace(deep_json.encode(), b"{}"))
+    (granted,) = [job for job in answer["jobs"] if job["job_id"] == neighbour["id"]]
+    run.leases[(neighbour["id"], granted["attempt"])] = granted["lease"]
+    assert run.ack(neighbour["id"], granted["attempt"]).status_code == 200
+    assert run.result(neighbour["id"], granted["attempt"]).json()["state"] == "succeeded"
