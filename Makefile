@@ -60,15 +60,17 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python bench/scale_bench.py
 
 # Longer runs of the property, crash and race tests, e.g.
-# `make soak EXAMPLES=5000 STEPS=100 KILLS=2000 RACE_JOBS=20000`.
+# `make soak EXAMPLES=5000 STEPS=100 KILLS=2000 RACE_JOBS=20000 FUZZ=2000`.
 EXAMPLES ?= 2000
+FUZZ ?= 1000
 STEPS ?= 80
 KILLS ?= 500
 RACE_JOBS ?= 10000
 soak: $(STAMP)
 	MOONRUN_STATEFUL_EXAMPLES=$(EXAMPLES) MOONRUN_STATEFUL_STEPS=$(STEPS) \
-	MOONRUN_CRASH_KILLS=$(KILLS) MOONRUN_RACE_JOBS=$(RACE_JOBS) \
-		$(BIN)/pytest -p no:cacheprovider -x tests/test_stateful.py tests/test_crash_and_race.py
+	MOONRUN_CRASH_KILLS=$(KILLS) MOONRUN_RACE_JOBS=$(RACE_JOBS) MOONRUN_FUZZ_EXAMPLES=$(FUZZ) \
+		$(BIN)/pytest -p no:cacheprovider -x tests/test_stateful.py tests/test_crash_and_race.py \
+		tests/test_fuzz_hostile.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

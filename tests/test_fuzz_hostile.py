@@ -1,0 +1,357 @@
+"""Fuzz: every user and Run route, driven with hostile JSON, answers only typed JSON errors.
+
+Hypothesis builds each request from the route's own body model (so that most requests get
+past the parser and into the checks behind it), then makes it hostile: a field replaced by a
+lone surrogate, NUL, a bidi override, a huge string, a number beyond 64 bits, a wrong type or a
+value nested hundreds of levels deep; a field dropped or added; or the whole body replaced by
+something that is not JSON at all. Requests carry real credentials (the platform admin's token,
+or the signature of host-a's registered Run), and real ids some of the time.
+
+Every answer must be below 500, JSON, and for 4xx the error envelope; a 4xx must change nothing
+in the store or the log store (a session's last-seen time aside: a correctly signed request
+proves its Run alive). Afterwards every job of another owner, on another endpoint, still runs
+to success on its first attempt.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import types
+import typing
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import hypothesis
+import pytest
+from hypothesis import strategies as st
+from pydantic import BaseModel
+
+from moonrun.platform import run_api, user_api
+from moonrun.platform.api import Route
+from moonrun.store import codec
+from tests.http_harness import ADMIN_TOKEN, Cast, http_world
+from tests.stores import memory_factory
+
+EXAMPLES = int(os.environ.get("MOONRUN_FUZZ_EXAMPLES", "25"))
+"""Hostile requests per route (`make soak` raises it)."""
+
+ROUTES: tuple[Route, ...] = (*user_api.ROUTES, *run_api.ROUTES)
+
+HOSTILE_TEXT = st.sampled_from(
+    [
+        "\ud800",
+        "a\udfffb",
+        "\udc00\ud800",
+        "\x00",
+        "nul\x00inside",
+        "\u202egnp.exe",
+        "\x1b[2J\x1b[31mred",
+        "line\r\nInjected: yes",
+        "\ufeff",
+        "\U0010ffff",
+        "x" * 100_000,
+        "",
+        " ",
+        "../../etc/passwd",
+        "%00",
+    ]
+)
+HOSTILE_NUMBER = st.sampled_from(
+    [2**63, 2**64, -(2**63) - 1, 10**40, -1, 0, 1e308, -1e308, 1.5, 2**53 + 1]
+)
+WRONG_TYPE = st.sampled_from([None, True, False, [], {}, "1", 0, 0.0, [None], {"": None}])
+
+
+def nested(depth: int, as_object: bool) -> Any:
+    value: Any = "leaf"
+    for _ in range(depth):
+        value = {"k": value} if as_object else [value]
+    return value
+
+
+DEEP = st.builds(nested, st.sampled_from([33, 100, 199, 250, 600]), st.booleans())
+HOSTILE = st.one_of(HOSTILE_TEXT, HOSTILE_NUMBER, WRONG_TYPE, DEEP)
+
+
+class Pools:
+    """Real values a request may carry, gathered from the world as it is seeded."""
+
+    def __init__(self, cast: Cast, jobs: list[str]) -> None:
+        self.cast = cast
+        self.job_ids = jobs
+        self.server_ids = [cast.server_id]
+        self.user_ids = [cast.owner[0], cast.helper[0]]
+        self.endpoint_ids = [cast.run.endpoint_id]
+
+    def plausible(self, name: str) -> st.SearchStrategy[Any]:
+        """A value that is valid (or nearly) for a field of this name."""
+        run = self.cast.run
+        table: dict[str, st.SearchStrategy[Any]] = {
+            "job_id": st.sampled_from(self.job_ids),
+            "server_id": st.sampled_from(self.server_ids),
+            "user_id": st.sampled_from(self.user_ids),
+            "owner_id": st.sampled_from(self.user_ids),
+            "endpoint_id": st.sampled_from(self.endpoint_ids),
+            "attempt": st.integers(0, 3),
+            "lease": st.sampled_from([*run.leases.values(), "mrl_not-a-lease"]),
+            "seq": st.integers(0, 5),
+            "max_jobs": st.integers(1, 4),
+            "wait_s": st.just(0.01),
+            "capacity": st.integers(1, 8),
+            "kind": st.sampled_from(["noop", "sleep", "command", "Bad Kind"]),
+            "payload": st.dictionaries(st.text(max_size=5), st.integers(), max_size=3),
+            "output": st.dictionaries(st.text(max_size=5), st.integers(), max_size=3),
+            "name": st.from_regex(r"\A[a-z][a-z0-9-]{0,10}\Z"),
+            "outcome": st.sampled_from(["succeeded", "failed", "cancelled", "exploded"]),
+            "retryable": st.booleans(),
+            "percent": st.floats(0, 100),
+            "message": st.text(max_size=20),
+            "ts": st.just("2026-11-30T00:00:00.000Z"),
+            "stream": st.sampled_from(["stdout", "stderr", "stdin"]),
+            "text": st.text(max_size=20),
+            "boot_id": st.just("boot-fuzz"),
+            "run_version": st.just("0.1.0"),
+            "not_before": st.just("2026-11-30T04:00:00.000Z"),
+            "max_attempts": st.integers(1, 5),
+            "password": st.just("a-long-enough-password-1"),
+            "platform_admin": st.booleans(),
+            "join_token": st.just("mrj_not-a-join-token"),
+            "identity_public_key": st.just("A" * 43),
+            "state": st.sampled_from(["queued", "running", "nonsense"]),
+            "limit": st.integers(1, 50),
+            "after_seq": st.integers(-1, 3),
+        }
+        return table.get(name, st.text(max_size=10))
+
+    def body(self, model: type[BaseModel], depth: int = 0) -> st.SearchStrategy[dict[str, Any]]:
+        """A dict shaped like `model`, each field plausible (nested models followed)."""
+        fields = {
+            name: self._value(name, info.annotation, depth)
+            for name, info in model.model_fields.items()
+        }
+        required = {n: s for n, s in fields.items() if model.model_fields[n].is_required()}
+        optional = {n: s for n, s in fields.items() if n not in required}
+        return st.fixed_dictionaries(required, optional=optional)
+
+    def _value(self, name: str, annotation: Any, depth: int) -> st.SearchStrategy[Any]:
+        for inner in _unwrapped(annotation):
+            if isinstance(inner, type) and issubclass(inner, BaseModel) and depth < 3:
+                return self.body(inner, depth + 1)
+            if typing.get_origin(inner) is list:
+                (item,) = typing.get_args(inner) or (str,)
+                if isinstance(item, type) and issubclass(item, BaseModel) and depth < 3:
+                    return st.lists(self.body(item, depth + 1), min_size=1, max_size=3)
+        return self.plausible(name)
+
+
+def _unwrapped(annotation: Any) -> list[Any]:
+    """`X | None` as [X]; anything else as itself."""
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        return [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+    return [annotation]
+
+
+@st.composite
+def hostile_request(
+    draw: st.DrawFn, route: Route, pools: Pools
+) -> tuple[Route, str, bytes | None]:
+    """The route, its path (with query), and a hostile body."""
+    params = {}
+    for segment in route.segments:
+        if segment.startswith("{"):
+            name = segment[1:-1]
+            value = draw(
+                st.one_of(
+                    pools.plausible(name).map(str),
+                    HOSTILE_TEXT.filter(lambda t: len(t) < 300),
+                    st.just("%ED%A0%80"),
+                )
+            )
+            # A lone surrogate goes out as the bytes a hostile client would send (%ED%A0%80).
+            params[name] = (
+                value if value.startswith("%") else quote(value, safe="", errors="surrogatepass")
+            )
+    path = route.path.format(**params)
+    if route.query is not None:
+        query = draw(pools.body(route.query))
+        query = draw(st.one_of(st.just(query), mutated(query)))
+        if isinstance(query, dict):
+            query = {k: _short_wait(k, v) for k, v in query.items()}
+            texts = {k: v if isinstance(v, str) else json.dumps(v) for k, v in query.items()}
+            path += "?" + urlencode(texts, errors="surrogatepass")
+    if route.raw_body:
+        return route, path, draw(st.binary(max_size=64))
+    if route.body is None:
+        return route, path, draw(st.sampled_from([None, b"{}", b"\xff\xfe", b"[" * 300]))
+    body = draw(pools.body(route.body))
+    choice = draw(st.integers(0, 9))
+    if choice == 0:
+        return route, path, draw(st.sampled_from([b"", b"{", b"\xff\xfe{}", b"NaN", b"[" * 300]))
+    if choice in (1, 2):
+        return route, path, _encoded(body)
+    return route, path, _encoded(draw(mutated(body)))
+
+
+def mutated(body: Any) -> st.SearchStrategy[Any]:
+    """The body with one field (at any depth) replaced, dropped, or joined by a stranger."""
+    paths = list(_paths(body))
+    if not paths:
+        return HOSTILE
+    return st.tuples(st.sampled_from(paths), st.integers(0, 2), HOSTILE).map(
+        lambda picked: _apply(body, *picked)
+    )
+
+
+def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            yield (*prefix, key)
+            yield from _paths(inner, (*prefix, key))
+    elif isinstance(value, list):
+        for index, inner in enumerate(value):
+            yield (*prefix, index)
+            yield from _paths(inner, (*prefix, index))
+
+
+def _apply(body: Any, path: tuple[Any, ...], how: int, hostile: Any) -> Any:
+    copy = json.loads(json.dumps(body))
+    *parents, last = path
+    holder = copy
+    for step in parents:
+        holder = holder[step]
+    if how == 0 or isinstance(holder, list):
+        holder[last] = hostile
+    elif how == 1:
+        del holder[last]
+    else:
+        holder["\ud800" if isinstance(hostile, int) else "extra_field"] = hostile
+    return copy
+
+
+def _short_wait(key: str, value: Any) -> Any:
+    """A blocking read or claim waits a hundredth of a second at most: every wait the API
+    allows is valid, and a long one would only test the clock."""
+    if key == "wait_s" and isinstance(value, int | float) and not isinstance(value, bool):
+        return min(value, 0.01) if value > 0 else value
+    return value
+
+
+def _encoded(body: Any) -> bytes:
+    if isinstance(body, dict):
+        body = {k: _short_wait(k, v) for k, v in body.items()}
+    # ensure_ascii writes a lone surrogate as the escape a hostile client would send.
+    return json.dumps(body).encode()
+
+
+def snapshot(cast: Cast, jobs: list[str]) -> Any:
+    """What a refused request must leave as it was: jobs, servers, users, endpoints, the
+    Run's session (bar its activity times) and the log lines of every attempt."""
+    world = cast.world
+    store = world.store
+    session = store.get_session(cast.run.session_id)
+    listed = store.list_jobs(server_ids=None, state=None, limit=10_000)
+    logs = {
+        (job.id, attempt): world.platform.logs.read(job.id, attempt, -1)
+        for job in listed
+        for attempt in range(job.attempt + 1)
+    }
+    return (
+        sorted(json.dumps(codec.job_to_row(job), sort_keys=True) for job in listed),
+        sorted(repr(server) for server in store.list_servers()),
+        sorted(repr(user) for user in store.list_users()),
+        sorted(repr(endpoint) for endpoint in store.list_endpoints()),
+        None if session is None else (session.id, session.generation, session.capacity),
+        logs,
+    )
+
+
+@pytest.fixture
+def cast(tmp_path: Path) -> Iterator[Cast]:
+    with http_world(memory_factory(), tmp_path) as cast:
+        yield cast
+
+
+@pytest.mark.parametrize("route", ROUTES, ids=lambda route: f"{route.method} {route.path}")
+def test_hostile_requests_to_every_route_get_typed_json_errors_and_change_nothing(
+    cast: Cast, route: Route
+) -> None:
+    """No 5xx, only the JSON error envelope, no state change on a 4xx; other owners' jobs
+    still run to success on their first attempt afterwards."""
+    world, run = cast.world, cast.run.start()
+    owner = cast.owner[1]
+    jobs = [world.submit(cast.server_id, owner)["id"] for _ in range(3)]
+    for granted in run.claim(2):
+        assert run.ack(granted["job_id"], granted["attempt"]).status_code == 200
+    others = [world.submit(cast.other_server_id, cast.stranger[1])["id"] for _ in range(5)]
+    pools = Pools(cast, jobs)
+
+    @hypothesis.settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(hypothesis.HealthCheck),
+    )
+    @hypothesis.given(hostile_request(route, pools))
+    def probe(request: tuple[Route, str, bytes | None]) -> None:
+        route, path, body = request
+        before = snapshot(cast, jobs)
+        if route.run:
+            response = _signed(cast, route, path, body)
+        else:
+            headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+            if body is not None:
+                headers["Content-Type"] = "application/json"
+            response = world.client.request(route.method, path, content=body, headers=headers)
+        described = f"{route.method} {path[:200]} {body[:200] if body else body!r}"
+        assert response.status_code < 500, (described, response.text[:500])
+        assert response.headers.get("content-type", "").startswith("application/json"), described
+        if response.status_code >= 400:
+            error = response.json()["error"]
+            assert isinstance(error["code"], str), described
+            assert isinstance(error["message"], str), described
+            assert snapshot(cast, jobs) == before, described
+        elif route.path == "/run/v1/sessions" and response.status_code == 201:
+            _adopt_session(cast, response.json())
+
+    probe()
+
+    other_run = cast.other_run.start(capacity=8)
+    granted = other_run.claim(8)
+    assert sorted(others) == sorted(job["job_id"] for job in granted)
+    for job in granted:
+        assert (job["attempt"], other_run.ack(job["job_id"], 1).status_code) == (1, 200)
+        assert other_run.result(job["job_id"], 1).json()["state"] == "succeeded"
+
+
+def _signed(cast: Cast, route: Route, path: str, body: bytes | None) -> Any:
+    """The request signed as host-a's Run signs it (its endpoint key for /sessions)."""
+    run, client = cast.run, cast.world.client
+    data = body or b""
+    bare, _, query = path.partition("?")
+    options: dict[str, Any] = {}
+    if route.path == "/run/v1/sessions":
+        options = {"key_id": f"endpoint:{run.endpoint_id}", "key": run.identity}
+    if route.auth is None:
+        headers = {"Content-Type": "application/json"}
+    else:
+        headers = run.signed_headers(route.method, bare, data, query=query, **options)
+    if route.raw_body:
+        headers["Content-Type"] = "application/octet-stream"
+        headers["Run-Lease"] = next(iter(run.leases.values()), "mrl_none")
+    return client.request(route.method, path, content=data, headers=headers)
+
+
+def _adopt_session(cast: Cast, answer: dict[str, Any]) -> None:
+    """A fuzzed registration that succeeded replaced the Run's session: go on with the new
+    one, reconciled, as Run would."""
+    from moonrun.security import signing
+
+    run = cast.run
+    run.session_id = answer["session_id"]
+    run.session_key = signing.b64url_decode(answer["session_key"])
+    run.generation = answer["generation"]
+    entries = [run.entry(job_id, attempt) for job_id, attempt in run.leases]
+    run.reconcile(entries)
