@@ -135,6 +135,14 @@ def platform_serve(
     backoff_max_s: Annotated[
         float, typer.Option("--backoff-max-s", envvar="MOONRUN_BACKOFF_MAX_S", min=0)
     ] = 300,
+    api_docs: Annotated[
+        bool,
+        typer.Option(
+            "--api-docs",
+            envvar="MOONRUN_API_DOCS",
+            help="Serve /docs and /redoc (their pages load scripts from a CDN)",
+        ),
+    ] = False,
     log_level: Annotated[str, typer.Option("--log-level", envvar="MOONRUN_LOG_LEVEL")] = "info",
 ) -> None:
     """Serve the Run API, the user API, /healthz and /metrics, and run the sweeper.
@@ -177,7 +185,7 @@ def platform_serve(
     try:
         server = uvicorn.Server(
             uvicorn.Config(
-                create_app(platform),
+                create_app(platform, api_docs=api_docs),
                 host=host,
                 port=port,
                 log_config=None,
