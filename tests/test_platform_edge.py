@@ -18,9 +18,11 @@ from pathlib import Path
 
 import httpx
 
+from tests.console_kit import csrf_of
 from tests.processes import command_env, free_port
 
 ADMIN_TOKEN = "mra_platform-edge-admin-token-0000000000000"
+OLIVE_PASSWORD = "olive-edge-password-5d1c"
 STARTUP_TIMEOUT_S = 30.0
 SETTLE_BOUND_S = 30.0
 
@@ -131,3 +133,47 @@ def test_slow_clients_never_starve_healthz_and_are_closed_after_the_header_timeo
         finally:
             for connection in clients:
                 connection.close()
+
+
+def with_olive(platform: Served) -> None:
+    created = httpx.post(
+        f"{platform.url}/api/v1/users",
+        json={"name": "olive", "password": OLIVE_PASSWORD},
+        headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+        timeout=10.0,
+    )
+    assert created.status_code == 201, created.text
+
+
+def sign_in_status(platform: Served, name: str, password: str, forwarded_for: str) -> int:
+    """Sign in through the console's form with an X-Forwarded-For header; the POST's status."""
+    headers = {"X-Forwarded-For": forwarded_for}
+    with httpx.Client(base_url=platform.url, headers=headers, timeout=10.0) as client:
+        form = client.get("/login")
+        assert form.status_code == 200, form.text
+        fields = {"username": name, "password": password, "csrf_token": csrf_of(form.text)}
+        return client.post("/login", data=fields).status_code
+
+
+def test_x_forwarded_for_is_ignored_unless_the_peer_is_a_trusted_proxy(tmp_path: Path) -> None:
+    """By default a local peer cannot pose as 50 addresses: its 50 failed sign-ins, each with
+    another X-Forwarded-For, slow down its own address, whatever the next header says."""
+    with served(tmp_path) as platform:
+        with_olive(platform)
+        failures = [sign_in_status(platform, f"guess{i}", "x", f"203.0.113.{i}") for i in range(50)]
+        assert failures == [401] * 50
+        assert sign_in_status(platform, "olive", OLIVE_PASSWORD, "198.51.100.1") == 429
+
+
+def test_x_forwarded_for_from_a_trusted_proxy_names_the_client(tmp_path: Path) -> None:
+    """With --trusted-proxy 127.0.0.1, the address the proxy forwards is the one counted: 50
+    failures from one client slow that client down, not another behind the same proxy."""
+    with served(tmp_path, "--trusted-proxy", "127.0.0.1") as platform:
+        with_olive(platform)
+        failures = [sign_in_status(platform, f"guess{i}", "x", "203.0.113.9") for i in range(50)]
+        assert failures == [401] * 50
+        statuses = [
+            sign_in_status(platform, "olive", OLIVE_PASSWORD, address)
+            for address in ("203.0.113.9", "198.51.100.1")
+        ]
+        assert statuses == [429, 303]
