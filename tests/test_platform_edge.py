@@ -177,3 +177,17 @@ def test_x_forwarded_for_from_a_trusted_proxy_names_the_client(tmp_path: Path) -
             for address in ("203.0.113.9", "198.51.100.1")
         ]
         assert statuses == [429, 303]
+
+
+def test_a_trusted_proxy_that_is_not_an_address_is_refused_at_start(tmp_path: Path) -> None:
+    """uvicorn would take it as a literal that matches nothing; the platform says so instead."""
+    refused = subprocess.run(
+        [sys.executable, "-m", "moonrun", "platform", "serve", "--trusted-proxy", "proxy"],
+        cwd=tmp_path,
+        env=command_env(ADMIN_TOKEN),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    expected = "moonrun: error: --trusted-proxy must be an IP address or network, not 'proxy'\n"
+    assert (refused.returncode, refused.stderr) == (1, expected)

@@ -183,6 +183,7 @@ def platform_serve(
     MOONRUN_BOOTSTRAP_ADMIN_TOKEN=<token> creates a platform admin named `admin` holding that
     token at start, unless some user already holds it.
     """
+    import ipaddress
     import resource
 
     import uvicorn
@@ -225,6 +226,13 @@ def platform_serve(
     if max_connections is None:
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
         max_connections = default_max_connections(-1 if soft == resource.RLIM_INFINITY else soft)
+    for proxy in trusted_proxy or ():
+        try:
+            ipaddress.ip_network(proxy, strict=False)
+        except ValueError:
+            raise InvalidRequest(
+                f"--trusted-proxy must be an IP address or network, not {proxy!r}"
+            ) from None
     serving = ServeSettings(
         limits=EdgeLimits(header_timeout_s, max_connections),
         keep_alive_s=keep_alive_s,
