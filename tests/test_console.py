@@ -309,19 +309,49 @@ def test_the_sign_in_form_needs_its_csrf_token(
 
 
 def test_five_failed_sign_ins_slow_that_name_down_but_no_other(con: Console) -> None:
-    """The 6th try for a name (even right) is a 429 page, from any address; others sign in."""
+    """After 5 failures a name waits before its next try (even a right one), from any address;
+    other names sign in, and the right password once the wait is over signs in."""
     attacker = con.client(address="203.0.113.7")
     failures = [sign_in(attacker, "olive", password=f"guess-{i}").status_code for i in range(5)]
     assert failures == [401] * 5
     throttled = sign_in(attacker, "olive")
     assert error_page(throttled)[:3] == (429, "text/html; charset=utf-8", True)
-    assert "Too many failed sign-ins. Try again in 5 minute(s)." in throttled.text
+    assert "Too many failed sign-ins. Try again in 1 second(s)." in throttled.text
+    assert throttled.headers["Retry-After"] == "1"
     assert SESSION not in cookie_attributes(throttled)
     elsewhere = con.client(address="198.51.100.2")
     assert sign_in(elsewhere, "olive").status_code == 429
     assert location(sign_in(elsewhere, "hugo")) == (303, "/jobs")
-    con.world.clock.advance(300_000)
+    con.world.clock.advance(1_000)
     assert location(sign_in(attacker, "olive")) == (303, "/jobs")
+
+
+def test_each_further_failure_doubles_a_names_wait_up_to_a_minute(con: Console) -> None:
+    """Failures past the 5th make the name wait 1, 2, 4 ... seconds, never more than 60: a
+    guesser cannot lock its owner out for longer than that."""
+    attacker = con.client(address="203.0.113.7")
+    for i in range(5):
+        assert sign_in(attacker, "olive", password=f"guess-{i}").status_code == 401
+    waits = []
+    for i in range(10):
+        refused = sign_in(attacker, "olive", password=f"again-{i}")
+        assert refused.status_code == 429
+        waits.append(int(refused.headers["Retry-After"]))
+        con.world.clock.advance(waits[-1] * 1000)
+        assert sign_in(attacker, "olive", password=f"again-{i}").status_code == 401
+    assert waits == [1, 2, 4, 8, 16, 32, 60, 60, 60, 60]
+    con.world.clock.advance(60_000)
+    assert location(sign_in(attacker, "olive")) == (303, "/jobs")
+
+
+def test_a_wait_started_by_failures_is_not_lengthened_by_tries_during_it(con: Console) -> None:
+    """Tries refused while a name waits count for nothing: the wait ends when it said."""
+    attacker = con.client(address="203.0.113.7")
+    for i in range(5):
+        assert sign_in(attacker, "olive", password=f"guess-{i}").status_code == 401
+    refused = [sign_in(attacker, "olive", password="x").status_code for _ in range(20)]
+    con.world.clock.advance(1_000)
+    assert (refused, location(sign_in(attacker, "olive"))) == ([429] * 20, (303, "/jobs"))
 
 
 def test_fifty_failed_sign_ins_from_one_address_slow_that_address_down(con: Console) -> None:

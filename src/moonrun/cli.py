@@ -135,6 +135,47 @@ def platform_serve(
     backoff_max_s: Annotated[
         float, typer.Option("--backoff-max-s", envvar="MOONRUN_BACKOFF_MAX_S", min=0)
     ] = 300,
+    header_timeout_s: float = _seconds(
+        "header-timeout-s",
+        10,
+        "A request head must arrive within this long, or the connection closes",
+    ),
+    keep_alive_s: Annotated[
+        int,
+        typer.Option(
+            "--keep-alive-s",
+            envvar="MOONRUN_KEEP_ALIVE_S",
+            min=1,
+            help="An idle connection closes after this long",
+        ),
+    ] = 5,
+    max_connections: Annotated[
+        int | None,
+        typer.Option(
+            "--max-connections",
+            envvar="MOONRUN_MAX_CONNECTIONS",
+            min=1,
+            help="Open connections at most; one more evicts the longest waiting for its request "
+            "head [default: the open-files limit less 128]",
+        ),
+    ] = None,
+    trusted_proxy: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--trusted-proxy",
+            envvar="MOONRUN_TRUSTED_PROXY",
+            help="Address (or CIDR) of a reverse proxy whose X-Forwarded-For and "
+            "X-Forwarded-Proto are believed; repeatable [default: none]",
+        ),
+    ] = None,
+    api_docs: Annotated[
+        bool,
+        typer.Option(
+            "--api-docs",
+            envvar="MOONRUN_API_DOCS",
+            help="Serve /docs and /redoc (their pages load scripts from a CDN)",
+        ),
+    ] = False,
     log_level: Annotated[str, typer.Option("--log-level", envvar="MOONRUN_LOG_LEVEL")] = "info",
 ) -> None:
     """Serve the Run API, the user API, /healthz and /metrics, and run the sweeper.
@@ -142,11 +183,20 @@ def platform_serve(
     MOONRUN_BOOTSTRAP_ADMIN_TOKEN=<token> creates a platform admin named `admin` holding that
     token at start, unless some user already holds it.
     """
+    import ipaddress
+    import resource
+
     import uvicorn
 
     from moonrun import jsonlog
     from moonrun.platform.app import create_app
     from moonrun.platform.config import SchedulingSettings
+    from moonrun.platform.edge import (
+        EdgeLimits,
+        ServeSettings,
+        default_max_connections,
+        server_config,
+    )
     from moonrun.settings import PlatformConfig, build_platform
 
     jsonlog.configure(log_level)
@@ -173,18 +223,25 @@ def platform_serve(
         host, port = config.host_and_port
     except ValueError as error:
         raise InvalidRequest(str(error)) from None
+    if max_connections is None:
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        max_connections = default_max_connections(-1 if soft == resource.RLIM_INFINITY else soft)
+    for proxy in trusted_proxy or ():
+        try:
+            ipaddress.ip_network(proxy, strict=False)
+        except ValueError:
+            raise InvalidRequest(
+                f"--trusted-proxy must be an IP address or network, not {proxy!r}"
+            ) from None
+    serving = ServeSettings(
+        limits=EdgeLimits(header_timeout_s, max_connections),
+        keep_alive_s=keep_alive_s,
+        trusted_proxies=tuple(trusted_proxy or ()),
+    )
     platform = build_platform(config)
     try:
-        server = uvicorn.Server(
-            uvicorn.Config(
-                create_app(platform),
-                host=host,
-                port=port,
-                log_config=None,
-                access_log=False,
-                timeout_graceful_shutdown=10,
-            )
-        )
+        app = create_app(platform, api_docs=api_docs)
+        server = uvicorn.Server(server_config(app, host, port, serving))
         server.run()
     finally:
         platform.close()

@@ -142,6 +142,8 @@ class Route:
     also: Mapping[int, tuple[type[BaseModel] | None, str]] = field(default_factory=dict)
     """Other successful answers: status -> (model or None, description)."""
     raw_body: bool = False
+    no_store: bool = False
+    """The answer carries a secret (a token, a session key): `Cache-Control: no-store`."""
     segments: tuple[str, ...] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -228,6 +230,8 @@ class Api:
         ]
         if answer.content is not None:
             headers.append((b"content-type", b"application/json"))
+        if route is not None and route.no_store:
+            headers.append((b"cache-control", b"no-store"))
         headers.append((b"content-length", str(len(body)).encode()))
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": b"" if method == "HEAD" else body})

@@ -55,9 +55,10 @@ class PlatformApp(FastAPI):
         return self.openapi_schema
 
 
-def create_app(platform: Platform, *, sweep: bool = True) -> FastAPI:
+def create_app(platform: Platform, *, sweep: bool = True, api_docs: bool = False) -> FastAPI:
     """The platform's HTTP service over `platform`; `sweep=False` leaves sweeping to the caller
-    (tests drive it with a manual clock)."""
+    (tests drive it with a manual clock). `api_docs` serves /docs and /redoc, whose pages load
+    scripts from a CDN: off unless the operator asks (/openapi.json is always served)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -77,6 +78,8 @@ def create_app(platform: Platform, *, sweep: bool = True) -> FastAPI:
         version=__version__,
         description="Durable job scheduling for fleets of hosts: the Run API and the user API.",
         lifespan=lifespan,
+        docs_url="/docs" if api_docs else None,
+        redoc_url="/redoc" if api_docs else None,
     )
     app.api = Api(platform, API_ROUTES, run_api.verify_signature)
     app.state.platform = platform

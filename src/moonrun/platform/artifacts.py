@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Protocol
 
 from moonrun.errors import ArtifactConflict, InvalidRequest
+from moonrun.security.files import open_private, private_directory
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 MAX_CHUNKS = 100_000
@@ -38,7 +39,7 @@ class FileArtifactStore:
         if not 0 <= index < MAX_CHUNKS:
             raise InvalidRequest(f"chunk index must be from 0 to {MAX_CHUNKS - 1}")
         directory = self._root / job_id / str(attempt) / name
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        private_directory(directory)
         chunk = directory / f"{index:06d}.chunk"
         with self._lock:
             if chunk.exists():
@@ -47,10 +48,15 @@ class FileArtifactStore:
                     raise ArtifactConflict(f"chunk {index} of {name} was stored with other bytes")
             else:
                 temporary = directory / f".{index:06d}.tmp"
-                with open(temporary, "wb") as handle:
-                    handle.write(data)
-                    handle.flush()
-                    os.fsync(handle.fileno())
+                _write(temporary, data)
                 os.replace(temporary, chunk)
             if final:
-                (directory / "final").write_text(f"{index + 1}\n")
+                _write(directory / "final", f"{index + 1}\n".encode())
+
+
+def _write(path: Path, data: bytes) -> None:
+    """Write `path` 0600 and sync it (chunks are job output: nobody else's to read)."""
+    with os.fdopen(open_private(path, os.O_WRONLY | os.O_TRUNC), "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())

@@ -358,7 +358,7 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/run/v1/join", "control", None, JoinRequest, JoinAnswer, 200, join),
     Route(
         "POST", "/run/v1/sessions", "control", "endpoint",
-        RegisterRequest, RegisterAnswer, 201, register,
+        RegisterRequest, RegisterAnswer, 201, register, no_store=True,
     ),
     Route("POST", "/run/v1/heartbeat", "control", "session", None, HeartbeatAnswer, 200, heartbeat),
     # jobs channel

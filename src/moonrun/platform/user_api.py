@@ -323,7 +323,7 @@ IDEMPOTENCY = ("Idempotency-Key",)
 ROUTES: tuple[Route, ...] = (
     Route(
         "POST", "/api/v1/users", "user", "user",
-        CreateUserRequest, CreatedUserAnswer, 201, create_user,
+        CreateUserRequest, CreatedUserAnswer, 201, create_user, no_store=True,
     ),
     Route("GET", "/api/v1/users", "user", "user", None, UsersAnswer, 200, list_users),
     Route(
@@ -343,7 +343,7 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/api/v1/endpoints", "user", "user", None, EndpointsAnswer, 200, list_endpoints),
     Route(
         "POST", "/api/v1/endpoints", "user", "user",
-        CreateEndpointRequest, CreatedEndpointAnswer, 201, create_endpoint,
+        CreateEndpointRequest, CreatedEndpointAnswer, 201, create_endpoint, no_store=True,
     ),
     Route(
         "POST", "/api/v1/servers/{server_id}/jobs", "user", "user",

@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 
 from moonrun.errors import MoonrunError, Replayed
+from moonrun.security.files import private_directory
 
 SESSION_KEY_PREFIX = b"moonrun-session:"
 
@@ -28,7 +29,7 @@ def load_or_create_secret(path: Path) -> bytes:
     if not path.exists():
         secret = secrets.token_bytes(32)
         try:
-            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            private_directory(path.parent)
             descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:
             return load_or_create_secret(path)  # another replica created it first

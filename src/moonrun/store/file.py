@@ -30,6 +30,7 @@ from sqlalchemy import Connection, create_engine, event
 from sqlalchemy.pool import NullPool
 
 from moonrun.errors import StoreUnavailable
+from moonrun.security.files import make_private, open_private, private_directory
 from moonrun.store.group_commit import GroupCommit
 from moonrun.store.queries import Queries
 from moonrun.store.sql import Cursor, SqlStore, duplicate
@@ -53,6 +54,7 @@ class FileStore(SqlStore):
         self._gate = threading.RLock()
         super().__init__(Queries("sqlite"), f"file:{self.path}")
         _prepare_directory(self.path)
+        _prepare_files(self.path)
         self._migrate(self._migration_engine())
         self._writes = GroupCommit(self._open(), self._translate, gate=self._gate)
 
@@ -146,7 +148,19 @@ def _prepare_directory(path: Path) -> None:
             raise StoreUnavailable(f"cannot open {path}: {directory} is not a directory")
         return
     try:
-        directory.mkdir(mode=0o700, parents=True)
-        os.chmod(directory, 0o700)
+        private_directory(directory)
     except OSError as error:
         raise StoreUnavailable(f"cannot create {directory}: {error.strerror}") from None
+
+
+def _prepare_files(path: Path) -> None:
+    """Create the store file 0600 before SQLite opens it: SQLite gives the -wal and -shm files
+    the mode of the database file, and would create it under the umask (0644 under 022)."""
+    try:
+        os.close(open_private(path, os.O_RDWR))
+        for companion in ("-wal", "-shm", "-journal"):
+            make_private(path.with_name(path.name + companion))
+    except OSError as error:
+        raise StoreUnavailable(
+            f"cannot open {path} for reading and writing ({error.strerror})"
+        ) from None

@@ -6,7 +6,6 @@ import hashlib
 import hmac
 import secrets
 import threading
-from collections import deque
 
 from moonrun.clock import Clock
 from moonrun.scheduling.fingerprint import token_hash
@@ -68,44 +67,80 @@ class WebSessions:
 
 
 class SignInThrottle:
-    """At most `limit` failed sign-ins per name, and `address_limit` per client address (many
-    people may share one address behind a proxy), within `window_s`.
+    """Backoff for failed sign-ins, per name and per client address.
+
+    After `free` failures of a key (`name_free` for a name, `address_free` for an address:
+    many people may share one address behind a proxy), its next try must wait
+    `base_s * 2**k` seconds after its latest failure, k counting the failures past `free`,
+    never more than `max_s`. Tries refused while a key waits count for nothing, so a guesser
+    holds a name's owner off for at most `max_s` after its latest guess, and the right password
+    once the wait is over signs in. A key that has not failed for `forget_s` starts afresh.
 
     In memory, per platform instance: a restart forgets, and replicas count apart.
     """
 
     def __init__(
-        self, clock: Clock, limit: int = 5, address_limit: int = 50, window_s: float = 300
+        self,
+        clock: Clock,
+        *,
+        name_free: int = 5,
+        address_free: int = 50,
+        base_s: float = 1,
+        max_s: float = 60,
+        forget_s: float = 900,
     ) -> None:
         self._clock = clock
-        self._limits = {"name": limit, "addr": address_limit}
-        self._window_ms = round(window_s * 1000)
-        self._failures: dict[str, deque[int]] = {}
+        self._free = {"name": name_free, "addr": address_free}
+        self._base_ms = round(base_s * 1000)
+        self._max_ms = round(max_s * 1000)
+        self._forget_ms = max(round(forget_s * 1000), self._max_ms)
+        self._failures: dict[str, tuple[int, int]] = {}
+        """key -> (failures, time of the latest)."""
         self._lock = threading.Lock()
 
     def wait_s(self, name: str, address: str) -> int:
         """Seconds until another attempt may be made (0: now)."""
         now = self._clock.now()
-        waits = [0]
         with self._lock:
-            for key in (f"name:{name.lower()}", f"addr:{address}"):
-                failures = self._recent(key, now)
-                if len(failures) >= self._limits[key.split(":", 1)[0]]:
-                    waits.append((failures[0] + self._window_ms - now + 999) // 1000)
-        return max(waits)
+            wait_ms = max(self._wait_ms(key, now) for key in _keys(name, address))
+        return (wait_ms + 999) // 1000
 
     def failed(self, name: str, address: str) -> None:
         now = self._clock.now()
         with self._lock:
-            for key in (f"name:{name.lower()}", f"addr:{address}"):
-                self._recent(key, now).append(now)
+            for key in _keys(name, address):
+                count, _ = self._current(key, now)
+                self._failures[key] = (count + 1, now)
+            if len(self._failures) > PRUNE_AT:
+                self._prune(now)
 
     def succeeded(self, name: str) -> None:
         with self._lock:
             self._failures.pop(f"name:{name.lower()}", None)
 
-    def _recent(self, key: str, now: int) -> deque[int]:
-        failures = self._failures.setdefault(key, deque())
-        while failures and failures[0] <= now - self._window_ms:
-            failures.popleft()
-        return failures
+    def _wait_ms(self, key: str, now: int) -> int:
+        count, latest = self._current(key, now)
+        past = count - self._free[key.split(":", 1)[0]]
+        if past < 0:
+            return 0
+        backoff = min(self._base_ms << min(past, 40), self._max_ms)
+        return max(0, latest + backoff - now)
+
+    def _current(self, key: str, now: int) -> tuple[int, int]:
+        count, latest = self._failures.get(key, (0, now))
+        if now - latest >= self._forget_ms:
+            return 0, now
+        return count, latest
+
+    def _prune(self, now: int) -> None:
+        self._failures = {
+            key: value for key, value in self._failures.items() if now - value[1] < self._forget_ms
+        }
+
+
+PRUNE_AT = 10_000
+"""Keys held before forgotten ones are dropped (each failure with a new name adds one)."""
+
+
+def _keys(name: str, address: str) -> tuple[str, str]:
+    return f"name:{name.lower()}", f"addr:{address}"

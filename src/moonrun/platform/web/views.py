@@ -209,14 +209,15 @@ async def login(request: Request) -> Response:
     address = request.client.host if request.client else "unknown"
     wait_s = platform.throttle.wait_s(name, address)
     if wait_s:
-        minutes = max(1, (wait_s + 59) // 60)
-        return _login_page(
+        refused = _login_page(
             request,
             next=target,
             status=429,
             name=name,
-            message=f"Too many failed sign-ins. Try again in {minutes} minute(s).",
+            message=f"Too many failed sign-ins. Try again in {wait_s} second(s).",
         )
+        refused.headers["Retry-After"] = str(wait_s)
+        return refused
     user = await on_user_channel(request, platform.directory.sign_in, name, password)
     if user is None:
         platform.throttle.failed(name, address)
