@@ -73,11 +73,11 @@ def test_an_attempt_over_its_byte_cap_drops_its_oldest_lines_and_counts_them() -
     store.append("job", 1, 1, lines(1, "aaaa", "bbbb"))
     store.append("job", 1, 2, lines(2, "cccc"))
     page = store.read("job", 1, -1)
-    assert (["bbbb", "cccc"], 1, 4) == (
+    assert (
         [line.text for line in page.lines],
         page.dropped_lines,
         page.dropped_bytes,
-    )
+    ) == (["bbbb", "cccc"], 1, 4)
 
 
 def test_an_attempt_over_its_line_cap_drops_its_oldest_lines_and_counts_them() -> None:
@@ -85,7 +85,11 @@ def test_an_attempt_over_its_line_cap_drops_its_oldest_lines_and_counts_them() -
     store = MemoryLogStore(attempt_lines=2)
     store.append("job", 1, 1, lines(1, "a", "b", "c"))
     page = store.read("job", 1, -1)
-    assert (["b", "c"], 1, 1) == ([ln.text for ln in page.lines], page.dropped_lines, page.dropped_bytes)
+    assert (
+        [ln.text for ln in page.lines],
+        page.dropped_lines,
+        page.dropped_bytes,
+    ) == (["b", "c"], 1, 1)
 
 
 def test_a_batch_already_dropped_is_not_stored_again_when_resent() -> None:
@@ -93,7 +97,7 @@ def test_a_batch_already_dropped_is_not_stored_again_when_resent() -> None:
     store = MemoryLogStore(attempt_lines=1)
     store.append("job", 1, 1, lines(1, "old"))
     store.append("job", 1, 2, lines(2, "new"))
-    assert 2 == store.append("job", 1, 1, lines(1, "old"))
+    assert store.append("job", 1, 1, lines(1, "old")) == 2
     assert texts(store) == ["new"]
 
 
@@ -104,7 +108,7 @@ def test_the_store_wide_cap_evicts_the_least_recently_written_attempts_first() -
     store.append("old", 1, 1, lines(1, "o1..", "o2.."))
     store.append("new", 1, 1, lines(1, "n1..", "n2.."))
     old = store.read("old", 1, -1)
-    assert (["o2.."], 1, 4) == ([ln.text for ln in old.lines], old.dropped_lines, old.dropped_bytes)
+    assert ([ln.text for ln in old.lines], old.dropped_lines, old.dropped_bytes) == (["o2.."], 1, 4)
     assert texts(store, "new") == ["n1..", "n2.."]
 
 
@@ -135,7 +139,7 @@ def test_a_tail_answers_the_last_lines_and_where_to_follow_from() -> None:
     store.append("job", 1, 1, lines(1, "a1", "a2"))
     store.append("job", 1, 2, lines(2, "b1", "b2"))
     tail = store.tail("job", 1, 3)
-    assert (["a2", "b1", "b2"], 2) == ([ln.text for ln in tail.lines], tail.next_after_seq)
+    assert ([ln.text for ln in tail.lines], tail.next_after_seq) == (["a2", "b1", "b2"], 2)
 
 
 # -- over HTTP ---------------------------------------------------------------------------------
@@ -148,7 +152,7 @@ def test_a_million_character_line_is_accepted_cut_and_its_batch_kept(cast: Cast)
     assert run.send_logs(job_id, attempt, 1, "x" * 1_000_000, "after").status_code == 202
     answer = cast.world.api("GET", f"/api/v1/jobs/{job_id}/logs", token=cast.owner[1]).json()
     cut, after = (line["text"] for line in answer["lines"])
-    assert ("x" * 16_384 + "… [truncated 983616 bytes]", "after") == (cut, after)
+    assert (cut, after) == ("x" * 16_384 + "… [truncated 983616 bytes]", "after")
 
 
 def test_the_logs_api_answers_pages_tails_and_dropped_counts(cast: Cast) -> None:
@@ -178,7 +182,7 @@ def test_a_logs_query_out_of_range_is_invalid_request(cast: Cast, query: str) ->
     _, job_id, _ = running(cast)
     path = f"/api/v1/jobs/{job_id}/logs?{query}"
     answer = cast.world.api("GET", path, token=cast.owner[1])
-    assert (422, "invalid_request") == (answer.status_code, answer.json()["error"]["code"])
+    assert (answer.status_code, answer.json()["error"]["code"]) == (422, "invalid_request")
 
 
 @pytest.mark.parametrize("seq", [-1, 2**63, 2**64, -(2**63)])
@@ -186,7 +190,7 @@ def test_a_log_seq_outside_0_to_2_63_minus_1_is_invalid_request(cast: Cast, seq:
     """A batch seq must fit 0..2^63-1; nothing is stored otherwise."""
     run, job_id, attempt = running(cast)
     answer = log_batch(run, job_id, attempt, seq)
-    assert (422, "invalid_request") == (answer.status_code, answer.json()["error"]["code"])
+    assert (answer.status_code, answer.json()["error"]["code"]) == (422, "invalid_request")
     assert cast.world.platform.logs.attempts(job_id) == []
 
 
@@ -194,18 +198,25 @@ def test_the_largest_log_seq_is_accepted(cast: Cast) -> None:
     """2^63-1 is a batch seq like any other."""
     run, job_id, attempt = running(cast)
     answer = log_batch(run, job_id, attempt, 2**63 - 1)
-    assert (202, 2**63 - 1) == (answer.status_code, answer.json()["accepted_through_seq"])
+    assert (answer.status_code, answer.json()["accepted_through_seq"]) == (202, 2**63 - 1)
 
 
 @pytest.mark.parametrize(
     "ts",
-    ["yesterday", "", "2026-11-30", "2026-11-30 00:00:00Z", "2026-13-30T00:00:00Z", "٢٠٢٦-11-30T00:00:00Z"],
+    [
+        "yesterday",
+        "",
+        "2026-11-30",
+        "2026-11-30 00:00:00Z",
+        "2026-13-30T00:00:00Z",
+        "٢٠٢٦-11-30T00:00:00Z",
+    ],
 )
 def test_a_log_ts_that_is_not_rfc_3339_is_invalid_request(cast: Cast, ts: str) -> None:
     """A line's `ts` is an RFC 3339 timestamp; anything else refuses the batch."""
     run, job_id, attempt = running(cast)
     answer = log_batch(run, job_id, attempt, 1, ts=ts)
-    assert (422, "invalid_request") == (answer.status_code, answer.json()["error"]["code"])
+    assert (answer.status_code, answer.json()["error"]["code"]) == (422, "invalid_request")
     assert "ts" in answer.json()["error"]["message"]
 
 
@@ -218,11 +229,11 @@ def test_a_stored_lone_surrogate_breaks_neither_the_api_nor_the_console(con: Con
     con.world.platform.logs.append(job_id, 1, 1, lines(1, "bad \ud800 byte"))
     api = con.world.api("GET", f"/api/v1/jobs/{job_id}/logs", token=con.token("olive"))
     page = con.client("olive").get(f"/jobs/{job_id}")
-    assert (200, "bad \ufffd byte", 200) == (
+    assert (
         api.status_code,
         api.json()["lines"][0]["text"],
         page.status_code,
-    )
+    ) == (200, "bad \ufffd byte", 200)
 
 
 def test_the_job_page_stays_small_when_a_run_sends_huge_logs(con: Console) -> None:
@@ -234,10 +245,12 @@ def test_the_job_page_stays_small_when_a_run_sends_huge_logs(con: Console) -> No
     for seq in range(1, 11):
         line = f"{seq:04d}" + "<" * 999_000
         assert run.send_logs(job_id, attempt, seq, line).status_code == 202
-    assert run.send_logs(job_id, attempt, 11, *[f"short {n}" for n in range(500)]).status_code == 202
+    assert (
+        run.send_logs(job_id, attempt, 11, *[f"short {n}" for n in range(500)]).status_code == 202
+    )
     client = con.client("olive")
     page, fragment = client.get(f"/jobs/{job_id}"), client.get(f"/jobs/{job_id}?fragment=1")
-    assert (200, 200) == (page.status_code, fragment.status_code)
+    assert (page.status_code, fragment.status_code) == (200, 200)
     assert len(page.text) < 400_000
     assert len(fragment.text) < 400_000
     assert "short 499" in fragment.text

@@ -202,9 +202,7 @@ class MemoryLogStore:
     def _page(
         attempt: int, log: _AttemptLog, lines: list[LogLine], last: int, more: bool
     ) -> LogPage:
-        return LogPage(
-            attempt, lines, last, more, log.lines, log.dropped_lines, log.dropped_bytes
-        )
+        return LogPage(attempt, lines, last, more, log.lines, log.dropped_lines, log.dropped_bytes)
 
     def _drop_oldest(self, log: _AttemptLog) -> None:
         seq = log.order[0]

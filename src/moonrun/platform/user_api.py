@@ -19,6 +19,7 @@ from moonrun.errors import InvalidRequest
 from moonrun.platform.api import Answer, Call, Route
 from moonrun.platform.logstore import LogPage
 from moonrun.platform.schemas import (
+    SEQ_MAX,
     AddAdminRequest,
     CreatedEndpointAnswer,
     CreatedJobsAnswer,
@@ -31,7 +32,6 @@ from moonrun.platform.schemas import (
     EndpointsAnswer,
     JobsAnswer,
     JobViewModel,
-    SEQ_MAX,
     LogsAnswer,
     ServerModel,
     ServersAnswer,
