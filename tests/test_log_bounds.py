@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 
+from moonrun.platform.config import LogLimits
 from moonrun.platform.logstore import LogLine, MemoryLogStore
+from moonrun.settings import PlatformConfig, build_platform
 from tests.console_kit import Console, cheap_passwords, console
 from tests.http_harness import Cast, SignedRun, http_world
 from tests.stores import memory_factory
@@ -140,6 +142,24 @@ def test_a_tail_answers_the_last_lines_and_where_to_follow_from() -> None:
     store.append("job", 1, 2, lines(2, "b1", "b2"))
     tail = store.tail("job", 1, 3)
     assert ([ln.text for ln in tail.lines], tail.next_after_seq) == (["a2", "b1", "b2"], 2)
+
+
+def test_the_platforms_log_store_takes_its_bounds_from_the_configuration(tmp_path: Path) -> None:
+    """`LogLimits` (the `--log-*` settings) reach the log store the platform is built with."""
+    config = PlatformConfig(
+        store_url="memory://",
+        secret_file=tmp_path / "platform.secret",
+        data_dir=tmp_path,
+        logs=LogLimits(line_bytes=4, attempt_bytes=8),
+    )
+    platform = build_platform(config)
+    try:
+        platform.logs.append("job", 1, 1, lines(1, "abcdef", "gh", "ij"))
+        page = platform.logs.read("job", 1, -1)
+    finally:
+        platform.close()
+        platform.store.close()
+    assert ([ln.text for ln in page.lines], page.dropped_lines) == (["gh", "ij"], 1)
 
 
 # -- over HTTP ---------------------------------------------------------------------------------
