@@ -22,7 +22,7 @@ import httpx2 as httpx
 import pytest
 
 from moonrun.platform.artifacts import FileArtifactStore
-from moonrun.platform.logstore import LogLine, MemoryLogStore
+from moonrun.platform.logstore import LogLine, LogPage, MemoryLogStore
 from tests.http_harness import Cast, SignedRun, http_world
 from tests.stores import StoreFactory, file_factory, memory_factory
 
@@ -65,8 +65,11 @@ class BlockingLogStore:
         self.gate.pass_through()
         return self._inner.append(job_id, attempt, seq, lines)
 
-    def read(self, job_id: str, attempt: int, after_seq: int) -> list[LogLine]:
-        return self._inner.read(job_id, attempt, after_seq)
+    def read(self, job_id: str, attempt: int, after_seq: int, limit: int = 1000) -> LogPage:
+        return self._inner.read(job_id, attempt, after_seq, limit)
+
+    def tail(self, job_id: str, attempt: int, count: int, after_seq: int = -1) -> LogPage:
+        return self._inner.tail(job_id, attempt, count, after_seq)
 
     def attempts(self, job_id: str) -> list[int]:
         return self._inner.attempts(job_id)

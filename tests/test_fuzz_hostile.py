@@ -155,9 +155,7 @@ def _unwrapped(annotation: Any) -> list[Any]:
 
 
 @st.composite
-def hostile_request(
-    draw: st.DrawFn, route: Route, pools: Pools
-) -> tuple[Route, str, bytes | None]:
+def hostile_request(draw: st.DrawFn, route: Route, pools: Pools) -> tuple[Route, str, bytes | None]:
     """The route, its path (with query), and a hostile body."""
     params = {}
     for segment in route.segments:

@@ -880,6 +880,23 @@ async def test_a_permanent_log_error_drops_the_attempts_lines(error: MoonrunErro
 
 
 @pytest.mark.anyio
+async def test_log_batches_stay_below_the_platforms_log_body_limit() -> None:
+    """Long lines go in several batches, each well below the 1 MiB the platform accepts, and
+    every line is shipped once."""
+    client = FakeChannels()
+    logs = shipper(client)
+    add_lines(logs, ATTEMPT, *[f"{n:03d}" + "\x01" * 20_000 for n in range(100)])
+
+    while logs.shipped < 100 and len(client.log_calls) < 100:
+        await logs.flush()
+
+    sizes = [len(json.dumps(texts)) for *_, texts in client.log_calls]
+    assert [size for size in sizes if size > 800 * 1024] == []
+    shipped = [text[:3] for *_, texts in client.log_calls for text in texts]
+    assert shipped == [f"{n:03d}" for n in range(100)]
+
+
+@pytest.mark.anyio
 async def test_log_batch_seqs_increase_per_attempt() -> None:
     """Each attempt numbers its batches 1, 2, 3...; another attempt has its own count."""
     client = FakeChannels()

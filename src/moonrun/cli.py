@@ -83,6 +83,16 @@ def store_check(store: StoreOption = DEFAULT_STORE_URL) -> None:
         opened.close()
 
 
+def _bytes(name: str, default: int, text: str) -> Any:
+    return typer.Option(
+        default,
+        f"--{name}",
+        envvar=f"MOONRUN_{name.upper().replace('-', '_')}",
+        help=text,
+        min=1,
+    )
+
+
 def _seconds(name: str, default: float, text: str) -> Any:
     return typer.Option(
         default,
@@ -176,6 +186,13 @@ def platform_serve(
             help="Serve /docs and /redoc (their pages load scripts from a CDN)",
         ),
     ] = False,
+    log_line_bytes: int = _bytes("log-line-bytes", 16_384, "Longer log lines are cut to this"),
+    log_attempt_bytes: int = _bytes(
+        "log-attempt-bytes", 4_194_304, "Log text kept per attempt (its newest lines)"
+    ),
+    log_total_bytes: int = _bytes(
+        "log-total-bytes", 268_435_456, "Log store size; oldest attempts' lines go first"
+    ),
     log_level: Annotated[str, typer.Option("--log-level", envvar="MOONRUN_LOG_LEVEL")] = "info",
 ) -> None:
     """Serve the Run API, the user API, /healthz and /metrics, and run the sweeper.
@@ -190,7 +207,7 @@ def platform_serve(
 
     from moonrun import jsonlog
     from moonrun.platform.app import create_app
-    from moonrun.platform.config import SchedulingSettings
+    from moonrun.platform.config import LogLimits, SchedulingSettings
     from moonrun.platform.edge import (
         EdgeLimits,
         ServeSettings,
@@ -218,6 +235,11 @@ def platform_serve(
             backoff_max_s=backoff_max_s,
         ),
         sweep_interval_s=sweep_interval_s,
+        logs=LogLimits(
+            line_bytes=log_line_bytes,
+            attempt_bytes=log_attempt_bytes,
+            total_bytes=log_total_bytes,
+        ),
     )
     try:
         host, port = config.host_and_port

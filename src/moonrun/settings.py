@@ -12,7 +12,7 @@ from pathlib import Path
 from moonrun.clock import SystemClock
 from moonrun.platform.artifacts import FileArtifactStore
 from moonrun.platform.channels import Channels
-from moonrun.platform.config import SchedulingSettings
+from moonrun.platform.config import LogLimits, SchedulingSettings
 from moonrun.platform.directory import Directory
 from moonrun.platform.http import HttpSettings, Platform
 from moonrun.platform.logstore import MemoryLogStore
@@ -33,6 +33,7 @@ class PlatformConfig:
     data_dir: Path | None = None
     bootstrap_admin_token: str | None = None
     scheduling: SchedulingSettings = field(default_factory=SchedulingSettings)
+    logs: LogLimits = field(default_factory=LogLimits)
     sweep_interval_s: float = 1.0
 
     @property
@@ -75,7 +76,13 @@ def build_platform(config: PlatformConfig) -> Platform:
             directory=directory,
             clock=clock,
             secret=secret,
-            logs=MemoryLogStore(),
+            logs=MemoryLogStore(
+                line_bytes=config.logs.line_bytes,
+                attempt_bytes=config.logs.attempt_bytes,
+                attempt_lines=config.logs.attempt_lines,
+                total_bytes=config.logs.total_bytes,
+                max_attempts=config.logs.max_attempts,
+            ),
             artifacts=FileArtifactStore(config.artifacts_dir),
             # Memory and file stores answer from memory, the page cache or one fsync: their work
             # runs on the event loop, without thread hops (MySQL waits on the network).

@@ -1,4 +1,4 @@
-"""The platform's scheduling settings, with PROTOCOL.md section 7's defaults."""
+"""The platform's settings: scheduling (with PROTOCOL.md section 7's defaults) and log bounds."""
 
 from __future__ import annotations
 
@@ -56,3 +56,19 @@ class SchedulingSettings:
     @property
     def join_token_ttl_ms(self) -> int:
         return seconds_to_ms(self.join_token_ttl_s)
+
+
+@dataclass(frozen=True, slots=True)
+class LogLimits:
+    """Bounds of the in-memory log store (docs/protocol.md 50-59); `settings.py` hands them to
+    `MemoryLogStore`."""
+
+    line_bytes: int = 16 * 1024
+    """A longer line is cut to this many bytes of UTF-8, with a marker naming what went."""
+    attempt_bytes: int = 4 * 1024 * 1024
+    """An attempt keeps its newest lines within this many bytes of text (older ones counted)."""
+    attempt_lines: int = 10_000
+    total_bytes: int = 256 * 1024 * 1024
+    """The whole store, counting each line's record too; the least recently written attempts
+    lose their oldest lines first."""
+    max_attempts: int = 10_000

@@ -1,15 +1,23 @@
-"""The log store: a bounded, in-memory store of log lines per attempt (not durable, by design).
+"""The log store: bounded, in-memory log lines per attempt (not durable, by design).
 
-Each attempt keeps its newest `max_lines_per_attempt` lines; the least recently written
-attempts are forgotten beyond `max_attempts`. Batches are idempotent per (job, attempt, seq).
+Every bound is a constructor argument (`settings.py` sets them from `LogLimits`). A line's
+text is cut to `line_bytes` of UTF-8 with a visible marker. An attempt keeps its newest lines
+within `attempt_lines` and `attempt_bytes`; the whole store keeps `total_bytes`, forgetting the
+oldest lines of the least recently written attempts first; at most `max_attempts` attempts are
+remembered. Lines dropped for a bound are counted on their attempt. Batches are idempotent per
+(job, attempt, seq), also once their lines were dropped.
 """
 
 from __future__ import annotations
 
+import bisect
 import threading
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Protocol
+
+LINE_RECORD_BYTES = 100
+"""What a stored line costs beside its text (its record, `ts`, `stream`), for `total_bytes`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,54 +28,200 @@ class LogLine:
     text: str
 
 
+@dataclass(frozen=True, slots=True)
+class LogPage:
+    """Some lines of one attempt, where to go on from, and what the attempt dropped."""
+
+    attempt: int | None
+    lines: list[LogLine]
+    next_after_seq: int
+    """Pass as `after_seq` for the lines after this page (newer ones, for a tail)."""
+    more: bool
+    """Lines after `next_after_seq` were left off this page."""
+    kept_lines: int = 0
+    dropped_lines: int = 0
+    dropped_bytes: int = 0
+
+
 class LogStore(Protocol):
     def append(self, job_id: str, attempt: int, seq: int, lines: list[LogLine]) -> int:
         """Store a batch once; returns the highest batch seq accepted for the attempt."""
         ...
 
-    def read(self, job_id: str, attempt: int, after_seq: int) -> list[LogLine]: ...
+    def read(self, job_id: str, attempt: int, after_seq: int, limit: int = 1000) -> LogPage:
+        """Whole batches after `after_seq`, in seq order, up to `limit` lines (at least one
+        batch)."""
+        ...
+
+    def tail(self, job_id: str, attempt: int, count: int, after_seq: int = -1) -> LogPage:
+        """The newest `count` lines after `after_seq`."""
+        ...
 
     def attempts(self, job_id: str) -> list[int]:
-        """Attempts of the job that have lines, ascending."""
+        """Attempts of the job that have lines (or had them), ascending."""
         ...
+
+
+def clean_text(text: str) -> str:
+    """`text` with each lone surrogate replaced by U+FFFD: what cannot be encoded is never
+    stored, so no reader of the store can fail on it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text
+
+
+def cut_text(text: str, max_bytes: int) -> tuple[str, int]:
+    """`text` cut to `max_bytes` of UTF-8 (never half a character) with a marker saying how
+    many bytes went; and its size in bytes as stored."""
+    if text.isascii():
+        if len(text) <= max_bytes:
+            return text, len(text)
+        data = text.encode("ascii")
+    else:
+        text = clean_text(text)
+        data = text.encode("utf-8")
+        if len(data) <= max_bytes:
+            return text, len(data)
+    kept = data[:max_bytes].decode("utf-8", "ignore")
+    cut = f"{kept}… [truncated {len(data) - len(kept.encode('utf-8'))} bytes]"
+    return cut, len(cut.encode("utf-8"))
 
 
 @dataclass
 class _AttemptLog:
-    lines: deque[LogLine]
-    seqs: set[int] = field(default_factory=set)
+    batches: dict[int, deque[tuple[LogLine, int]]] = field(default_factory=dict)
+    """Stored lines by batch seq, each with its text's size in bytes."""
+    order: list[int] = field(default_factory=list)
+    """The seqs of `batches`, ascending."""
+    floor: int = -1
+    """The highest seq whose lines were all dropped: a batch at or below it is not stored."""
     highest: int = -1
+    lines: int = 0
+    bytes: int = 0
+    dropped_lines: int = 0
+    dropped_bytes: int = 0
 
 
 class MemoryLogStore:
     """Bounded log lines in memory; what a restart loses is only logs (docs/roadmap.md)."""
 
-    def __init__(self, max_lines_per_attempt: int = 10_000, max_attempts: int = 10_000) -> None:
-        self._max_lines = max_lines_per_attempt
+    def __init__(
+        self,
+        *,
+        line_bytes: int = 16 * 1024,
+        attempt_bytes: int = 4 * 1024 * 1024,
+        attempt_lines: int = 10_000,
+        total_bytes: int = 256 * 1024 * 1024,
+        max_attempts: int = 10_000,
+        page_bytes: int = 1024 * 1024,
+    ) -> None:
+        self._line_bytes = line_bytes
+        self._attempt_bytes = attempt_bytes
+        self._attempt_lines = attempt_lines
+        self._total_bytes = total_bytes
         self._max_attempts = max_attempts
+        self._page_bytes = page_bytes
+        self._bytes = 0
         self._logs: OrderedDict[tuple[str, int], _AttemptLog] = OrderedDict()
         self._lock = threading.Lock()
 
     def append(self, job_id: str, attempt: int, seq: int, lines: list[LogLine]) -> int:
+        stored: deque[tuple[LogLine, int]] = deque()
+        for line in lines:
+            text, size = cut_text(line.text, self._line_bytes)
+            ts, stream = clean_text(line.ts), clean_text(line.stream)
+            stored.append((LogLine(seq, ts, stream, text), size))
         with self._lock:
             key = (job_id, attempt)
             log = self._logs.get(key)
             if log is None:
-                log = self._logs[key] = _AttemptLog(deque(maxlen=self._max_lines))
+                log = self._logs[key] = _AttemptLog()
                 while len(self._logs) > self._max_attempts:
-                    self._logs.popitem(last=False)
+                    _, forgotten = self._logs.popitem(last=False)
+                    self._bytes -= forgotten.bytes + forgotten.lines * LINE_RECORD_BYTES
             self._logs.move_to_end(key)
-            if seq not in log.seqs:
-                log.seqs.add(seq)
-                log.lines.extend(lines)
-                log.highest = max(log.highest, seq)
+            if seq in log.batches or seq <= log.floor:
+                return log.highest
+            log.highest = max(log.highest, seq)
+            if stored:
+                bisect.insort(log.order, seq)
+                log.batches[seq] = stored
+                size = sum(s for _, s in stored)
+                log.lines += len(stored)
+                log.bytes += size
+                self._bytes += size + len(stored) * LINE_RECORD_BYTES
+                while log.lines > self._attempt_lines or log.bytes > self._attempt_bytes:
+                    self._drop_oldest(log)
+                self._keep_total()
             return log.highest
 
-    def read(self, job_id: str, attempt: int, after_seq: int) -> list[LogLine]:
+    def read(self, job_id: str, attempt: int, after_seq: int, limit: int = 1000) -> LogPage:
         with self._lock:
             log = self._logs.get((job_id, attempt))
-            return [] if log is None else [line for line in log.lines if line.seq > after_seq]
+            if log is None:
+                return LogPage(attempt, [], after_seq, False)
+            page: list[LogLine] = []
+            size, last, more = 0, after_seq, False
+            for index in range(bisect.bisect_right(log.order, after_seq), len(log.order)):
+                batch = log.batches[log.order[index]]
+                batch_size = sum(s for _, s in batch)
+                if page and (
+                    len(page) + len(batch) > limit or size + batch_size > self._page_bytes
+                ):
+                    more = True
+                    break
+                page.extend(line for line, _ in batch)
+                size, last = size + batch_size, log.order[index]
+            return self._page(attempt, log, page, last, more)
+
+    def tail(self, job_id: str, attempt: int, count: int, after_seq: int = -1) -> LogPage:
+        with self._lock:
+            log = self._logs.get((job_id, attempt))
+            if log is None:
+                return LogPage(attempt, [], after_seq, False)
+            newest: list[LogLine] = []
+            size = 0
+            first = bisect.bisect_right(log.order, after_seq)
+            for index in range(len(log.order) - 1, first - 1, -1):
+                for line, line_size in reversed(log.batches[log.order[index]]):
+                    if len(newest) == count or (newest and size + line_size > self._page_bytes):
+                        break
+                    newest.append(line)
+                    size += line_size
+            newest.reverse()
+            last = newest[-1].seq if newest else after_seq
+            return self._page(attempt, log, newest, last, False)
 
     def attempts(self, job_id: str) -> list[int]:
         with self._lock:
             return sorted(attempt for (job, attempt) in self._logs if job == job_id)
+
+    @staticmethod
+    def _page(
+        attempt: int, log: _AttemptLog, lines: list[LogLine], last: int, more: bool
+    ) -> LogPage:
+        return LogPage(attempt, lines, last, more, log.lines, log.dropped_lines, log.dropped_bytes)
+
+    def _drop_oldest(self, log: _AttemptLog) -> None:
+        seq = log.order[0]
+        batch = log.batches[seq]
+        _, size = batch.popleft()
+        log.lines -= 1
+        log.bytes -= size
+        log.dropped_lines += 1
+        log.dropped_bytes += size
+        self._bytes -= size + LINE_RECORD_BYTES
+        if not batch:
+            del log.batches[seq]
+            log.order.pop(0)
+            log.floor = max(log.floor, seq)
+
+    def _keep_total(self) -> None:
+        """Drop the oldest lines of the least recently written attempts until within bounds."""
+        for log in self._logs.values():
+            while self._bytes > self._total_bytes and log.lines:
+                self._drop_oldest(log)
+            if self._bytes <= self._total_bytes:
+                return

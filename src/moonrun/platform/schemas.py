@@ -7,12 +7,17 @@ each response through its model: a field the model does not name never leaves.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from moonrun.errors import InvalidRequest
 from moonrun.platform.checks import NAME_PATTERN
 from moonrun.scheduling.jobs import KIND_PATTERN
+from moonrun.scheduling.time import parse_instant
+
+SEQ_MAX = 2**63 - 1
+"""Sequence numbers fit a signed 64-bit integer, so every store and client can hold them."""
 
 
 class Strict(BaseModel):
@@ -215,8 +220,22 @@ class ChunkAnswer(Answer):
 # -- Run: logs channel ---------------------------------------------------------------------------
 
 
+RFC3339_PROBLEM = "must be an RFC 3339 timestamp such as 2026-11-30T04:00:00.000Z"
+
+
+def _rfc3339(text: str) -> str:
+    # ASCII only: the parser's `\d` would also take other scripts' digits.
+    if not text.isascii():
+        raise ValueError(RFC3339_PROBLEM)
+    try:
+        parse_instant(text)
+    except InvalidRequest:
+        raise ValueError(RFC3339_PROBLEM) from None
+    return text
+
+
 class LogLineModel(Strict):
-    ts: str
+    ts: Annotated[str, AfterValidator(_rfc3339)]
     stream: str = Field(pattern="^(stdout|stderr)$")
     text: str
 
@@ -225,7 +244,7 @@ class LogBatchRequest(Strict):
     job_id: str
     attempt: int
     lease: str
-    seq: int
+    seq: int = Field(ge=0, le=SEQ_MAX)
     lines: list[LogLineModel]
 
 
@@ -418,6 +437,13 @@ class UserLogLine(Answer):
 class LogsAnswer(Answer):
     attempt: int | None
     lines: list[UserLogLine]
+    next_after_seq: int
+    """Pass as `after_seq` for the next page (or, after a tail, for newer lines)."""
+    more: bool
+    """This page left lines after `next_after_seq` off."""
+    dropped_lines: int
+    """Lines of the attempt the platform dropped for its bounds (docs/protocol.md 52-53)."""
+    dropped_bytes: int
 
 
 class HealthAnswer(Answer):

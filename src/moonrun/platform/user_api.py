@@ -17,7 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from moonrun.errors import InvalidRequest
 from moonrun.platform.api import Answer, Call, Route
+from moonrun.platform.logstore import LogPage
 from moonrun.platform.schemas import (
+    SEQ_MAX,
     AddAdminRequest,
     CreatedEndpointAnswer,
     CreatedJobsAnswer,
@@ -84,8 +86,10 @@ class JobReadQuery(_Query):
 
 
 class LogsQuery(_Query):
-    after_seq: int = Field(default=-1, ge=-1, le=2**62)
+    after_seq: int = Field(default=-1, ge=-1, le=SEQ_MAX)
     attempt: int | None = Field(default=None, ge=1, le=2**31)
+    limit: int = Field(default=1000, ge=1, le=1000)
+    tail: int | None = Field(default=None, ge=1, le=1000)
 
 
 # -- users -------------------------------------------------------------------------------------
@@ -296,25 +300,40 @@ async def cancel_job(call: Call) -> Any:
 
 
 async def job_logs(call: Call) -> Any:
-    """Log lines of one attempt (the latest with logs unless `attempt` is given)."""
+    """A page of log lines of one attempt (the latest with logs unless `attempt` is given):
+    whole batches after `after_seq`, or with `tail` the newest lines."""
     platform, query = call.platform, call.query
     job_id, logs = call.params["job_id"], platform.logs
 
-    def read(user: User) -> tuple[int | None, list[Any]]:
+    def read(user: User) -> LogPage:
         platform.service.get_job(user, job_id)
         attempt = query.attempt
         if attempt is None:
             attempts = logs.attempts(job_id)
             attempt = attempts[-1] if attempts else None
-        return attempt, [] if attempt is None else logs.read(job_id, attempt, query.after_seq)
+        if attempt is None:
+            return LogPage(None, [], query.after_seq, False)
+        if query.tail is not None:
+            return logs.tail(job_id, attempt, query.tail, query.after_seq)
+        return logs.read(job_id, attempt, query.after_seq, query.limit)
 
-    attempt, lines = await as_caller(call, read)
+    page = await as_caller(call, read)
     return {
-        "attempt": attempt,
+        "attempt": page.attempt,
         "lines": [
-            {"attempt": attempt, "seq": ln.seq, "ts": ln.ts, "stream": ln.stream, "text": ln.text}
-            for ln in lines
+            {
+                "attempt": page.attempt,
+                "seq": ln.seq,
+                "ts": ln.ts,
+                "stream": ln.stream,
+                "text": ln.text,
+            }
+            for ln in page.lines
         ],
+        "next_after_seq": page.next_after_seq,
+        "more": page.more,
+        "dropped_lines": page.dropped_lines,
+        "dropped_bytes": page.dropped_bytes,
     }
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from collections import deque
@@ -22,6 +23,10 @@ from moonrun.run.client import SESSION_ERRORS, TRANSIENT, PlatformClient
 log = logging.getLogger("moonrun.run.transfers")
 
 CHUNK_BYTES = 1024 * 1024
+BATCH_BYTES = 768 * 1024
+"""A log batch's lines, as JSON, stay below this: the platform refuses log bodies over 1 MiB."""
+LINE_JSON_BYTES = 80
+"""A line's JSON beside its text (`ts`, `stream`, keys and punctuation), rounded up."""
 RETRYABLE = (*TRANSIENT, *SESSION_ERRORS)
 """A session being renewed is a pause for transfers, not the end of their attempt."""
 
@@ -56,6 +61,7 @@ class LogShipper:
         capacity: int = 10_000,
         interval_s: float = 1.0,
         batch_lines: int = 500,
+        batch_bytes: int = BATCH_BYTES,
         clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     ) -> None:
         self._client = client
@@ -64,6 +70,7 @@ class LogShipper:
         self._capacity = capacity
         self._interval_s = interval_s
         self._batch_lines = batch_lines
+        self._batch_bytes = batch_bytes
         self._seqs: dict[Attempt, int] = {}
         self._pending: dict[Attempt, tuple[int, list[Line]]] = {}
         self.dropped = 0
@@ -112,18 +119,21 @@ class LogShipper:
             del self._pending[attempt]
 
     def _take_batches(self) -> dict[Attempt, list[Line]]:
-        """Up to `batch_lines` buffered lines, grouped by attempt; attempts with a pending
-        batch wait until it is through."""
+        """Up to `batch_lines` buffered lines and about `batch_bytes` of their JSON (at least one
+        line), grouped by attempt; attempts with a pending batch wait until it is through."""
         batches: dict[Attempt, list[Line]] = {}
         kept: deque[Line] = deque()
-        taken = 0
+        taken = size = 0
         while self._buffer and taken < self._batch_lines:
-            line = self._buffer.popleft()
+            line = self._buffer[0]
             if line.attempt in self._pending:
-                kept.append(line)
+                kept.append(self._buffer.popleft())
                 continue
-            batches.setdefault(line.attempt, []).append(line)
-            taken += 1
+            line_size = len(json.dumps(line.text)) + LINE_JSON_BYTES
+            if taken and size + line_size > self._batch_bytes:
+                break
+            batches.setdefault(line.attempt, []).append(self._buffer.popleft())
+            taken, size = taken + 1, size + line_size
         self._buffer.extendleft(reversed(kept))
         return batches
 

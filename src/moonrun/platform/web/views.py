@@ -19,6 +19,7 @@ from moonrun.errors import (
     Unauthenticated,
 )
 from moonrun.platform.http import on_user_channel, platform_of
+from moonrun.platform.web import logview
 from moonrun.platform.web.sessions import SESSION_COOKIE, SIGN_IN_COOKIE
 from moonrun.scheduling.jobs import JobState
 from moonrun.scheduling.records import User
@@ -298,18 +299,23 @@ async def job_page(request: Request, job_id: str, fragment: bool = False) -> Res
     job = await on_user_channel(request, platform.service.get_job, user, job_id)
     view = job_view(job)
     attempts = await on_user_channel(request, platform.logs.attempts, job_id)
-    lines = []
-    if attempts:
-        lines = (await on_user_channel(request, platform.logs.read, job_id, attempts[-1], -1))[
-            -200:
-        ]
+    logs_attempt = attempts[-1] if attempts else None
+    page = None
+    if logs_attempt is not None:
+        page = await on_user_channel(
+            request, platform.logs.tail, job_id, logs_attempt, logview.TAIL_LINES
+        )
+    lines = logview.shown_tail(page) if page else []
     server = await on_user_channel(request, platform.directory.get_server, user, job.server_id)
     context: dict[str, Any] = {
         "job": view,
         "server_name": server.name,
         "logs": lines,
+        "logs_kept": page.kept_lines if page else 0,
+        "logs_dropped": page.dropped_lines if page else 0,
+        "logs_url": f"/api/v1/jobs/{quote(job_id)}/logs?attempt={logs_attempt}",
         "final": view["state"] in TERMINAL_STATES,
-        "logs_attempt": attempts[-1] if attempts else None,
+        "logs_attempt": logs_attempt,
         "can_cancel": view["state"] not in TERMINAL_STATES and not view["cancel"]["requested"],
         "live_url": f"/jobs/{quote(job_id)}?fragment=1",
     }
