@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from moonrun.run.handlers.command import CONTINUED
 from moonrun.run.journal import Assignment, Journal
 from moonrun.scheduling.time import parse_instant
 from moonrun.store import open_store
@@ -151,6 +152,28 @@ def test_command_job_output_reaches_the_job_logs(shared: tuple[Cluster, Server])
     stdout = [line["text"] for line in lines if line["stream"] == "stdout"]
     in_order = ["first to stdout", "second to stdout"]
     assert in_order == stdout
+
+
+def test_command_printing_a_3_mb_line_succeeds_and_its_logs_hold_the_line_in_pieces(
+    shared: tuple[Cluster, Server],
+) -> None:
+    """A line far beyond any read buffer does not wedge the attempt: the job succeeds and its
+    logs hold the line, split into marked pieces, then `done`."""
+    cl, server = shared
+    script = 'head -c 3000000 /dev/zero | tr "\\0" A; echo; echo done'
+    with cl.explained():
+        job = cl.submit(server, "command", {"argv": ["sh", "-c", script]})
+        done = wait_ended(cl, job["id"])
+
+        def through_done() -> list[str] | None:
+            texts = [line["text"] for line in cl.logs(job["id"]) if line["stream"] == "stdout"]
+            return texts if texts and texts[-1] == "done" else None
+
+        *pieces, last = wait_for(through_done, "the command's log lines through `done`")
+    assert ending(done) == ("succeeded", 1, 1, None)
+    assert last == "done"
+    assert [False] + [True] * (len(pieces) - 1) == [p.startswith(CONTINUED) for p in pieces]
+    assert "".join(piece.removeprefix(CONTINUED) for piece in pieces) == "A" * 3_000_000
 
 
 def test_command_exiting_non_zero_fails_without_retry(shared: tuple[Cluster, Server]) -> None:

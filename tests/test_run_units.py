@@ -55,11 +55,12 @@ from moonrun.errors import (
     Unauthenticated,
     WrongEndpoint,
 )
+from moonrun.platform.http import HttpSettings
 from moonrun.run import handlers as handlers_module
 from moonrun.run import identity
 from moonrun.run.client import SESSION_ERRORS, TRANSIENT, Unreachable, error_from
 from moonrun.run.handlers import ENTRY_POINT_GROUP, HandlerResult, JobContext, load_handlers
-from moonrun.run.handlers.command import CommandHandler
+from moonrun.run.handlers.command import CONTINUED, LINE_BYTES, CommandHandler
 from moonrun.run.handlers.noop import NoopHandler
 from moonrun.run.handlers.sleep import SleepHandler
 from moonrun.run.transfers import CHUNK_BYTES, ArtifactUploader, Attempt, LogShipper
@@ -659,6 +660,76 @@ async def test_a_failed_command_uploads_nothing(tmp_path: Path) -> None:
     assert sink.uploads == []
 
 
+LONG_LINE_SCRIPT = 'head -c 3000000 /dev/zero | tr "\\0" A; echo; echo done'
+
+
+def unsplit(pieces: list[str]) -> str:
+    """The line that `pieces` were split from: continuation pieces lose their mark."""
+    return "".join(piece.removeprefix(CONTINUED) for piece in pieces)
+
+
+@pytest.mark.anyio
+async def test_a_line_longer_than_the_bound_arrives_in_marked_pieces() -> None:
+    """A 3 MB line: the command succeeds, the line arrives in pieces of at most the bound,
+    each after the first marked as a continuation, and the next line follows intact."""
+    sink = Sink()
+
+    result = await finished(
+        CommandHandler(), job_context("command", {"argv": ["sh", "-c", LONG_LINE_SCRIPT]}, sink)
+    )
+
+    assert result == HandlerResult("succeeded", output={"exit_code": 0})
+    *pieces, last = sink.stream("stdout")
+    assert last == "done"
+    assert len(pieces) > 1
+    assert all(len(piece.encode()) <= LINE_BYTES for piece in pieces)
+    assert [piece.startswith(CONTINUED) for piece in pieces] == [False] + [True] * (len(pieces) - 1)
+    assert unsplit(pieces) == "A" * 3_000_000
+
+
+@pytest.mark.anyio
+async def test_a_long_line_is_split_between_utf8_characters_never_inside_one() -> None:
+    """Two-byte characters over several pieces: no piece holds a broken character."""
+    line = "\u00e9" * 30_000
+    sink = Sink()
+
+    result = await finished(
+        CommandHandler(), job_context("command", {"argv": ["printf", "%s\\n", line]}, sink)
+    )
+
+    assert result.outcome == "succeeded"
+    pieces = sink.stream("stdout")
+    assert len(pieces) > 1
+    assert "\ufffd" not in "".join(pieces)
+    assert unsplit(pieces) == line
+
+
+@pytest.mark.anyio
+async def test_a_failing_output_reader_fails_the_attempt_and_stops_the_command(
+    tmp_path: Path,
+) -> None:
+    """The reader of stdout fails on a line: the attempt fails at once with code
+    output_unreadable (naming the stream), and the command's process group is gone, rather
+    than the command blocking on a pipe nobody drains."""
+    pidfile = tmp_path / "pid"
+    script = f"echo $$ > {pidfile}; echo first; exec yes"
+
+    def broken_log(stream: str, text: str) -> None:
+        raise RuntimeError("the log buffer broke")
+
+    context = job_context("command", {"argv": ["sh", "-c", script]}, grace_s=0.5)
+    context.log_line = broken_log
+
+    result = await finished(CommandHandler(), context)
+
+    assert (result.outcome, result.retryable) == ("failed", True)
+    assert result.error == {
+        "code": "output_unreadable",
+        "message": "reading the command's stdout failed (RuntimeError); the command was stopped",
+    }
+    assert await group_gone(read_pid(pidfile))
+
+
 # -- handler loading ----------------------------------------------------------------------------
 
 
@@ -917,6 +988,24 @@ async def test_a_log_batch_holds_at_most_batch_lines() -> None:
         (2, ["3", "4"]),
         (3, ["5"]),
     ]
+
+
+@pytest.mark.anyio
+async def test_a_log_batch_of_long_lines_fits_the_platforms_logs_body_limit() -> None:
+    """200 lines of 16 KiB (3 MiB): batches stay within the logs channel's body limit, and
+    every line goes, in order."""
+    client = FakeChannels()
+    logs = shipper(client)
+    texts = [f"{number:03d}" + "x" * (16 * 1024 - 3) for number in range(200)]
+    add_lines(logs, ATTEMPT, *texts)
+
+    for _ in range(len(texts)):
+        await logs.flush()
+
+    batches = [batch for *_, batch in client.log_calls]
+    limit = HttpSettings().log_body_limit
+    assert [len(json.dumps(batch)) < limit for batch in batches] == [True] * len(batches)
+    assert [text for batch in batches for text in batch] == texts
 
 
 @pytest.mark.anyio

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from collections import deque
@@ -22,6 +23,11 @@ from moonrun.run.client import SESSION_ERRORS, TRANSIENT, PlatformClient
 log = logging.getLogger("moonrun.run.transfers")
 
 CHUNK_BYTES = 1024 * 1024
+LINE_CHARS = 16_384
+"""What a log line keeps of its text."""
+BATCH_BYTES = 640 * 1024
+"""The most JSON one batch's lines take: well within the platform's 1 MiB logs body limit,
+whatever the lines hold (a line at LINE_CHARS takes at most 6 bytes a character)."""
 RETRYABLE = (*TRANSIENT, *SESSION_ERRORS)
 """A session being renewed is a pause for transfers, not the end of their attempt."""
 
@@ -39,6 +45,11 @@ class Line:
     ts: str
     stream: str
     text: str
+
+
+def _json_size(line: Line) -> int:
+    """An upper bound of the bytes a line takes in a batch's JSON."""
+    return len(json.dumps({"ts": line.ts, "stream": line.stream, "text": line.text})) + 2
 
 
 def _now_rfc3339() -> str:
@@ -74,7 +85,7 @@ class LogShipper:
         if len(self._buffer) >= self._capacity:
             self._buffer.popleft()
             self.dropped += 1
-        self._buffer.append(Line(attempt, _now_rfc3339(), stream, text[:16_384]))
+        self._buffer.append(Line(attempt, _now_rfc3339(), stream, text[:LINE_CHARS]))
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -112,18 +123,26 @@ class LogShipper:
             del self._pending[attempt]
 
     def _take_batches(self) -> dict[Attempt, list[Line]]:
-        """Up to `batch_lines` buffered lines, grouped by attempt; attempts with a pending
-        batch wait until it is through."""
+        """Up to `batch_lines` buffered lines, grouped by attempt, each attempt's batch within
+        BATCH_BYTES; attempts with a pending batch wait until it is through, and an attempt's
+        lines beyond a full batch wait for the next, in order."""
         batches: dict[Attempt, list[Line]] = {}
+        sizes: dict[Attempt, int] = {}
+        waiting = set(self._pending)
         kept: deque[Line] = deque()
         taken = 0
         while self._buffer and taken < self._batch_lines:
             line = self._buffer.popleft()
-            if line.attempt in self._pending:
-                kept.append(line)
-                continue
-            batches.setdefault(line.attempt, []).append(line)
-            taken += 1
+            if line.attempt not in waiting:
+                size = sizes.get(line.attempt, 0) + _json_size(line)
+                if line.attempt in batches and size > BATCH_BYTES:
+                    waiting.add(line.attempt)
+                else:
+                    batches.setdefault(line.attempt, []).append(line)
+                    sizes[line.attempt] = size
+                    taken += 1
+                    continue
+            kept.append(line)
         self._buffer.extendleft(reversed(kept))
         return batches
 
