@@ -59,10 +59,18 @@ from moonrun.platform.http import HttpSettings
 from moonrun.run import handlers as handlers_module
 from moonrun.run import identity
 from moonrun.run.client import SESSION_ERRORS, TRANSIENT, Unreachable, error_from
+from moonrun.run.confinement import (
+    DEFAULT_PATH,
+    CommandUser,
+    Confinement,
+    child_environment,
+    command_user_warning,
+)
 from moonrun.run.handlers import ENTRY_POINT_GROUP, HandlerResult, JobContext, load_handlers
 from moonrun.run.handlers.command import CONTINUED, LINE_BYTES, CommandHandler
 from moonrun.run.handlers.noop import NoopHandler
 from moonrun.run.handlers.sleep import SleepHandler
+from moonrun.run.journal import Journal
 from moonrun.run.transfers import CHUNK_BYTES, ArtifactUploader, Attempt, LogShipper
 
 T0_MS = 1_795_000_000_000
@@ -172,6 +180,148 @@ def test_a_damaged_identity_is_a_clear_error(tmp_path: Path) -> None:
 
     with pytest.raises(identity.DataDirError, match="damaged identity"):
         identity.load(tmp_path)
+
+
+def test_run_data_dir_and_its_files_are_private_whatever_the_umask(tmp_path: Path) -> None:
+    """Under umask 022, a joined and started data directory is 0700 and every file in it 0600
+    (key, endpoint, lock, journal), so that a command run as another user reads none."""
+    data_dir = tmp_path / "run"
+    old_umask = os.umask(0o022)
+    try:
+        data_dir.mkdir()
+        identity.new_key(data_dir)
+        identity.save_endpoint(data_dir, "end_1", "http://127.0.0.1:8470")
+        lock = identity.hold_lock(data_dir)
+        Journal(data_dir).rewrite()
+    finally:
+        os.umask(old_umask)
+        lock.close()
+
+    modes = {path.name: stat.S_IMODE(path.stat().st_mode) for path in data_dir.iterdir()}
+    assert stat.S_IMODE(data_dir.stat().st_mode) == 0o700
+    assert modes == dict.fromkeys(
+        ["identity.key", "endpoint.json", "run.lock", "journal.log"], 0o600
+    )
+
+
+def test_make_private_fixes_the_modes_of_an_existing_data_dir(tmp_path: Path) -> None:
+    """A data directory of an older Run (0755, files 0644): `run start` makes it 0700 and its
+    files 0600 before anything else."""
+    data_dir = tmp_path / "run"
+    data_dir.mkdir(mode=0o755)
+    data_dir.chmod(0o755)
+    for name in ("endpoint.json", "journal.json", "run.lock"):
+        (data_dir / name).write_text("{}")
+        (data_dir / name).chmod(0o644)
+
+    identity.make_private(data_dir)
+
+    modes = {path.name: stat.S_IMODE(path.stat().st_mode) for path in data_dir.iterdir()}
+    assert stat.S_IMODE(data_dir.stat().st_mode) == 0o700
+    assert modes == dict.fromkeys(["endpoint.json", "journal.json", "run.lock"], 0o600)
+
+
+# -- what a command can reach ---------------------------------------------------------------------
+
+SOMEONE = CommandUser("someone", 4321, 4321, (4321, 27), "/home/someone")
+
+
+def test_a_commands_environment_holds_only_the_allow_list_and_its_users_home() -> None:
+    """Of Run's environment a command gets PATH, LANG, LC_*, TZ and TMPDIR; HOME, USER and
+    LOGNAME are its user's; tokens, MOONRUN_* settings and everything else stay behind."""
+    runs = {
+        "PATH": "/opt/bin:/usr/bin",
+        "LANG": "C.UTF-8",
+        "LC_TIME": "en_GB.UTF-8",
+        "TZ": "UTC",
+        "TMPDIR": "/var/tmp",
+        "HOME": "/root",
+        "USER": "root",
+        "MOONRUN_JOIN_TOKEN": "mrj_secret",
+        "MOONRUN_BOOTSTRAP_ADMIN_TOKEN": "mra_secret",
+        "AWS_SECRET_ACCESS_KEY": "secret",
+        "SSH_AUTH_SOCK": "/run/agent.sock",
+    }
+
+    environment = child_environment(runs, SOMEONE)
+
+    assert environment == {
+        "PATH": "/opt/bin:/usr/bin",
+        "LANG": "C.UTF-8",
+        "LC_TIME": "en_GB.UTF-8",
+        "TZ": "UTC",
+        "TMPDIR": "/var/tmp",
+        "HOME": "/home/someone",
+        "USER": "someone",
+        "LOGNAME": "someone",
+    }
+
+
+def test_a_command_gets_a_default_path_when_run_has_none() -> None:
+    """No PATH in Run's environment: commands still find the usual programs."""
+    assert child_environment({}, SOMEONE)["PATH"] == DEFAULT_PATH
+
+
+@pytest.mark.parametrize(
+    ("command_uid", "euid", "warned"),
+    [
+        (0, 0, "commands run as root"),
+        (1000, 1000, "commands run as Run's own user"),
+        (4321, 0, None),
+    ],
+    ids=["root", "run's-own-user", "another-user"],
+)
+def test_run_warns_at_start_unless_commands_run_as_another_user(
+    command_uid: int, euid: int, warned: str | None
+) -> None:
+    """Root commands (and commands as Run's own user) are warned about, with the advice to
+    use --run-as; commands as another, unprivileged user are not."""
+    user = CommandUser("user", command_uid, command_uid, (), "/")
+
+    warning = command_user_warning(user, euid)
+
+    assert (warning and warning.split(":")[0], warning and "--run-as USER" in warning) == (
+        warned,
+        warned and True,
+    )
+
+
+def test_an_unknown_run_as_user_is_a_one_line_error() -> None:
+    """--run-as naming no user on this host: InvalidRequest naming it."""
+    with pytest.raises(InvalidRequest, match="no user 'no-such-user-here'"):
+        CommandUser.named("no-such-user-here")
+
+
+@pytest.mark.anyio
+async def test_a_command_runs_in_a_working_directory_of_its_own_removed_afterwards(
+    tmp_path: Path,
+) -> None:
+    """Each attempt starts in a new empty directory under the work root, gone once it ended."""
+    sink = Sink()
+    handler = CommandHandler(Confinement(work_root=tmp_path))
+    script = "pwd; ls -A | wc -l; touch left-behind"
+
+    result = await finished(handler, job_context("command", {"argv": ["sh", "-c", script]}, sink))
+
+    assert result.outcome == "succeeded"
+    workdir, entries = sink.stream("stdout")
+    assert (Path(workdir).parent, Path(workdir).name.startswith("moonrun-job_1-1-")) == (
+        tmp_path,
+        True,
+    )
+    assert (entries.strip(), list(tmp_path.iterdir())) == ("0", [])
+
+
+def test_with_run_as_only_files_the_command_user_owns_are_uploaded(tmp_path: Path) -> None:
+    """--run-as: Run (which may read more) uploads an artifact only if the command user owns
+    it, so a job cannot name Run's identity key as its artifact."""
+    owned = tmp_path / "report.txt"
+    owned.write_text("done")
+    me = CommandUser("me", os.geteuid(), os.getegid(), (), "/")
+    other = CommandUser("other", os.geteuid() + 1, os.getegid(), (), "/")
+
+    assert [Confinement(user).may_upload(str(owned)) for user in (me, other)] == [True, False]
+    assert Confinement().may_upload(str(owned)) is True
 
 
 # -- handlers: helpers ------------------------------------------------------------------------

@@ -1,6 +1,8 @@
 """`command` `{"argv": [...], "timeout_s"?, "artifacts"?: [{"path", "name"}]}`.
 
-Runs argv without a shell, in its own process group (journaled); stdout and stderr go line by
+Runs argv without a shell, in its own process group (journaled), under the Run's
+`Confinement` (user, allow-listed environment, a working directory of its own per attempt,
+removed when the attempt ends); stdout and stderr go line by
 line to the logs channel, read in chunks so that the pipes are always drained: a line longer
 than LINE_BYTES arrives in pieces, each after the first starting with CONTINUED. A reader
 that fails stops the command and fails the attempt (`output_unreadable`). Cancel sends
@@ -20,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from moonrun.run.confinement import Confinement, remove_workdir
 from moonrun.run.handlers import HandlerResult, JobContext
 
 log = logging.getLogger("moonrun.run.handlers.command")
@@ -38,6 +41,9 @@ PIECE_BYTES = LINE_BYTES - len(CONTINUED.encode())
 class CommandHandler:
     resumable = False
 
+    def __init__(self, confinement: Confinement | None = None) -> None:
+        self.confinement = confinement or Confinement()
+
     async def run(self, context: JobContext) -> HandlerResult:
         payload = context.payload if isinstance(context.payload, dict) else {}
         argv = payload.get("argv")
@@ -53,6 +59,22 @@ class CommandHandler:
             return HandlerResult.failed(
                 "bad_payload", "command needs argv (a list of strings) and an optional timeout_s"
             )
+        workdir = await asyncio.to_thread(
+            self.confinement.make_workdir, context.job_id, context.attempt
+        )
+        try:
+            return await self._run(context, payload, argv, timeout_s, workdir)
+        finally:
+            await asyncio.to_thread(remove_workdir, workdir)
+
+    async def _run(
+        self,
+        context: JobContext,
+        payload: dict[str, Any],
+        argv: list[str],
+        timeout_s: float,
+        workdir: Path,
+    ) -> HandlerResult:
         try:
             process = await asyncio.create_subprocess_exec(
                 *argv,
@@ -60,6 +82,8 @@ class CommandHandler:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 start_new_session=True,
+                cwd=workdir,
+                **self.confinement.spawn_options(),
             )
         except OSError as error:
             return HandlerResult.failed("exec_failed", f"cannot start {argv[0]}: {error.strerror}")
@@ -107,7 +131,12 @@ class CommandHandler:
             return HandlerResult.failed("exit_status", f"{argv[0]} exited with status {code}")
         for artifact in payload.get("artifacts") or []:
             if isinstance(artifact, dict):
-                context.upload(str(artifact.get("path", "")), str(artifact.get("name", "")))
+                path, name = str(artifact.get("path", "")), str(artifact.get("name", ""))
+                if self.confinement.may_upload(path):
+                    context.upload(path, name)
+                else:
+                    fields = {"job_id": context.job_id, "artifact": name}
+                    log.warning("artifact not owned by the command user", extra={"fields": fields})
         return HandlerResult("succeeded", output={"exit_code": 0})
 
 
