@@ -1,12 +1,11 @@
 """`command` `{"argv": [...], "timeout_s"?, "artifacts"?: [{"path", "name"}]}`.
 
-Runs argv without a shell, in its own process group (journaled), under the Run's
-`Confinement` (user, allow-listed environment, a working directory of its own per attempt,
-removed when the attempt ends); stdout and stderr go line by
-line to the logs channel, read in chunks so that the pipes are always drained: a line longer
-than LINE_BYTES arrives in pieces, each after the first starting with CONTINUED. A reader
-that fails stops the command and fails the attempt (`output_unreadable`). Cancel sends
-SIGTERM, then SIGKILL after the grace. Not resumable: a restarted Run cannot take over its
+Runs argv without a shell, in its own process group (journaled), under Run's `Confinement`
+(user, allow-listed environment, a working directory of its own per attempt, removed when the
+attempt ends). stdout and stderr go line by line to the logs channel, read in chunks so that
+the pipes are always drained: a line longer than LINE_BYTES arrives in pieces, each after the
+first starting with CONTINUED. A reader that fails stops the command and fails the attempt
+(`output_unreadable`). Cancel sends SIGTERM, then SIGKILL after the grace. Not resumable: a restarted Run cannot take over its
 predecessor's process, so it stops that process group and reports the confirmed attempt
 `run_restarted` (retryable).
 """
