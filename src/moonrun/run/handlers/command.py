@@ -5,9 +5,9 @@ Runs argv without a shell, in its own process group (journaled), under Run's `Co
 attempt ends). stdout and stderr go line by line to the logs channel, read in chunks so that
 the pipes are always drained: a line longer than LINE_BYTES arrives in pieces, each after the
 first starting with CONTINUED. A reader that fails stops the command and fails the attempt
-(`output_unreadable`). Cancel sends SIGTERM, then SIGKILL after the grace. Not resumable: a restarted Run cannot take over its
-predecessor's process, so it stops that process group and reports the confirmed attempt
-`run_restarted` (retryable).
+(`output_unreadable`). Cancel sends SIGTERM, then SIGKILL after the grace. Not resumable: a
+restarted Run cannot take over its predecessor's process, so it stops that process group and
+reports the confirmed attempt `run_restarted` (retryable).
 """
 
 from __future__ import annotations
