@@ -120,7 +120,7 @@ class Process:
         self.starts = 0
         self.process: subprocess.Popen[bytes] | None = None
 
-    def spawn(self, command: list[str]) -> None:
+    def spawn(self, command: list[str], extra_env: dict[str, str] | None = None) -> None:
         assert self.process is None, f"{self.name} is already running"
         self.starts += 1
         with self.log.open("ab") as log:
@@ -129,7 +129,7 @@ class Process:
             self.process = subprocess.Popen(
                 command,
                 cwd=self.workdir,
-                env=command_env(ADMIN_TOKEN),
+                env={**command_env(ADMIN_TOKEN), **(extra_env or {})},
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -233,8 +233,15 @@ class Run(Process):
         self.data_dir = data_dir
         self.capacity = capacity
 
-    def start(self, *, cancel_grace_s: float = 2.0) -> int:
-        """Start Run and wait until it has registered a new session; returns its generation."""
+    def start(
+        self,
+        *,
+        cancel_grace_s: float = 2.0,
+        options: tuple[str, ...] = (),
+        extra_env: dict[str, str] | None = None,
+    ) -> int:
+        """Start Run (with more `options` and environment variables, if given) and wait until it
+        has registered a new session; returns its generation."""
         before = self.cluster.endpoint(self.endpoint_id)["generation"]
         self.spawn(
             moonrun(
@@ -248,7 +255,9 @@ class Run(Process):
                 str(self.capacity),
                 "--cancel-grace-s",
                 str(cancel_grace_s),
-            )
+                *options,
+            ),
+            extra_env,
         )
 
         def registered() -> int:

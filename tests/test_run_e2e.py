@@ -8,8 +8,13 @@ EndpointViews, job logs), on Run's journal and on Run's log lines, never on elap
 
 from __future__ import annotations
 
+import os
+import pwd
 import secrets
+import shutil
+import stat
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -17,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from moonrun.run.handlers.command import CONTINUED
 from moonrun.run.journal import Assignment, Journal
 from moonrun.scheduling.time import parse_instant
 from moonrun.store import open_store
@@ -151,6 +157,28 @@ def test_command_job_output_reaches_the_job_logs(shared: tuple[Cluster, Server])
     stdout = [line["text"] for line in lines if line["stream"] == "stdout"]
     in_order = ["first to stdout", "second to stdout"]
     assert in_order == stdout
+
+
+def test_command_printing_a_3_mb_line_succeeds_and_its_logs_hold_the_line_in_pieces(
+    shared: tuple[Cluster, Server],
+) -> None:
+    """A line far beyond any read buffer does not wedge the attempt: the job succeeds and its
+    logs hold the line, split into marked pieces, then `done`."""
+    cl, server = shared
+    script = 'head -c 3000000 /dev/zero | tr "\\0" A; echo; echo done'
+    with cl.explained():
+        job = cl.submit(server, "command", {"argv": ["sh", "-c", script]})
+        done = wait_ended(cl, job["id"])
+
+        def through_done() -> list[str] | None:
+            texts = [line["text"] for line in cl.logs(job["id"]) if line["stream"] == "stdout"]
+            return texts if texts and texts[-1] == "done" else None
+
+        *pieces, last = wait_for(through_done, "the command's log lines through `done`")
+    assert ending(done) == ("succeeded", 1, 1, None)
+    assert last == "done"
+    assert [False] + [True] * (len(pieces) - 1) == [p.startswith(CONTINUED) for p in pieces]
+    assert "".join(piece.removeprefix(CONTINUED) for piece in pieces) == "A" * 3_000_000
 
 
 def test_command_exiting_non_zero_fails_without_retry(shared: tuple[Cluster, Server]) -> None:
@@ -631,3 +659,104 @@ def test_run_join_explains_what_is_wrong_in_one_line(tmp_path: Path) -> None:
     }
     assert dict.fromkeys(cases, (1, 1, True)) == found
     assert list(fresh.iterdir()) == []
+
+
+# -- what a command job can reach -----------------------------------------------------------------
+
+ALLOWED_ENVIRONMENT = {"PATH", "HOME", "USER", "LOGNAME", "LANG", "TZ", "TMPDIR"}
+
+
+def stdout_and_stderr(cl: Cluster, job_id: str, through: str) -> tuple[list[str], list[str]]:
+    """A job's stdout and stderr lines, once its stdout holds `through`."""
+
+    def shipped() -> list[dict[str, Any]] | None:
+        lines = cl.logs(job_id)
+        return lines if any(line["text"] == through for line in lines) else None
+
+    lines = wait_for(shipped, f"job {job_id}'s output through {through!r}")
+    return (
+        [line["text"] for line in lines if line["stream"] == "stdout"],
+        [line["text"] for line in lines if line["stream"] == "stderr"],
+    )
+
+
+@pytest.fixture
+def open_workdir() -> Iterator[Path]:
+    """A directory everyone may traverse (pytest's own are private to their user), so that
+    only the data directory's own modes keep another user out of it."""
+    path = Path(tempfile.mkdtemp(prefix="moonrun-e2e-"))
+    path.chmod(0o755)
+    old_umask = os.umask(0o022)
+    try:
+        yield path
+    finally:
+        os.umask(old_umask)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="--run-as another user needs Run to run as root")
+def test_a_command_run_as_nobody_cannot_read_runs_data_directory(open_workdir: Path) -> None:
+    """`--run-as nobody`: the command runs with nobody's uid, in a directory of its own that
+    is gone afterwards, and cannot list Run's data directory (0700 whatever the umask) nor
+    read its identity key or journal (0600); Run does not warn about root."""
+    nobody = pwd.getpwnam("nobody").pw_uid
+    with cluster(open_workdir) as cl:
+        run = cl.add_run(start=False)
+        run.start(options=("--run-as", "nobody"))
+        server = cl.create_server("web-1", run.endpoint_id)
+        data = run.data_dir
+        script = (
+            f"id -u; pwd; ls {data}; cat {data / 'identity.key'}; cat {data / 'journal.log'}; "
+            "echo finished"
+        )
+        job = cl.submit(server, "command", {"argv": ["sh", "-c", script]})
+        done = wait_ended(cl, job["id"])
+        stdout, stderr = stdout_and_stderr(cl, job["id"], "finished")
+        modes = {path.name: stat.S_IMODE(path.stat().st_mode) for path in data.iterdir()}
+        root_warnings = [e for e in run.events() if e["msg"].startswith("commands run as root")]
+    assert ending(done) == ("succeeded", 1, 1, None)
+    assert str(nobody) == stdout[0]
+    workdir = Path(stdout[1])
+    assert (workdir.name.startswith(f"moonrun-{job['id']}-1-"), workdir.exists()) == (True, False)
+    assert ["Permission denied" in line for line in stderr] == [True, True, True]
+    assert stat.S_IMODE(data.stat().st_mode) == 0o700
+    assert dict.fromkeys(modes, 0o600) == modes
+    assert {"identity.key", "endpoint.json", "journal.log", "run.lock"} <= set(modes)
+    assert root_warnings == []
+
+
+def test_a_command_sees_only_the_allow_listed_part_of_runs_environment(tmp_path: Path) -> None:
+    """Secrets exported to Run (a MOONRUN_* token, a cloud key) never reach a command: `env`
+    shows only PATH, HOME, USER, LOGNAME and what Run had of LANG, LC_*, TZ, TMPDIR."""
+    secrets_of_run = {
+        "MOONRUN_SECRET_TOKEN": "mrs-not-for-commands",
+        "AWS_SECRET_ACCESS_KEY": "aws-not-for-commands",
+        "LANG": "C.UTF-8",
+    }
+    with cluster(tmp_path) as cl:
+        run = cl.add_run(start=False)
+        run.start(extra_env=secrets_of_run)
+        server = cl.create_server("web-1", run.endpoint_id)
+        job = cl.submit(server, "command", {"argv": ["sh", "-c", "env; echo finished"]})
+        done = wait_ended(cl, job["id"])
+        stdout, _ = stdout_and_stderr(cl, job["id"], "finished")
+    names = {line.partition("=")[0] for line in stdout[:-1]}
+    assert ending(done) == ("succeeded", 1, 1, None)
+    assert set() == {name for name in names if name not in ALLOWED_ENVIRONMENT | {"PWD"}}
+    assert {"PATH", "HOME", "USER", "LOGNAME", "LANG"} <= names
+    assert [line for line in stdout if "not-for-commands" in line] == []
+
+
+def test_run_warns_loudly_at_start_when_commands_would_run_as_root(tmp_path: Path) -> None:
+    """Started as root without --run-as: one line on stderr and a warning in the JSON log
+    that commands run as root, with the advice to use --run-as (as another user: none)."""
+    with cluster(tmp_path) as cl:
+        run = cl.add_run()
+        warnings = [e for e in run.events() if e["msg"].startswith("commands run as root")]
+        output = run.log.read_text()
+    as_root = os.geteuid() == 0
+    assert (as_root, as_root) == (
+        len(warnings) == 1,
+        "moonrun: warning: commands run as root" in output,
+    )
+    assert [True] * len(warnings) == ["--run-as USER" in e["msg"] for e in warnings]

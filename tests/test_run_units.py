@@ -55,13 +55,22 @@ from moonrun.errors import (
     Unauthenticated,
     WrongEndpoint,
 )
+from moonrun.platform.http import HttpSettings
 from moonrun.run import handlers as handlers_module
 from moonrun.run import identity
 from moonrun.run.client import SESSION_ERRORS, TRANSIENT, Unreachable, error_from
+from moonrun.run.confinement import (
+    DEFAULT_PATH,
+    CommandUser,
+    Confinement,
+    child_environment,
+    command_user_warning,
+)
 from moonrun.run.handlers import ENTRY_POINT_GROUP, HandlerResult, JobContext, load_handlers
-from moonrun.run.handlers.command import CommandHandler
+from moonrun.run.handlers.command import CONTINUED, LINE_BYTES, CommandHandler
 from moonrun.run.handlers.noop import NoopHandler
 from moonrun.run.handlers.sleep import SleepHandler
+from moonrun.run.journal import Journal
 from moonrun.run.transfers import CHUNK_BYTES, ArtifactUploader, Attempt, LogShipper
 
 T0_MS = 1_795_000_000_000
@@ -171,6 +180,148 @@ def test_a_damaged_identity_is_a_clear_error(tmp_path: Path) -> None:
 
     with pytest.raises(identity.DataDirError, match="damaged identity"):
         identity.load(tmp_path)
+
+
+def test_run_data_dir_and_its_files_are_private_whatever_the_umask(tmp_path: Path) -> None:
+    """Under umask 022, a joined and started data directory is 0700 and every file in it 0600
+    (key, endpoint, lock, journal), so that a command run as another user reads none."""
+    data_dir = tmp_path / "run"
+    old_umask = os.umask(0o022)
+    try:
+        data_dir.mkdir()
+        identity.new_key(data_dir)
+        identity.save_endpoint(data_dir, "end_1", "http://127.0.0.1:8470")
+        lock = identity.hold_lock(data_dir)
+        Journal(data_dir).rewrite()
+    finally:
+        os.umask(old_umask)
+        lock.close()
+
+    modes = {path.name: stat.S_IMODE(path.stat().st_mode) for path in data_dir.iterdir()}
+    assert stat.S_IMODE(data_dir.stat().st_mode) == 0o700
+    assert modes == dict.fromkeys(
+        ["identity.key", "endpoint.json", "run.lock", "journal.log"], 0o600
+    )
+
+
+def test_make_private_fixes_the_modes_of_an_existing_data_dir(tmp_path: Path) -> None:
+    """A data directory of an older Run (0755, files 0644): `run start` makes it 0700 and its
+    files 0600 before anything else."""
+    data_dir = tmp_path / "run"
+    data_dir.mkdir(mode=0o755)
+    data_dir.chmod(0o755)
+    for name in ("endpoint.json", "journal.json", "run.lock"):
+        (data_dir / name).write_text("{}")
+        (data_dir / name).chmod(0o644)
+
+    identity.make_private(data_dir)
+
+    modes = {path.name: stat.S_IMODE(path.stat().st_mode) for path in data_dir.iterdir()}
+    assert stat.S_IMODE(data_dir.stat().st_mode) == 0o700
+    assert modes == dict.fromkeys(["endpoint.json", "journal.json", "run.lock"], 0o600)
+
+
+# -- what a command can reach ---------------------------------------------------------------------
+
+SOMEONE = CommandUser("someone", 4321, 4321, (4321, 27), "/home/someone")
+
+
+def test_a_commands_environment_holds_only_the_allow_list_and_its_users_home() -> None:
+    """Of Run's environment a command gets PATH, LANG, LC_*, TZ and TMPDIR; HOME, USER and
+    LOGNAME are its user's; tokens, MOONRUN_* settings and everything else stay behind."""
+    runs = {
+        "PATH": "/opt/bin:/usr/bin",
+        "LANG": "C.UTF-8",
+        "LC_TIME": "en_GB.UTF-8",
+        "TZ": "UTC",
+        "TMPDIR": "/var/tmp",
+        "HOME": "/root",
+        "USER": "root",
+        "MOONRUN_JOIN_TOKEN": "mrj_secret",
+        "MOONRUN_BOOTSTRAP_ADMIN_TOKEN": "mra_secret",
+        "AWS_SECRET_ACCESS_KEY": "secret",
+        "SSH_AUTH_SOCK": "/run/agent.sock",
+    }
+
+    environment = child_environment(runs, SOMEONE)
+
+    assert environment == {
+        "PATH": "/opt/bin:/usr/bin",
+        "LANG": "C.UTF-8",
+        "LC_TIME": "en_GB.UTF-8",
+        "TZ": "UTC",
+        "TMPDIR": "/var/tmp",
+        "HOME": "/home/someone",
+        "USER": "someone",
+        "LOGNAME": "someone",
+    }
+
+
+def test_a_command_gets_a_default_path_when_run_has_none() -> None:
+    """No PATH in Run's environment: commands still find the usual programs."""
+    assert child_environment({}, SOMEONE)["PATH"] == DEFAULT_PATH
+
+
+@pytest.mark.parametrize(
+    ("command_uid", "euid", "warned"),
+    [
+        (0, 0, "commands run as root"),
+        (1000, 1000, "commands run as Run's own user"),
+        (4321, 0, None),
+    ],
+    ids=["root", "run's-own-user", "another-user"],
+)
+def test_run_warns_at_start_unless_commands_run_as_another_user(
+    command_uid: int, euid: int, warned: str | None
+) -> None:
+    """Root commands (and commands as Run's own user) are warned about, with the advice to
+    use --run-as; commands as another, unprivileged user are not."""
+    user = CommandUser("user", command_uid, command_uid, (), "/")
+
+    warning = command_user_warning(user, euid)
+
+    assert (warning and warning.split(":")[0], warning and "--run-as USER" in warning) == (
+        warned,
+        warned and True,
+    )
+
+
+def test_an_unknown_run_as_user_is_a_one_line_error() -> None:
+    """--run-as naming no user on this host: InvalidRequest naming it."""
+    with pytest.raises(InvalidRequest, match="no user 'no-such-user-here'"):
+        CommandUser.named("no-such-user-here")
+
+
+@pytest.mark.anyio
+async def test_a_command_runs_in_a_working_directory_of_its_own_removed_afterwards(
+    tmp_path: Path,
+) -> None:
+    """Each attempt starts in a new empty directory under the work root, gone once it ended."""
+    sink = Sink()
+    handler = CommandHandler(Confinement(work_root=tmp_path))
+    script = "pwd; ls -A | wc -l; touch left-behind"
+
+    result = await finished(handler, job_context("command", {"argv": ["sh", "-c", script]}, sink))
+
+    assert result.outcome == "succeeded"
+    workdir, entries = sink.stream("stdout")
+    assert (Path(workdir).parent, Path(workdir).name.startswith("moonrun-job_1-1-")) == (
+        tmp_path,
+        True,
+    )
+    assert (entries.strip(), list(tmp_path.iterdir())) == ("0", [])
+
+
+def test_with_run_as_only_files_the_command_user_owns_are_uploaded(tmp_path: Path) -> None:
+    """--run-as: Run (which may read more) uploads an artifact only if the command user owns
+    it, so a job cannot name Run's identity key as its artifact."""
+    owned = tmp_path / "report.txt"
+    owned.write_text("done")
+    me = CommandUser("me", os.geteuid(), os.getegid(), (), "/")
+    other = CommandUser("other", os.geteuid() + 1, os.getegid(), (), "/")
+
+    assert [Confinement(user).may_upload(str(owned)) for user in (me, other)] == [True, False]
+    assert Confinement().may_upload(str(owned)) is True
 
 
 # -- handlers: helpers ------------------------------------------------------------------------
@@ -659,6 +810,76 @@ async def test_a_failed_command_uploads_nothing(tmp_path: Path) -> None:
     assert sink.uploads == []
 
 
+LONG_LINE_SCRIPT = 'head -c 3000000 /dev/zero | tr "\\0" A; echo; echo done'
+
+
+def unsplit(pieces: list[str]) -> str:
+    """The line that `pieces` were split from: continuation pieces lose their mark."""
+    return "".join(piece.removeprefix(CONTINUED) for piece in pieces)
+
+
+@pytest.mark.anyio
+async def test_a_line_longer_than_the_bound_arrives_in_marked_pieces() -> None:
+    """A 3 MB line: the command succeeds, the line arrives in pieces of at most the bound,
+    each after the first marked as a continuation, and the next line follows intact."""
+    sink = Sink()
+
+    result = await finished(
+        CommandHandler(), job_context("command", {"argv": ["sh", "-c", LONG_LINE_SCRIPT]}, sink)
+    )
+
+    assert result == HandlerResult("succeeded", output={"exit_code": 0})
+    *pieces, last = sink.stream("stdout")
+    assert last == "done"
+    assert len(pieces) > 1
+    assert all(len(piece.encode()) <= LINE_BYTES for piece in pieces)
+    assert [piece.startswith(CONTINUED) for piece in pieces] == [False] + [True] * (len(pieces) - 1)
+    assert unsplit(pieces) == "A" * 3_000_000
+
+
+@pytest.mark.anyio
+async def test_a_long_line_is_split_between_utf8_characters_never_inside_one() -> None:
+    """Two-byte characters over several pieces: no piece holds a broken character."""
+    line = "\u00e9" * 30_000
+    sink = Sink()
+
+    result = await finished(
+        CommandHandler(), job_context("command", {"argv": ["printf", "%s\\n", line]}, sink)
+    )
+
+    assert result.outcome == "succeeded"
+    pieces = sink.stream("stdout")
+    assert len(pieces) > 1
+    assert "\ufffd" not in "".join(pieces)
+    assert unsplit(pieces) == line
+
+
+@pytest.mark.anyio
+async def test_a_failing_output_reader_fails_the_attempt_and_stops_the_command(
+    tmp_path: Path,
+) -> None:
+    """The reader of stdout fails on a line: the attempt fails at once with code
+    output_unreadable (naming the stream), and the command's process group is gone, rather
+    than the command blocking on a pipe nobody drains."""
+    pidfile = tmp_path / "pid"
+    script = f"echo $$ > {pidfile}; echo first; exec yes"
+
+    def broken_log(stream: str, text: str) -> None:
+        raise RuntimeError("the log buffer broke")
+
+    context = job_context("command", {"argv": ["sh", "-c", script]}, grace_s=0.5)
+    context.log_line = broken_log
+
+    result = await finished(CommandHandler(), context)
+
+    assert (result.outcome, result.retryable) == ("failed", True)
+    assert result.error == {
+        "code": "output_unreadable",
+        "message": "reading the command's stdout failed (RuntimeError); the command was stopped",
+    }
+    assert await group_gone(read_pid(pidfile))
+
+
 # -- handler loading ----------------------------------------------------------------------------
 
 
@@ -934,6 +1155,24 @@ async def test_a_log_batch_holds_at_most_batch_lines() -> None:
         (2, ["3", "4"]),
         (3, ["5"]),
     ]
+
+
+@pytest.mark.anyio
+async def test_a_log_batch_of_long_lines_fits_the_platforms_logs_body_limit() -> None:
+    """200 lines of 16 KiB (3 MiB): batches stay within the logs channel's body limit, and
+    every line goes, in order."""
+    client = FakeChannels()
+    logs = shipper(client)
+    texts = [f"{number:03d}" + "x" * (16 * 1024 - 3) for number in range(200)]
+    add_lines(logs, ATTEMPT, *texts)
+
+    for _ in range(len(texts)):
+        await logs.flush()
+
+    batches = [batch for *_, batch in client.log_calls]
+    limit = HttpSettings().log_body_limit
+    assert [len(json.dumps(batch)) < limit for batch in batches] == [True] * len(batches)
+    assert [text for batch in batches for text in batch] == texts
 
 
 @pytest.mark.anyio

@@ -338,25 +338,56 @@ def run_start(
             help="SIGTERM-to-SIGKILL grace for cancelled commands",
         ),
     ] = 10.0,
+    run_as: Annotated[
+        str | None,
+        typer.Option(
+            "--run-as",
+            envvar="MOONRUN_RUN_AS",
+            help="Run commands as this user (name or uid) and its groups; needs Run as root",
+        ),
+    ] = None,
     log_level: Annotated[str, typer.Option("--log-level", envvar="MOONRUN_LOG_LEVEL")] = "info",
 ) -> None:
     """Run the agent: register, reconcile the journal, then claim and execute jobs."""
     import asyncio
+    import logging
     import signal
+    import tempfile
 
     from moonrun import jsonlog
     from moonrun.run import identity
     from moonrun.run.agent import Agent, RunConfig
+    from moonrun.run.confinement import (
+        CommandUser,
+        Confinement,
+        child_environment,
+        command_user_warning,
+    )
     from moonrun.run.handlers import load_handlers
     from moonrun.run.journal import Journal
 
     url = _check_url(platform)
     jsonlog.configure(log_level)
+    euid = os.geteuid()
+    user = CommandUser.named(run_as) if run_as else CommandUser.effective()
+    if user.uid != euid and euid != 0:
+        raise InvalidRequest(f"--run-as {run_as} needs Run to run as root (it changes uids)")
+    switch = user if user.uid != euid else None
+    confinement = Confinement(
+        switch, child_environment(os.environ, user), Path(tempfile.gettempdir())
+    )
+    identity.make_private(data_dir)
     held = identity.load(data_dir)
     lock = identity.hold_lock(data_dir)
     journal = Journal.open(data_dir)
     config = RunConfig(url, data_dir, capacity, cancel_grace_s=cancel_grace_s)
-    agent = Agent(config, held, journal, load_handlers())
+    agent = Agent(config, held, journal, load_handlers(confinement))
+    if warning := command_user_warning(user, euid):
+        if user.uid == 0:
+            typer.echo(f"moonrun: warning: {warning}", err=True)
+        logging.getLogger("moonrun.run").warning(
+            warning, extra={"fields": {"command_user": user.name, "uid": user.uid}}
+        )
 
     async def serve() -> None:
         stop = asyncio.Event()
@@ -366,18 +397,22 @@ def run_start(
         await agent.run(stop)
 
     try:
-        _event_loop_run(serve())
+        # uvloop cannot start a child under another uid: asyncio does (setuid in the child).
+        _event_loop_run(serve(), uvloop_allowed=switch is None)
     finally:
         lock.close()
 
 
-def _event_loop_run(main: Any) -> None:
-    """Run a coroutine to completion on uvloop where it is installed, else on asyncio."""
+def _event_loop_run(main: Any, *, uvloop_allowed: bool = True) -> None:
+    """Run a coroutine to completion on uvloop where it is installed (and allowed), else on
+    asyncio."""
     import asyncio
 
     try:
         import uvloop
     except ImportError:
+        uvloop_allowed = False
+    if not uvloop_allowed:
         asyncio.run(main)
         return
     uvloop.run(main)

@@ -1,4 +1,5 @@
-"""Run's data directory: its Ed25519 identity key (0600) and the endpoint it joined as."""
+"""Run's data directory (0700): its Ed25519 identity key and the endpoint it joined as (0600,
+like every file in it), whatever the umask."""
 
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ def hold_lock(data_dir: Path) -> IO[str]:
     """Take the data directory for this process: two Runs on one journal would corrupt it.
     The lock goes with the returned file (and with the process, however it ends)."""
     check_data_dir(data_dir)
-    handle = open(data_dir / LOCK_FILE, "a")  # noqa: SIM115 (held for the process's life)
+    descriptor = os.open(data_dir / LOCK_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    handle = os.fdopen(descriptor, "a")
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -47,9 +49,19 @@ def check_data_dir(data_dir: Path) -> None:
         raise DataDirError(f"data directory {data_dir} does not exist; create it first")
 
 
+def make_private(data_dir: Path) -> None:
+    """Mode 0700 for the data directory and 0600 for every file in it, so that no other user
+    (a command run as another user included) reads the key or the journal."""
+    check_data_dir(data_dir)
+    os.chmod(data_dir, 0o700)
+    for path in data_dir.iterdir():
+        if path.is_file() and not path.is_symlink():
+            os.chmod(path, 0o600)
+
+
 def new_key(data_dir: Path) -> Ed25519PrivateKey:
     """Create the identity key, mode 0600, refusing to replace one."""
-    check_data_dir(data_dir)
+    make_private(data_dir)
     path = data_dir / KEY_FILE
     if path.exists() or (data_dir / ENDPOINT_FILE).exists():
         raise DataDirError(f"{data_dir} already holds an identity; Run joins only once")
@@ -73,7 +85,10 @@ def forget_key(data_dir: Path) -> None:
 def save_endpoint(data_dir: Path, endpoint_id: str, platform_url: str) -> None:
     path = data_dir / ENDPOINT_FILE
     temporary = path.with_suffix(".tmp")
-    temporary.write_text(json.dumps({"endpoint_id": endpoint_id, "platform_url": platform_url}))
+    document = json.dumps({"endpoint_id": endpoint_id, "platform_url": platform_url})
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(document)
     os.replace(temporary, path)
 
 

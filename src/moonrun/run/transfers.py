@@ -23,6 +23,8 @@ from moonrun.run.client import SESSION_ERRORS, TRANSIENT, PlatformClient
 log = logging.getLogger("moonrun.run.transfers")
 
 CHUNK_BYTES = 1024 * 1024
+LINE_CHARS = 16_384
+"""What a log line keeps of its text."""
 BATCH_BYTES = 768 * 1024
 """A log batch's lines, as JSON, stay below this: the platform refuses log bodies over 1 MiB."""
 LINE_JSON_BYTES = 80
@@ -81,7 +83,7 @@ class LogShipper:
         if len(self._buffer) >= self._capacity:
             self._buffer.popleft()
             self.dropped += 1
-        self._buffer.append(Line(attempt, _now_rfc3339(), stream, text[:16_384]))
+        self._buffer.append(Line(attempt, _now_rfc3339(), stream, text[:LINE_CHARS]))
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():

@@ -8,7 +8,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from moonrun.run.confinement import Confinement
 
 log = logging.getLogger("moonrun.run.handlers")
 
@@ -76,8 +79,9 @@ class Handler(Protocol):
     async def run(self, context: JobContext) -> HandlerResult: ...
 
 
-def load_handlers() -> dict[str, Handler]:
-    """The built-ins, then every installed plugin (a plugin may replace a built-in)."""
+def load_handlers(confinement: Confinement | None = None) -> dict[str, Handler]:
+    """The built-ins, then every installed plugin (a plugin may replace a built-in);
+    `command` starts its processes under `confinement`."""
     from moonrun.run.handlers.command import CommandHandler
     from moonrun.run.handlers.noop import NoopHandler
     from moonrun.run.handlers.sleep import SleepHandler
@@ -85,11 +89,14 @@ def load_handlers() -> dict[str, Handler]:
     handlers: dict[str, Handler] = {
         "noop": NoopHandler(),
         "sleep": SleepHandler(),
-        "command": CommandHandler(),
+        "command": CommandHandler(confinement),
     }
     for entry in entry_points(group=ENTRY_POINT_GROUP):
         try:
-            handlers[entry.name] = entry.load()()
+            plugin = entry.load()
+            if entry.name in handlers and type(handlers[entry.name]) is plugin:
+                continue  # moonrun's own entry for a built-in: keep the one configured above
+            handlers[entry.name] = plugin()
         except Exception as error:  # a broken plugin must not stop Run; its kind fails
             log.warning(
                 "handler plugin failed to load",
