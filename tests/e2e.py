@@ -413,11 +413,19 @@ class Cluster:
         )
 
     def logs(self, job_id: str, attempt: int | None = None) -> list[dict[str, Any]]:
-        query = "" if attempt is None else f"?attempt={attempt}"
-        response = self.api("GET", f"/api/v1/jobs/{job_id}/logs{query}")
-        assert response.status_code == 200, response.text
-        lines: list[dict[str, Any]] = response.json()["lines"]
-        return lines
+        """Every log line of the attempt (the latest by default), page after page."""
+        query = "" if attempt is None else f"&attempt={attempt}"
+        lines: list[dict[str, Any]] = []
+        after_seq = -1
+        while True:
+            path = f"/api/v1/jobs/{job_id}/logs?after_seq={after_seq}{query}"
+            response = self.api("GET", path)
+            assert response.status_code == 200, response.text
+            page = response.json()
+            lines += page["lines"]
+            if not page["more"]:
+                return lines
+            after_seq = page["next_after_seq"]
 
     # -- host processes ------------------------------------------------------------------------
 
