@@ -1033,7 +1033,8 @@ def add_lines(logs: LogShipper, attempt: Attempt, *texts: str) -> None:
 
 @pytest.mark.anyio
 async def test_a_full_log_buffer_drops_its_oldest_lines_and_counts_them() -> None:
-    """Capacity 3, five lines added: the two oldest are dropped and counted, never blocking."""
+    """Capacity 3, five lines added: the two oldest are dropped, counted and said in the logs,
+    never blocking."""
     client = FakeChannels()
     logs = shipper(client, capacity=3)
     add_lines(logs, ATTEMPT, "l1", "l2", "l3", "l4", "l5")
@@ -1041,8 +1042,52 @@ async def test_a_full_log_buffer_drops_its_oldest_lines_and_counts_them() -> Non
     await logs.flush()
 
     assert logs.dropped == 2
-    assert client.log_calls == [("job_1", 1, 1, ["l3", "l4", "l5"])]
-    assert logs.shipped == 3
+    note = "[moonrun: 2 earlier line(s) dropped: output outran log shipping]"
+    assert client.log_calls == [("job_1", 1, 1, [note, "l3", "l4", "l5"])]
+    assert logs.shipped == 4
+
+
+@pytest.mark.anyio
+async def test_a_loud_attempt_never_pushes_out_a_quiet_attempts_lines() -> None:
+    """Buffers full of one attempt's flood: lines go from that attempt, never from another's."""
+    client = FakeChannels()
+    logs = shipper(client, capacity=10)
+    logs.add(OTHER_ATTEMPT, "stdout", "quiet")
+    add_lines(logs, ATTEMPT, *[f"loud-{n}" for n in range(100)])
+
+    await logs.flush()
+
+    delivered = {job: texts for job, _, _, texts in client.log_calls}
+    assert delivered["job_2"] == ["quiet"]
+    assert delivered["job_1"][1:] == [f"loud-{n}" for n in range(91, 100)]
+    assert logs.dropped == 91
+
+
+@pytest.mark.anyio
+async def test_every_attempt_gets_a_batch_in_each_flush_however_much_another_has() -> None:
+    """An attempt with thousands of lines waiting does not hold back another's one line."""
+    client = FakeChannels()
+    logs = shipper(client, batch_lines=500)
+    add_lines(logs, ATTEMPT, *[f"loud-{n}" for n in range(1_500)])
+    logs.add(OTHER_ATTEMPT, "stdout", "quiet")
+
+    await logs.flush()
+
+    sent = [(job, len(texts)) for job, _, _, texts in client.log_calls]
+    assert sent == [("job_1", 500), ("job_2", 1)]
+
+
+@pytest.mark.anyio
+async def test_one_attempts_buffer_is_bounded_in_bytes_as_well_as_lines() -> None:
+    """Long lines fill an attempt's byte bound before its line bound: the oldest go."""
+    client = FakeChannels()
+    logs = shipper(client, attempt_capacity_bytes=100_000)
+    add_lines(logs, ATTEMPT, *[f"{n:02d}" + "x" * 9_998 for n in range(20)])
+
+    await logs.flush()
+
+    (*_, texts), *_ = client.log_calls
+    assert [text[:2] for text in texts[1:]] == [f"{n:02d}" for n in range(11, 20)]
 
 
 @pytest.mark.anyio
@@ -1105,7 +1150,7 @@ async def test_log_batches_stay_below_the_platforms_log_body_limit() -> None:
     """Long lines go in several batches, each well below the 1 MiB the platform accepts, and
     every line is shipped once."""
     client = FakeChannels()
-    logs = shipper(client)
+    logs = shipper(client, attempt_capacity_bytes=64 * 1024 * 1024)
     add_lines(logs, ATTEMPT, *[f"{n:03d}" + "\x01" * 20_000 for n in range(100)])
 
     while logs.shipped < 100 and len(client.log_calls) < 100:

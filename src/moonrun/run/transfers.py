@@ -1,8 +1,9 @@
 """Run's logs and artifacts channels: bounded buffers, their own tasks, their own retries.
 
-Handlers hand lines and files over without ever waiting: when the log buffer is full the
-oldest line is dropped (and counted); artifact uploads queue up to a bound and are dropped
-beyond it (and counted). Nothing here is awaited by a job's lifecycle or by the heartbeat.
+Handlers hand lines and files over without ever waiting: when the log buffers are full the
+loudest attempt's oldest line is dropped (and counted, and said in its logs); artifact uploads
+queue up to a bound and are dropped beyond it (and counted). Nothing here is awaited by a job's
+lifecycle or by the heartbeat.
 """
 
 from __future__ import annotations
@@ -46,6 +47,12 @@ class Line:
     ts: str
     stream: str
     text: str
+    json_size: int
+    """What the line takes in a batch's JSON, its text's escapes included."""
+
+
+def _line(attempt: Attempt, ts: str, stream: str, text: str) -> Line:
+    return Line(attempt, ts, stream, text, len(json.dumps(text)) + LINE_JSON_BYTES)
 
 
 def _now_rfc3339() -> str:
@@ -54,13 +61,22 @@ def _now_rfc3339() -> str:
 
 
 class LogShipper:
-    """Batches log lines about every `interval_s` and posts them on the logs channel."""
+    """Batches log lines about every `interval_s` and posts them on the logs channel.
+
+    Each attempt has its own buffer and its own batch in every flush, so a loud attempt never
+    delays or pushes out a quiet one: when the buffers are full, lines go from the attempt
+    holding the most, oldest first, and that attempt's next batch starts with a line saying
+    how many it lost.
+    """
 
     def __init__(
         self,
         client: PlatformClient,
         *,
         capacity: int = 10_000,
+        capacity_bytes: int = 64 * 1024 * 1024,
+        attempt_capacity: int = 2_000,
+        attempt_capacity_bytes: int = 8 * 1024 * 1024,
         interval_s: float = 1.0,
         batch_lines: int = 500,
         batch_bytes: int = BATCH_BYTES,
@@ -68,8 +84,14 @@ class LogShipper:
     ) -> None:
         self._client = client
         self._clock_ms = clock_ms
-        self._buffer: deque[Line] = deque()
+        self._buffers: dict[Attempt, deque[Line]] = {}
+        self._sizes: dict[Attempt, int] = {}
+        self._lost: dict[Attempt, int] = {}
+        self._lines = self._bytes = 0
         self._capacity = capacity
+        self._capacity_bytes = capacity_bytes
+        self._attempt_capacity = min(attempt_capacity, capacity)
+        self._attempt_capacity_bytes = min(attempt_capacity_bytes, capacity_bytes)
         self._interval_s = interval_s
         self._batch_lines = batch_lines
         self._batch_bytes = batch_bytes
@@ -79,11 +101,30 @@ class LogShipper:
         self.shipped = 0
 
     def add(self, attempt: Attempt, stream: str, text: str) -> None:
-        """Buffer a line; never blocks. A full buffer drops its oldest line."""
-        if len(self._buffer) >= self._capacity:
-            self._buffer.popleft()
-            self.dropped += 1
-        self._buffer.append(Line(attempt, _now_rfc3339(), stream, text[:LINE_CHARS]))
+        """Buffer a line; never blocks. Over a bound, the loudest attempt's oldest line goes."""
+        line = _line(attempt, _now_rfc3339(), stream, text[:LINE_CHARS])
+        self._buffers.setdefault(attempt, deque()).append(line)
+        self._sizes[attempt] = self._sizes.get(attempt, 0) + line.json_size
+        self._lines, self._bytes = self._lines + 1, self._bytes + line.json_size
+        while (
+            len(self._buffers[attempt]) > self._attempt_capacity
+            or self._sizes[attempt] > self._attempt_capacity_bytes
+        ):
+            self._drop_oldest(attempt)
+        while self._lines > self._capacity or self._bytes > self._capacity_bytes:
+            self._drop_oldest(max(self._sizes, key=self._sizes.__getitem__))
+
+    def _drop_oldest(self, attempt: Attempt) -> None:
+        line = self._buffers[attempt].popleft()
+        self._sizes[attempt] -= line.json_size
+        self._lines, self._bytes = self._lines - 1, self._bytes - line.json_size
+        self._lost[attempt] = self._lost.get(attempt, 0) + 1
+        self.dropped += 1
+        if not self._buffers[attempt]:
+            self._forget(attempt)
+
+    def _forget(self, attempt: Attempt) -> None:
+        del self._buffers[attempt], self._sizes[attempt]
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -121,22 +162,28 @@ class LogShipper:
             del self._pending[attempt]
 
     def _take_batches(self) -> dict[Attempt, list[Line]]:
-        """Up to `batch_lines` buffered lines and about `batch_bytes` of their JSON (at least one
-        line), grouped by attempt; attempts with a pending batch wait until it is through."""
+        """For each attempt without a pending batch, its oldest lines: up to `batch_lines` and
+        about `batch_bytes` of JSON (at least one line), after a line counting any it lost."""
         batches: dict[Attempt, list[Line]] = {}
-        kept: deque[Line] = deque()
-        taken = size = 0
-        while self._buffer and taken < self._batch_lines:
-            line = self._buffer[0]
-            if line.attempt in self._pending:
-                kept.append(self._buffer.popleft())
-                continue
-            line_size = len(json.dumps(line.text)) + LINE_JSON_BYTES
-            if taken and size + line_size > self._batch_bytes:
-                break
-            batches.setdefault(line.attempt, []).append(self._buffer.popleft())
-            taken, size = taken + 1, size + line_size
-        self._buffer.extendleft(reversed(kept))
+        for attempt in [a for a in self._buffers if a not in self._pending]:
+            buffer = self._buffers[attempt]
+            batch: list[Line] = []
+            size = 0
+            lost = self._lost.pop(attempt, 0)
+            if lost:
+                note = f"[moonrun: {lost} earlier line(s) dropped: output outran log shipping]"
+                batch.append(_line(attempt, buffer[0].ts, "stderr", note))
+            while buffer and len(batch) < self._batch_lines:
+                line_size = buffer[0].json_size
+                if batch and size + line_size > self._batch_bytes:
+                    break
+                batch.append(buffer.popleft())
+                size += line_size
+                self._sizes[attempt] -= line_size
+                self._lines, self._bytes = self._lines - 1, self._bytes - line_size
+            batches[attempt] = batch
+            if not buffer:
+                self._forget(attempt)
         return batches
 
     def _next_seq(self, attempt: Attempt) -> int:

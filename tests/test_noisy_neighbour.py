@@ -1,0 +1,172 @@
+"""Noisy neighbours: one owner's floods on a shared endpoint never reach another owner's jobs.
+
+A real platform and a real Run (tests/e2e.py). Owner A and owner B each have a server on the
+same endpoint. A floods it: commands that print a 30 MB line, a million short lines, control
+characters and bytes that are not UTF-8; artifacts that are large, sparse and huge, named like
+paths, or pointing at Run's own key; payloads nested past the limit, too wide, holding lone
+surrogates, too big, of kinds no handler runs. Meanwhile B's 100 jobs must all succeed on their
+first attempt, each with exactly its own log line, and A's floods must have been refused with
+typed errors or bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.e2e import Cluster, JobView, cluster, wait_for
+
+B_JOBS = 100
+FLOOD_LINE_BYTES = 30_000_000
+CONTROLS = r"printf '\033[2J\342\200\256evil\r\nB: ok\n\377\376\355\240\200\n'"
+"""Clear-screen, a bidi override, CR/LF posing as another line, bytes that are not UTF-8."""
+
+
+class Owner:
+    """A user holding one server on the shared endpoint, speaking the user API with its token."""
+
+    def __init__(self, cl: Cluster, name: str, endpoint_id: str) -> None:
+        created = cl.created("/api/v1/users", {"name": name, "platform_admin": False})
+        self.id = created["user"]["id"]
+        body = {"name": f"{name}-server", "endpoint_id": endpoint_id, "owner_id": self.id}
+        self.server_id = cl.created("/api/v1/servers", body)["id"]
+        self.client = httpx.Client(
+            base_url=cl.platform.url,
+            headers={"Authorization": f"Bearer {created['api_token']}"},
+            timeout=30,
+        )
+
+    def post_job(self, body: bytes | dict[str, Any]) -> httpx.Response:
+        content = body if isinstance(body, bytes) else json.dumps(body).encode()
+        return self.client.post(
+            f"/api/v1/servers/{self.server_id}/jobs",
+            content=content,
+            headers={"Content-Type": "application/json"},
+        )
+
+    def submit(self, kind: str, payload: Any) -> str:
+        response = self.post_job({"kind": kind, "payload": payload, "max_attempts": 1})
+        assert response.status_code == 201, response.text
+        job_id: str = response.json()["id"]
+        return job_id
+
+    def job(self, job_id: str) -> JobView:
+        response = self.client.get(f"/api/v1/jobs/{job_id}")
+        assert response.status_code == 200, response.text
+        view: JobView = response.json()
+        return view
+
+    def logs(self, job_id: str) -> dict[str, Any]:
+        response = self.client.get(f"/api/v1/jobs/{job_id}/logs", params={"tail": 1000})
+        assert response.status_code == 200, response.text
+        page: dict[str, Any] = response.json()
+        return page
+
+
+def nested(depth: int) -> dict[str, Any]:
+    """A payload `depth` levels deep: an object holding lists."""
+    value: Any = "leaf"
+    for _ in range(depth - 1):
+        value = [value]
+    return {"deep": value}
+
+
+def sh(script: str, *artifacts: tuple[str, str]) -> dict[str, Any]:
+    payload: dict[str, Any] = {"argv": ["sh", "-c", script], "timeout_s": 120}
+    if artifacts:
+        payload["artifacts"] = [{"path": path, "name": name} for path, name in artifacts]
+    return payload
+
+
+@pytest.fixture
+def shared(tmp_path: Path) -> Iterator[tuple[Cluster, Owner, Owner]]:
+    with cluster(tmp_path) as cl:
+        # Run as root confines commands to an unprivileged user, as docs/operations.md advises.
+        options = ("--run-as", "nobody") if os.geteuid() == 0 else ()
+        run = cl.add_run("shared", capacity=8, start=False)
+        run.start(options=options)
+        a = Owner(cl, "owner-a", run.endpoint_id)
+        b = Owner(cl, "owner-b", run.endpoint_id)
+        with cl.explained():
+            yield cl, a, b
+        a.client.close()
+        b.client.close()
+
+
+def flood(a: Owner, key_path: Path) -> tuple[list[str], list[int]]:
+    """Owner A's floods: the jobs it got created and the statuses of what was refused."""
+    jobs = [
+        a.submit("command", sh(f'head -c {FLOOD_LINE_BYTES} /dev/zero | tr "\\0" A')),
+        a.submit("command", sh("yes spam | head -n 1000000")),
+        a.submit(
+            "command", sh(r"printf '\033[2J\342\200\256evil\r\nB: ok\n\377\376\355\240\200\n'")
+        ),
+        a.submit(
+            "command",
+            sh(
+                "head -c 20000000 /dev/urandom > big.bin && truncate -s 3G sparse.bin",
+                ("big.bin", "big.bin"),
+                ("sparse.bin", "sparse.bin"),
+                ("big.bin", "../../escape"),
+                (str(key_path), "identity.key"),
+                ("/etc/shadow", "shadow"),
+            ),
+        ),
+        a.submit("noop", nested(32)),
+        a.submit("noop", {"wide": [0] * 9_000}),
+        a.submit("no-such-kind", {}),
+        a.submit("command", {"argv": "echo hi"}),
+    ]
+    refused = [
+        a.post_job({"kind": "noop", "payload": nested(40)}).status_code,
+        a.post_job({"kind": "noop", "payload": {"wide": [0] * 10_001}}).status_code,
+        a.post_job(b'{"kind": "noop", "payload": {"\\ud800": "\\udfff"}}').status_code,
+        a.post_job({"kind": "noop", "payload": {"x": "y" * 400_000}}).status_code,
+        a.post_job(
+            b'{"kind": "noop", "payload": ' + b"[" * 5_000 + b"]" * 5_000 + b"}"
+        ).status_code,
+        a.post_job(b"\xff\xfe{").status_code,
+    ]
+    return jobs, refused
+
+
+def test_one_owners_floods_never_touch_another_owners_jobs_on_a_shared_endpoint(
+    shared: tuple[Cluster, Owner, Owner],
+) -> None:
+    """A floods logs, artifacts and poison payloads; B's 100 jobs all succeed on their first
+    attempt, each with its own log line; A's floods are refused with typed errors or bounded."""
+    cl, a, b = shared
+    run = cl.runs[0]
+    a_jobs, refused = flood(a, run.data_dir / "identity.key")
+    b_jobs = [b.submit("command", {"argv": ["echo", f"b-{n}"]}) for n in range(B_JOBS)]
+    a_jobs += flood(a, run.data_dir / "identity.key")[0]
+
+    def ended(owner: Owner, job_id: str) -> JobView | None:
+        view = owner.job(job_id)
+        return view if view["state"] in ("succeeded", "failed", "cancelled") else None
+
+    b_views = [wait_for(lambda j=job_id: ended(b, j), f"B's job {job_id}") for job_id in b_jobs]
+    a_views = [
+        wait_for(lambda j=job_id: ended(a, j), f"A's job {job_id}", timeout_s=240)
+        for job_id in a_jobs
+    ]
+    run.check_alive()
+
+    b_endings = [
+        (view["state"], view["attempt"], [(h["attempt"], h["outcome"]) for h in view["history"]])
+        for view in b_views
+    ]
+    assert b_endings == [("succeeded", 1, [(1, "succeeded")])] * B_JOBS
+    b_logs = [[line["text"] for line in b.logs(job_id)["lines"]] for job_id in b_jobs]
+    assert b_logs == [[f"b-{n}"] for n in range(B_JOBS)]
+    assert refused == [422, 422, 422, 413, 422, 422]
+    assert [view["state"] for view in a_views[:8]] == ["succeeded"] * 6 + ["failed"] * 2
+    flooded = a.logs(a_jobs[0])
+    kept = sum(len(line["text"].encode()) for line in flooded["lines"])
+    assert (kept < FLOOD_LINE_BYTES // 4, flooded["dropped_bytes"] > 0) == (True, True)
