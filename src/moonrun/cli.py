@@ -338,6 +338,11 @@ def run_start(
             help="SIGTERM-to-SIGKILL grace for cancelled commands",
         ),
     ] = 10.0,
+    max_artifact_bytes: int = _bytes(
+        "max-artifact-bytes",
+        1_073_741_824,
+        "A bigger artifact is not uploaded (its job's log says so)",
+    ),
     run_as: Annotated[
         str | None,
         typer.Option(
@@ -380,7 +385,13 @@ def run_start(
     held = identity.load(data_dir)
     lock = identity.hold_lock(data_dir)
     journal = Journal.open(data_dir)
-    config = RunConfig(url, data_dir, capacity, cancel_grace_s=cancel_grace_s)
+    config = RunConfig(
+        url,
+        data_dir,
+        capacity,
+        cancel_grace_s=cancel_grace_s,
+        max_artifact_bytes=max_artifact_bytes,
+    )
     agent = Agent(config, held, journal, load_handlers(confinement))
     if warning := command_user_warning(user, euid):
         if user.uid == 0:
