@@ -18,13 +18,17 @@ from pathlib import Path
 from typing import Any, BinaryIO, cast
 
 import pytest
+import typer
 
 from moonrun import errors
+from moonrun.cli import app
 from moonrun.platform.artifacts import FileArtifactStore
+from moonrun.platform.config import ArtifactLimits
 from moonrun.run.confinement import CommandUser, Confinement
 from moonrun.run.handlers import HandlerResult, JobContext
 from moonrun.run.handlers.command import CommandHandler
 from moonrun.run.transfers import CHUNK_BYTES, ArtifactUploader, Attempt
+from moonrun.settings import PlatformConfig, build_platform
 from tests.http_harness import Cast, http_world
 from tests.stores import memory_factory
 
@@ -408,7 +412,7 @@ def test_a_chunk_past_the_attempts_artifact_cap_is_refused_413(capped: Cast) -> 
     """Cap 10 bytes per attempt, over all its artifacts: 6 + 4 bytes are stored, one byte more
     (in any artifact of the attempt) is 413 artifact_too_large, and storing a chunk again with
     the same bytes does not count twice."""
-    run = capped.run
+    run = capped.run.start()
     job_id, attempt = running_job(capped)
 
     statuses = [
@@ -434,3 +438,41 @@ def test_the_attempt_cap_counts_what_is_already_on_disk(tmp_path: Path) -> None:
         restarted.put_chunk("job_1", 1, "b", 0, b"x" * 3, True)
     restarted.put_chunk("job_1", 1, "b", 0, b"x" * 2, True)
     restarted.put_chunk("job_1", 2, "a", 0, b"x" * 10, True)
+
+
+def test_the_platforms_attempt_cap_is_a_setting(tmp_path: Path) -> None:
+    """PlatformConfig.artifacts.attempt_bytes (`--artifact-attempt-bytes`) caps the store the
+    platform serves."""
+    config = PlatformConfig(
+        store_url="memory://",
+        secret_file=tmp_path / "platform.secret",
+        data_dir=tmp_path,
+        artifacts=ArtifactLimits(attempt_bytes=4),
+    )
+    platform = build_platform(config)
+    try:
+        platform.artifacts.put_chunk("job_1", 1, "a", 0, b"x" * 4, False)
+        with pytest.raises(errors.ArtifactTooLarge):
+            platform.artifacts.put_chunk("job_1", 1, "a", 1, b"x", True)
+    finally:
+        platform.close()
+        platform.store.close()
+
+
+@pytest.mark.parametrize(
+    ("command", "option", "variable"),
+    [
+        (["platform", "serve"], "--artifact-attempt-bytes", "MOONRUN_ARTIFACT_ATTEMPT_BYTES"),
+        (["run", "start"], "--max-artifact-bytes", "MOONRUN_MAX_ARTIFACT_BYTES"),
+    ],
+)
+def test_the_artifact_caps_are_command_line_options(
+    command: list[str], option: str, variable: str
+) -> None:
+    """Both caps are flags with an environment variable, like the other bounds."""
+    found: Any = typer.main.get_command(app)
+    for name in command:
+        found = found.get_command(None, name)
+    options = {param.opts[0]: param.envvar for param in found.params}
+
+    assert options.get(option) == variable

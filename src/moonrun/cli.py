@@ -193,6 +193,11 @@ def platform_serve(
     log_total_bytes: int = _bytes(
         "log-total-bytes", 268_435_456, "Log store size; oldest attempts' lines go first"
     ),
+    artifact_attempt_bytes: int = _bytes(
+        "artifact-attempt-bytes",
+        2_147_483_648,
+        "Artifact bytes an attempt may store, over all its artifacts",
+    ),
     log_level: Annotated[str, typer.Option("--log-level", envvar="MOONRUN_LOG_LEVEL")] = "info",
 ) -> None:
     """Serve the Run API, the user API, /healthz and /metrics, and run the sweeper.
@@ -207,7 +212,7 @@ def platform_serve(
 
     from moonrun import jsonlog
     from moonrun.platform.app import create_app
-    from moonrun.platform.config import LogLimits, SchedulingSettings
+    from moonrun.platform.config import ArtifactLimits, LogLimits, SchedulingSettings
     from moonrun.platform.edge import (
         EdgeLimits,
         ServeSettings,
@@ -240,6 +245,7 @@ def platform_serve(
             attempt_bytes=log_attempt_bytes,
             total_bytes=log_total_bytes,
         ),
+        artifacts=ArtifactLimits(attempt_bytes=artifact_attempt_bytes),
     )
     try:
         host, port = config.host_and_port
