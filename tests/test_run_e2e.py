@@ -760,3 +760,37 @@ def test_run_warns_loudly_at_start_when_commands_would_run_as_root(tmp_path: Pat
         "moonrun: warning: commands run as root" in output,
     )
     assert [True] * len(warnings) == ["--run-as USER" in e["msg"] for e in warnings]
+
+
+def test_a_commands_artifacts_arrive_from_its_working_directory_within_runs_cap(
+    tmp_path: Path,
+) -> None:
+    """`--max-artifact-bytes 4096`: a relative artifact in the working directory is stored by
+    the platform; one over the cap and a symlink to Run's identity key are not, and the job's
+    stderr log says why; the job still succeeds."""
+    with cluster(tmp_path) as cl:
+        run = cl.add_run(start=False)
+        run.start(options=("--max-artifact-bytes", "4096"))
+        server = cl.create_server("web-1", run.endpoint_id)
+        script = (
+            f"echo done > result.txt; truncate -s 1M big.bin; ln -s {run.data_dir}/identity.key"
+            " key; echo finished"
+        )
+        artifacts = [{"path": name, "name": name} for name in ("result.txt", "big.bin", "key")]
+        job = cl.submit(server, "command", {"argv": ["sh", "-c", script], "artifacts": artifacts})
+        done = wait_ended(cl, job["id"])
+        stored = tmp_path / "platform-data" / "artifacts" / job["id"] / "1"
+        wait_for(lambda: (stored / "result.txt" / "final").exists(), "result.txt to be stored")
+
+        def refusals() -> list[str] | None:
+            lines = [line["text"] for line in cl.logs(job["id"]) if line["stream"] == "stderr"]
+            return lines if len(lines) == 2 else None
+
+        refused = wait_for(refusals, "two artifact refusals in the job's logs")
+    assert ending(done) == ("succeeded", 1, 1, None)
+    assert (stored / "result.txt" / "000000.chunk").read_bytes() == b"done\n"
+    assert sorted(path.name for path in stored.iterdir()) == ["result.txt"]
+    assert sorted(refused) == [
+        "artifact big.bin not uploaded: 1048576 bytes is over the 4096-byte cap",
+        "artifact key not uploaded: a symbolic link",
+    ]

@@ -312,18 +312,6 @@ async def test_a_command_runs_in_a_working_directory_of_its_own_removed_afterwar
     assert (entries.strip(), list(tmp_path.iterdir())) == ("0", [])
 
 
-def test_with_run_as_only_files_the_command_user_owns_are_uploaded(tmp_path: Path) -> None:
-    """--run-as: Run (which may read more) uploads an artifact only if the command user owns
-    it, so a job cannot name Run's identity key as its artifact."""
-    owned = tmp_path / "report.txt"
-    owned.write_text("done")
-    me = CommandUser("me", os.geteuid(), os.getegid(), (), "/")
-    other = CommandUser("other", os.geteuid() + 1, os.getegid(), (), "/")
-
-    assert [Confinement(user).may_upload(str(owned)) for user in (me, other)] == [True, False]
-    assert Confinement().may_upload(str(owned)) is True
-
-
 # -- handlers: helpers ------------------------------------------------------------------------
 
 
@@ -332,14 +320,14 @@ class Sink:
     """What a handler handed back: log lines per stream, uploads."""
 
     lines: list[tuple[str, str]] = field(default_factory=list)
-    uploads: list[tuple[str, str]] = field(default_factory=list)
+    uploads: list[tuple[Any, str]] = field(default_factory=list)
     processes: list[int] = field(default_factory=list)
 
     def log_line(self, stream: str, text: str) -> None:
         self.lines.append((stream, text))
 
-    def upload(self, path: str, name: str) -> None:
-        self.uploads.append((path, name))
+    def upload(self, source: Any, name: str) -> None:
+        self.uploads.append((source, name))
 
     async def remember_process(self, pid: int) -> None:
         self.processes.append(pid)
@@ -781,7 +769,8 @@ async def test_command_with_a_bad_payload_fails_bad_payload(payload: Any) -> Non
 
 @pytest.mark.anyio
 async def test_command_hands_its_artifacts_to_upload_after_success(tmp_path: Path) -> None:
-    """payload artifacts [{"path", "name"}] go to upload(path, name) once the command succeeded."""
+    """payload artifacts [{"path", "name"}] go to upload(file, name), opened, once the command
+    succeeded."""
     produced = tmp_path / "report.txt"
     payload = {
         "argv": ["sh", "-c", f"echo done > {produced}"],
@@ -792,7 +781,9 @@ async def test_command_hands_its_artifacts_to_upload_after_success(tmp_path: Pat
     result = await finished(CommandHandler(), job_context("command", payload, sink))
 
     assert result.outcome == "succeeded"
-    assert sink.uploads == [(str(produced), "report.txt")]
+    ((source, name),) = sink.uploads
+    with source:
+        assert (source.read(), name) == (b"done\n", "report.txt")
     assert produced.read_text() == "done\n"
 
 

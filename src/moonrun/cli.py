@@ -193,6 +193,11 @@ def platform_serve(
     log_total_bytes: int = _bytes(
         "log-total-bytes", 268_435_456, "Log store size; oldest attempts' lines go first"
     ),
+    artifact_attempt_bytes: int = _bytes(
+        "artifact-attempt-bytes",
+        2_147_483_648,
+        "Artifact bytes an attempt may store, over all its artifacts",
+    ),
     log_level: Annotated[str, typer.Option("--log-level", envvar="MOONRUN_LOG_LEVEL")] = "info",
 ) -> None:
     """Serve the Run API, the user API, /healthz and /metrics, and run the sweeper.
@@ -207,7 +212,7 @@ def platform_serve(
 
     from moonrun import jsonlog
     from moonrun.platform.app import create_app
-    from moonrun.platform.config import LogLimits, SchedulingSettings
+    from moonrun.platform.config import ArtifactLimits, LogLimits, SchedulingSettings
     from moonrun.platform.edge import (
         EdgeLimits,
         ServeSettings,
@@ -240,6 +245,7 @@ def platform_serve(
             attempt_bytes=log_attempt_bytes,
             total_bytes=log_total_bytes,
         ),
+        artifacts=ArtifactLimits(attempt_bytes=artifact_attempt_bytes),
     )
     try:
         host, port = config.host_and_port
@@ -338,6 +344,11 @@ def run_start(
             help="SIGTERM-to-SIGKILL grace for cancelled commands",
         ),
     ] = 10.0,
+    max_artifact_bytes: int = _bytes(
+        "max-artifact-bytes",
+        1_073_741_824,
+        "A bigger artifact is not uploaded (its job's log says so)",
+    ),
     run_as: Annotated[
         str | None,
         typer.Option(
@@ -380,7 +391,13 @@ def run_start(
     held = identity.load(data_dir)
     lock = identity.hold_lock(data_dir)
     journal = Journal.open(data_dir)
-    config = RunConfig(url, data_dir, capacity, cancel_grace_s=cancel_grace_s)
+    config = RunConfig(
+        url,
+        data_dir,
+        capacity,
+        cancel_grace_s=cancel_grace_s,
+        max_artifact_bytes=max_artifact_bytes,
+    )
     agent = Agent(config, held, journal, load_handlers(confinement))
     if warning := command_user_warning(user, euid):
         if user.uid == 0:

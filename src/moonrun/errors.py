@@ -53,6 +53,10 @@ class ArtifactConflict(MoonrunError):
     """That artifact chunk was already stored with different bytes."""
 
 
+class ArtifactTooLarge(MoonrunError):
+    """The attempt's artifacts would pass the platform's cap on artifact bytes per attempt."""
+
+
 class IdempotencyConflict(MoonrunError):
     """That Idempotency-Key was already used with a different request."""
 
@@ -192,6 +196,7 @@ ERROR_TABLE: Final[Mapping[type[MoonrunError], tuple[int, str]]] = {
     AlreadyExists: (409, "already_exists"),
     IdempotencyConflict: (409, "idempotency_conflict"),
     ArtifactConflict: (409, "artifact_conflict"),
+    ArtifactTooLarge: (413, "artifact_too_large"),
     Unauthenticated: (401, "unauthenticated"),
     Forbidden: (403, "forbidden"),
     NotFound: (404, "not_found"),

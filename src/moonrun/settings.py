@@ -12,7 +12,7 @@ from pathlib import Path
 from moonrun.clock import SystemClock
 from moonrun.platform.artifacts import FileArtifactStore
 from moonrun.platform.channels import Channels
-from moonrun.platform.config import LogLimits, SchedulingSettings
+from moonrun.platform.config import ArtifactLimits, LogLimits, SchedulingSettings
 from moonrun.platform.directory import Directory
 from moonrun.platform.http import HttpSettings, Platform
 from moonrun.platform.logstore import MemoryLogStore
@@ -34,6 +34,7 @@ class PlatformConfig:
     bootstrap_admin_token: str | None = None
     scheduling: SchedulingSettings = field(default_factory=SchedulingSettings)
     logs: LogLimits = field(default_factory=LogLimits)
+    artifacts: ArtifactLimits = field(default_factory=ArtifactLimits)
     sweep_interval_s: float = 1.0
 
     @property
@@ -83,7 +84,9 @@ def build_platform(config: PlatformConfig) -> Platform:
                 total_bytes=config.logs.total_bytes,
                 max_attempts=config.logs.max_attempts,
             ),
-            artifacts=FileArtifactStore(config.artifacts_dir),
+            artifacts=FileArtifactStore(
+                config.artifacts_dir, attempt_bytes=config.artifacts.attempt_bytes
+            ),
             # Memory and file stores answer from memory, the page cache or one fsync: their work
             # runs on the event loop, without thread hops (MySQL waits on the network).
             channels=Channels.with_limits(inline=isinstance(store, MemoryStore | FileStore)),

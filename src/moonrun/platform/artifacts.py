@@ -6,14 +6,19 @@ import hashlib
 import os
 import re
 import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import Protocol
 
-from moonrun.errors import ArtifactConflict, InvalidRequest
+from moonrun.errors import ArtifactConflict, ArtifactTooLarge, InvalidRequest
 from moonrun.security.files import open_private, private_directory
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 MAX_CHUNKS = 100_000
+ATTEMPT_BYTES = 2 * 1024**3
+"""The platform's default cap on an attempt's artifact bytes (`--artifact-attempt-bytes`)."""
+COUNTED_ATTEMPTS = 4096
+"""Attempts whose artifact bytes are kept counted in memory."""
 
 
 class ArtifactStore(Protocol):
@@ -25,11 +30,26 @@ class ArtifactStore(Protocol):
 
 
 class FileArtifactStore:
-    """`<root>/<job>/<attempt>/<name>/<index>.chunk`, written atomically; `final` marks the end."""
+    """`<root>/<job>/<attempt>/<name>/<index>.chunk`, written atomically; `final` marks the end.
 
-    def __init__(self, root: Path) -> None:
+    An attempt's chunks, over all its artifacts, hold at most `attempt_bytes`: one Run's
+    uploads cannot fill the disk every other owner's artifacts share. The bytes an attempt
+    holds are counted in memory, from its chunk files on disk when first touched (so that a
+    restart does not reset the count), for the most recently touched `counted_attempts`.
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        attempt_bytes: int = ATTEMPT_BYTES,
+        counted_attempts: int = COUNTED_ATTEMPTS,
+    ) -> None:
         self._root = root
         self._lock = threading.Lock()
+        self._attempt_bytes = attempt_bytes
+        self._counted_attempts = counted_attempts
+        self._held: OrderedDict[tuple[str, int], int] = OrderedDict()
 
     def put_chunk(
         self, job_id: str, attempt: int, name: str, index: int, data: bytes, final: bool
@@ -39,7 +59,6 @@ class FileArtifactStore:
         if not 0 <= index < MAX_CHUNKS:
             raise InvalidRequest(f"chunk index must be from 0 to {MAX_CHUNKS - 1}")
         directory = self._root / job_id / str(attempt) / name
-        private_directory(directory)
         chunk = directory / f"{index:06d}.chunk"
         with self._lock:
             if chunk.exists():
@@ -47,11 +66,33 @@ class FileArtifactStore:
                 if stored != hashlib.sha256(data).digest():
                     raise ArtifactConflict(f"chunk {index} of {name} was stored with other bytes")
             else:
+                held = self._bytes_held(job_id, attempt)
+                if held + len(data) > self._attempt_bytes:
+                    raise ArtifactTooLarge(
+                        f"chunk {index} of {name} would take attempt {attempt}'s artifacts past "
+                        f"the platform's cap of {self._attempt_bytes} bytes"
+                    )
+                private_directory(directory)
                 temporary = directory / f".{index:06d}.tmp"
                 _write(temporary, data)
                 os.replace(temporary, chunk)
+                self._held[(job_id, attempt)] = held + len(data)
             if final:
                 _write(directory / "final", f"{index + 1}\n".encode())
+
+    def _bytes_held(self, job_id: str, attempt: int) -> int:
+        """The bytes of the attempt's stored chunks (under the lock)."""
+        key = (job_id, attempt)
+        if key in self._held:
+            self._held.move_to_end(key)
+            return self._held[key]
+        held = sum(
+            path.stat().st_size for path in (self._root / job_id / str(attempt)).glob("*/*.chunk")
+        )
+        self._held[key] = held
+        if len(self._held) > self._counted_attempts:
+            self._held.popitem(last=False)  # counted again from disk when touched again
+        return held
 
 
 def _write(path: Path, data: bytes) -> None:

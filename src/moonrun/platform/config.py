@@ -1,9 +1,11 @@
-"""The platform's settings: scheduling (with PROTOCOL.md section 7's defaults) and log bounds."""
+"""The platform's settings: scheduling (with PROTOCOL.md section 7's defaults), log and artifact
+bounds."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from moonrun.platform.artifacts import ATTEMPT_BYTES
 from moonrun.scheduling.retry import RetryPolicy
 from moonrun.scheduling.time import seconds_to_ms
 
@@ -72,3 +74,12 @@ class LogLimits:
     """The whole store, counting each line's record too; the least recently written attempts
     lose their oldest lines first."""
     max_attempts: int = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class ArtifactLimits:
+    """Bounds of the artifact store (docs/protocol.md 71); `settings.py` hands them to
+    `FileArtifactStore`."""
+
+    attempt_bytes: int = ATTEMPT_BYTES
+    """An attempt's chunks, over all its artifacts; a chunk past it is 413 artifact_too_large."""

@@ -36,7 +36,7 @@ from moonrun.run.handlers import Handler, HandlerResult, JobContext
 from moonrun.run.handlers.command import process_record, stop_left_behind
 from moonrun.run.identity import Identity
 from moonrun.run.journal import Assignment, Journal
-from moonrun.run.transfers import ArtifactUploader, Attempt, LogShipper
+from moonrun.run.transfers import MAX_ARTIFACT_BYTES, ArtifactUploader, Attempt, LogShipper
 from moonrun.security.tokens import b64url
 
 log = logging.getLogger("moonrun.run")
@@ -75,6 +75,8 @@ class RunConfig:
     """The least time between two claims that both came back empty at once."""
     log_interval_s: float = 1.0
     cancel_grace_s: float = 10.0
+    max_artifact_bytes: int = MAX_ARTIFACT_BYTES
+    """A bigger artifact is not uploaded (a line in its job's logs says so)."""
     min_backoff_s: float = 0.5
     max_backoff_s: float = 10.0
 
@@ -102,7 +104,9 @@ class Agent:
         self._acks = message_batcher(self.client.acks)
         self._results = message_batcher(self.client.results)
         self.logs = LogShipper(self.client, interval_s=config.log_interval_s)
-        self.artifacts = ArtifactUploader(self.client)
+        self.artifacts = ArtifactUploader(
+            self.client, max_bytes=config.max_artifact_bytes, job_log=self.logs.add
+        )
         self._now_ms = now_ms
         self._running: dict[str, asyncio.Task[None]] = {}
         self._renewed_until: dict[str, float] = {}
@@ -443,7 +447,7 @@ class Agent:
             started_at_ms=entry.started_at_ms or self._now_ms(),
             now_ms=self._now_ms,
             log_line=lambda stream, text: self.logs.add(attempt, stream, text),
-            upload=lambda path, name: self.artifacts.add(attempt, path, name),
+            upload=lambda source, name: self.artifacts.add(attempt, source, name),
             remember_process=lambda pid: self._remember_process(entry, pid),
             grace_s=self.config.cancel_grace_s,
         )

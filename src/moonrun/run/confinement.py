@@ -7,14 +7,16 @@ environment, a working directory of their own per attempt, and with `--run-as` a
 
 from __future__ import annotations
 
+import errno
 import os
 import pwd
 import shutil
+import stat
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from moonrun.errors import InvalidRequest
 
@@ -108,16 +110,33 @@ class Confinement:
             os.chown(path, self.run_as.uid, self.run_as.gid)
         return path
 
-    def may_upload(self, path: str) -> bool:
-        """Whether Run may upload `path` for a command: with `--run-as`, only a regular file
-        the command user owns (Run reads it with its own rights, which may be more)."""
-        if self.run_as is None:
-            return True
+    def open_artifact(self, workdir: Path, path: str) -> BinaryIO | str:
+        """The artifact at `path` (relative paths are in `workdir`) opened for reading, or why
+        it may not be uploaded (blocking).
+
+        Opened, not named: the uploader reads it after the working directory is gone, and what
+        was checked is what is read. Never through a symbolic link, never anything but a
+        regular file, and with `--run-as` only one the command user owns: Run reads with its
+        own rights, which may be more.
+        """
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # a FIFO never blocks
         try:
-            found = os.stat(path)
-        except OSError:
-            return True  # the uploader reports it unreadable
-        return found.st_uid == self.run_as.uid and os.path.isfile(path)
+            fd = os.open(workdir / path, flags)
+        except OSError as error:
+            if error.errno == errno.ELOOP:
+                return "a symbolic link"
+            return error.strerror or "cannot be opened"
+        found = os.fstat(fd)
+        why = None
+        if not stat.S_ISREG(found.st_mode):
+            why = "not a regular file"
+        elif self.run_as is not None and found.st_uid != self.run_as.uid:
+            why = "not owned by the command user"
+        if why is not None:
+            os.close(fd)
+            return why
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
 
 
 def remove_workdir(path: Path) -> None:

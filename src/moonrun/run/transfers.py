@@ -12,18 +12,21 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
+from typing import BinaryIO
 
-from moonrun.errors import MoonrunError
+from moonrun.errors import ArtifactTooLarge, MoonrunError
 from moonrun.run.client import SESSION_ERRORS, TRANSIENT, PlatformClient
 
 log = logging.getLogger("moonrun.run.transfers")
 
 CHUNK_BYTES = 1024 * 1024
+MAX_ARTIFACT_BYTES = 1024**3
+"""Run's default cap on one artifact (`--max-artifact-bytes`)."""
 LINE_CHARS = 16_384
 """What a log line keeps of its text."""
 BATCH_BYTES = 768 * 1024
@@ -197,49 +200,102 @@ class LogShipper:
 @dataclass(frozen=True)
 class Upload:
     attempt: Attempt
-    path: str
+    source: str | BinaryIO
+    """A path Run opens when the upload's turn comes, or a file its handler already opened."""
     name: str
+
+    def close(self) -> None:
+        if not isinstance(self.source, str):
+            self.source.close()
+
+
+def _no_job_log(attempt: Attempt, stream: str, text: str) -> None:
+    pass
 
 
 class ArtifactUploader:
-    """Uploads files in chunks on the artifacts channel, one at a time, retrying with backoff."""
+    """Uploads files in chunks on the artifacts channel, one at a time, retrying with backoff.
+
+    A file is read one chunk at a time (only the chunk being sent is held, for its retries), so
+    a huge artifact costs no more memory than a small one; one over `max_bytes`, or one the
+    platform refuses as too large, is dropped with a line in its job's logs.
+    """
 
     def __init__(
-        self, client: PlatformClient, *, queue_size: int = 64, max_retry_s: float = 30.0
+        self,
+        client: PlatformClient,
+        *,
+        queue_size: int = 64,
+        max_retry_s: float = 30.0,
+        max_bytes: int = MAX_ARTIFACT_BYTES,
+        job_log: Callable[[Attempt, str, str], None] = _no_job_log,
     ) -> None:
         self._client = client
         self._queue: asyncio.Queue[Upload] = asyncio.Queue(maxsize=queue_size)
         self._max_retry_s = max_retry_s
+        self._max_bytes = max_bytes
+        self._job_log = job_log
         self.dropped = 0
         self.uploaded = 0
 
-    def add(self, attempt: Attempt, path: str, name: str) -> None:
-        """Queue a file; never blocks. A full queue drops the new upload."""
+    def add(self, attempt: Attempt, source: str | BinaryIO, name: str) -> None:
+        """Queue a file (a path, or an open binary file the uploader then owns and closes);
+        never blocks. A full queue drops the new upload."""
+        upload = Upload(attempt, source, name)
         try:
-            self._queue.put_nowait(Upload(attempt, path, name))
+            self._queue.put_nowait(upload)
         except asyncio.QueueFull:
+            upload.close()
             self.dropped += 1
 
     async def run(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            getter = asyncio.ensure_future(self._queue.get())
-            stopper = asyncio.ensure_future(stop.wait())
-            done, _ = await asyncio.wait({getter, stopper}, return_when=asyncio.FIRST_COMPLETED)
-            stopper.cancel()
-            if getter not in done:
-                getter.cancel()
-                return
-            await self._upload(getter.result(), stop)
+        try:
+            while not stop.is_set():
+                getter = asyncio.ensure_future(self._queue.get())
+                stopper = asyncio.ensure_future(stop.wait())
+                done, _ = await asyncio.wait({getter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+                stopper.cancel()
+                if getter not in done:
+                    getter.cancel()
+                    return
+                await self._upload(getter.result(), stop)
+        finally:
+            while not self._queue.empty():  # Run stops: what is left is neither sent nor kept
+                self._queue.get_nowait().close()
+
+    def _skip(self, upload: Upload, why: str) -> None:
+        """Drop an upload for good, saying why in its job's logs."""
+        self.dropped += 1
+        self._job_log(upload.attempt, "stderr", f"artifact {upload.name} not uploaded: {why}")
 
     async def _upload(self, upload: Upload, stop: asyncio.Event) -> None:
         try:
-            data = await asyncio.to_thread(Path(upload.path).read_bytes)
+            handle, size = await asyncio.to_thread(_opened, upload)
         except OSError as error:
             log.warning("artifact unreadable", extra={"fields": {"error": error.strerror}})
             self.dropped += 1
             return
-        chunks = [data[i : i + CHUNK_BYTES] for i in range(0, len(data), CHUNK_BYTES)] or [b""]
-        for index, chunk in enumerate(chunks):
+        try:
+            await self._send(upload, handle, size, stop)
+        finally:
+            await asyncio.to_thread(handle.close)
+
+    async def _send(self, upload: Upload, handle: BinaryIO, size: int, stop: asyncio.Event) -> None:
+        if size > self._max_bytes:
+            self._skip(upload, f"{size} bytes is over the {self._max_bytes}-byte cap")
+            return
+        # The size when the upload started is what is sent: a file still growing is cut there,
+        # so the cap holds whatever its writer does meanwhile.
+        count = max(1, -(-size // CHUNK_BYTES))
+        for index in range(count):
+            want = min(CHUNK_BYTES, size - index * CHUNK_BYTES)
+            try:
+                chunk = await asyncio.to_thread(handle.read, want)
+            except OSError as error:
+                log.warning("artifact unreadable", extra={"fields": {"error": error.strerror}})
+                self.dropped += 1
+                return
+            final = index == count - 1 or len(chunk) < want  # a shrunk file ends early
             delay = 0.5
             while True:
                 if stop.is_set():
@@ -252,14 +308,29 @@ class ArtifactUploader:
                         upload.name,
                         index,
                         chunk,
-                        final=index == len(chunks) - 1,
+                        final=final,
                     )
                     break
                 except RETRYABLE:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(stop.wait(), timeout=delay)
                     delay = min(self._max_retry_s, delay * 2)
+                except ArtifactTooLarge as error:  # final: the same bytes would only be refused
+                    self._skip(upload, error.message)
+                    return
                 except MoonrunError:
                     self.dropped += 1
                     return
+            if final:
+                break
         self.uploaded += 1
+
+
+def _opened(upload: Upload) -> tuple[BinaryIO, int]:
+    """The upload's file, open, and its size (blocking)."""
+    handle = open(upload.source, "rb") if isinstance(upload.source, str) else upload.source  # noqa: SIM115
+    try:
+        return handle, os.fstat(handle.fileno()).st_size
+    except OSError:
+        handle.close()
+        raise

@@ -8,7 +8,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 if TYPE_CHECKING:
     from moonrun.run.confinement import Confinement
@@ -52,8 +52,9 @@ class JobContext:
     """When this attempt first started (kept across Run restarts, for resumable handlers)."""
     now_ms: Callable[[], int]
     log_line: Callable[[str, str], None]
-    upload: Callable[[str, str], None]
-    """`upload(path, name)` queues a file for the artifacts channel (never blocks)."""
+    upload: Callable[[str | BinaryIO, str], None]
+    """`upload(path, name)` queues a file for the artifacts channel (never blocks); a handler
+    may hand over an open binary file instead of a path, which the uploader then closes."""
     remember_process: Callable[[int], Awaitable[None]]
     """Journal the process group a handler started, before it does any work."""
     grace_s: float = 10.0

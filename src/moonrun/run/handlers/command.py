@@ -130,13 +130,20 @@ class CommandHandler:
             return HandlerResult.failed("exit_status", f"{argv[0]} exited with status {code}")
         for artifact in payload.get("artifacts") or []:
             if isinstance(artifact, dict):
-                path, name = str(artifact.get("path", "")), str(artifact.get("name", ""))
-                if self.confinement.may_upload(path):
-                    context.upload(path, name)
-                else:
-                    fields = {"job_id": context.job_id, "artifact": name}
-                    log.warning("artifact not owned by the command user", extra={"fields": fields})
+                await self._upload(context, workdir, artifact)
         return HandlerResult("succeeded", output={"exit_code": 0})
+
+    async def _upload(self, context: JobContext, workdir: Path, artifact: dict[str, Any]) -> None:
+        """Open an artifact now, while the working directory still exists, and hand the open
+        file to the uploader; one that may not be uploaded gets a line in the job's logs."""
+        path, name = str(artifact.get("path", "")), str(artifact.get("name", ""))
+        opened = await asyncio.to_thread(self.confinement.open_artifact, workdir, path)
+        if isinstance(opened, str):
+            context.log("stderr", f"artifact {name} not uploaded: {opened}")
+            fields = {"job_id": context.job_id, "artifact": name, "why": opened}
+            log.warning("artifact not uploaded", extra={"fields": fields})
+            return
+        context.upload(opened, name)
 
 
 def _broken(readers: dict[str, asyncio.Task[None]]) -> str | None:
