@@ -78,7 +78,7 @@ class LogLimits:
 
 @dataclass(frozen=True, slots=True)
 class ArtifactLimits:
-    """Bounds of the artifact store (docs/protocol.md 71); `settings.py` hands them to
+    """Bounds of the artifact store (docs/protocol.md 67); `settings.py` hands them to
     `FileArtifactStore`."""
 
     attempt_bytes: int = ATTEMPT_BYTES
