@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,3 +28,22 @@ def command_env(admin_token: str) -> dict[str, str]:
         "MOONRUN_BOOTSTRAP_ADMIN_TOKEN": admin_token,
         "PYTHONUNBUFFERED": "1",
     }
+
+
+def serve_command(store_url: str, port: int, secret_file: Path, data_dir: Path) -> list[str]:
+    """`moonrun platform serve` on loopback `port`, as the tests start it."""
+    return [
+        sys.executable,
+        "-m",
+        "moonrun",
+        "platform",
+        "serve",
+        "--store",
+        store_url,
+        "--listen",
+        f"127.0.0.1:{port}",
+        "--secret-file",
+        str(secret_file),
+        "--data-dir",
+        str(data_dir),
+    ]

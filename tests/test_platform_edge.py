@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 
 from tests.console_kit import csrf_of
-from tests.processes import command_env, free_port
+from tests.processes import command_env, free_port, serve_command
 
 ADMIN_TOKEN = "mra_platform-edge-admin-token-0000000000000"
 OLIVE_PASSWORD = "olive-edge-password-5d1c"
@@ -41,19 +41,7 @@ def served(tmp_path: Path, *flags: str, open_files: int | None = None) -> Iterat
     yields once /healthz answers 200, and kills the process afterwards."""
     port = free_port()
     command = [
-        sys.executable,
-        "-m",
-        "moonrun",
-        "platform",
-        "serve",
-        "--store",
-        "memory://",
-        "--listen",
-        f"127.0.0.1:{port}",
-        "--secret-file",
-        str(tmp_path / "platform.secret"),
-        "--data-dir",
-        str(tmp_path / "data"),
+        *serve_command("memory://", port, tmp_path / "platform.secret", tmp_path / "data"),
         *flags,
     ]
     if open_files is not None:

@@ -13,7 +13,6 @@ import re
 import secrets
 import stat
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -30,31 +29,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from moonrun.scheduling.fingerprint import token_hash
 from moonrun.security import signing
 from moonrun.store import open_store
-from tests.processes import command_env, free_port
+from tests.processes import command_env, free_port, serve_command
 from tests.stores import StoreFactory
 
 ROOT = Path(__file__).resolve().parent.parent
 ADMIN_TOKEN = "mra_" + secrets.token_urlsafe(32)
 STARTUP_TIMEOUT_S = 30.0
 LOG_TAIL_LINES = 40
-
-
-def serve_command(store_url: str, port: int, secret_file: Path, data_dir: Path) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "moonrun",
-        "platform",
-        "serve",
-        "--store",
-        store_url,
-        "--listen",
-        f"127.0.0.1:{port}",
-        "--secret-file",
-        str(secret_file),
-        "--data-dir",
-        str(data_dir),
-    ]
 
 
 class PlatformProcess:
