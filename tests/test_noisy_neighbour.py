@@ -62,11 +62,20 @@ class Owner:
         view: JobView = response.json()
         return view
 
-    def logs(self, job_id: str) -> dict[str, Any]:
-        response = self.client.get(f"/api/v1/jobs/{job_id}/logs", params={"tail": 1000})
-        assert response.status_code == 200, response.text
-        page: dict[str, Any] = response.json()
-        return page
+    def logs(self, job_id: str) -> tuple[list[dict[str, Any]], int]:
+        """Every log line the platform kept of the job's latest attempt, page after page, and
+        how many bytes it dropped."""
+        lines: list[dict[str, Any]] = []
+        after_seq = -1
+        while True:
+            params = {"after_seq": after_seq}
+            response = self.client.get(f"/api/v1/jobs/{job_id}/logs", params=params)
+            assert response.status_code == 200, response.text
+            page = response.json()
+            lines += page["lines"]
+            if not page["more"]:
+                return lines, page["dropped_bytes"]
+            after_seq = page["next_after_seq"]
 
 
 def nested(depth: int) -> dict[str, Any]:
@@ -93,8 +102,7 @@ def shared(tmp_path: Path) -> Iterator[tuple[Cluster, Owner, Owner]]:
         run.start(options=options)
         a = Owner(cl, "owner-a", run.endpoint_id)
         b = Owner(cl, "owner-b", run.endpoint_id)
-        with cl.explained():
-            yield cl, a, b
+        yield cl, a, b
         a.client.close()
         b.client.close()
 
@@ -143,31 +151,38 @@ def test_one_owners_floods_never_touch_another_owners_jobs_on_a_shared_endpoint(
     attempt, each with its own log line; A's floods are refused with typed errors or bounded."""
     cl, a, b = shared
     run = cl.runs[0]
-    a_jobs, refused = flood(a, run.data_dir / "identity.key")
-    b_jobs = [b.submit("command", {"argv": ["echo", f"b-{n}"]}) for n in range(B_JOBS)]
-    a_jobs += flood(a, run.data_dir / "identity.key")[0]
+    with cl.explained():
+        a_jobs, refused = flood(a, run.data_dir / "identity.key")
+        b_jobs = [b.submit("command", {"argv": ["echo", f"b-{n}"]}) for n in range(B_JOBS)]
+        a_jobs += flood(a, run.data_dir / "identity.key")[0]
 
-    def ended(owner: Owner, job_id: str) -> JobView | None:
-        view = owner.job(job_id)
-        return view if view["state"] in ("succeeded", "failed", "cancelled") else None
+        def ended(owner: Owner, job_id: str) -> JobView | None:
+            view = owner.job(job_id)
+            return view if view["state"] in ("succeeded", "failed", "cancelled") else None
 
-    b_views = [wait_for(lambda j=job_id: ended(b, j), f"B's job {job_id}") for job_id in b_jobs]
-    a_views = [
-        wait_for(lambda j=job_id: ended(a, j), f"A's job {job_id}", timeout_s=240)
-        for job_id in a_jobs
-    ]
-    run.check_alive()
+        b_views = [wait_for(lambda j=job_id: ended(b, j), f"B's job {job_id}") for job_id in b_jobs]
+        a_views = [
+            wait_for(lambda j=job_id: ended(a, j), f"A's job {job_id}", timeout_s=240)
+            for job_id in a_jobs
+        ]
+        run.check_alive()
 
-    b_endings = [
-        (view["state"], view["attempt"], [(h["attempt"], h["outcome"]) for h in view["history"]])
-        for view in b_views
-    ]
-    assert b_endings == [("succeeded", 1, [(1, "succeeded")])] * B_JOBS
-    b_logs = [[line["text"] for line in b.logs(job_id)["lines"]] for job_id in b_jobs]
-    assert b_logs == [[f"b-{n}"] for n in range(B_JOBS)]
-    assert refused == [422, 422, 422, 413, 422, 422]
-    assert [view["state"] for view in a_views[:8]] == ["succeeded"] * 6 + ["failed"] * 2
-    flooded = a.logs(a_jobs[0])
-    kept = sum(len(line["text"].encode()) for line in flooded["lines"])
-    said = any("line(s) dropped" in line["text"] for line in flooded["lines"])
-    assert (kept < FLOOD_LINE_BYTES // 4, said or flooded["dropped_bytes"] > 0) == (True, True)
+        b_endings = [
+            (
+                view["state"],
+                view["attempt"],
+                [(h["attempt"], h["outcome"]) for h in view["history"]],
+            )
+            for view in b_views
+        ]
+        assert b_endings == [("succeeded", 1, [(1, "succeeded")])] * B_JOBS
+        b_logs = [[line["text"] for line in b.logs(job_id)[0]] for job_id in b_jobs]
+        missing = {job_id for job_id, texts in zip(b_jobs, b_logs, strict=True) if not texts}
+        why = [e for e in run.events() if e.get("job_id") in missing]
+        assert b_logs == [[f"b-{n}"] for n in range(B_JOBS)], why
+        assert refused == [422, 422, 422, 413, 422, 422]
+        assert [view["state"] for view in a_views[:8]] == ["succeeded"] * 6 + ["failed"] * 2
+        flooded, dropped_bytes = a.logs(a_jobs[0])
+        kept = sum(len(line["text"].encode()) for line in flooded)
+        said = any("line(s) dropped" in line["text"] for line in flooded)
+        assert (kept < FLOOD_LINE_BYTES // 4, said or dropped_bytes > 0) == (True, True)

@@ -23,7 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import hypothesis
 import pytest
+from hypothesis import strategies as st
 
 from moonrun.errors import (
     AckDeadlineExpired,
@@ -57,7 +59,7 @@ from moonrun.errors import (
 )
 from moonrun.platform.http import HttpSettings
 from moonrun.run import handlers as handlers_module
-from moonrun.run import identity
+from moonrun.run import identity, transfers
 from moonrun.run.client import SESSION_ERRORS, TRANSIENT, Unreachable, error_from
 from moonrun.run.confinement import (
     DEFAULT_PATH,
@@ -1541,3 +1543,9 @@ def test_a_second_run_on_the_same_data_dir_is_refused(tmp_path: Path) -> None:
         second.returncode,
         second.stderr.splitlines(),
     )
+
+
+@hypothesis.given(st.text())
+def test_a_log_lines_size_is_the_length_of_its_json(text: str) -> None:
+    """What the shipper counts for a line's text is exactly what JSON makes of it."""
+    assert transfers._json_len(text) == len(json.dumps(text))

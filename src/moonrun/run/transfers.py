@@ -55,7 +55,15 @@ class Line:
 
 
 def _line(attempt: Attempt, ts: str, stream: str, text: str) -> Line:
-    return Line(attempt, ts, stream, text, len(json.dumps(text)) + LINE_JSON_BYTES)
+    return Line(attempt, ts, stream, text, _json_len(text) + LINE_JSON_BYTES)
+
+
+def _json_len(text: str) -> int:
+    """`len(json.dumps(text))`, without encoding the common case: a flood of printable ASCII
+    lines costs Run's loop a count per line, not a copy."""
+    if text.isascii() and text.isprintable():
+        return len(text) + 2 + text.count('"') + text.count("\\")
+    return len(json.dumps(text))
 
 
 def _now_rfc3339() -> str:
