@@ -32,6 +32,7 @@ LINE_CHARS = 16_384
 BATCH_BYTES = 768 * 1024
 """A log batch's lines, as JSON, stay below this: the platform refuses log bodies over 1 MiB."""
 LINE_JSON_BYTES = 80
+LOST_NOTE = "earlier line(s) dropped: output outran log shipping"
 """A line's JSON beside its text (`ts`, `stream`, keys and punctuation), rounded up."""
 RETRYABLE = (*TRANSIENT, *SESSION_ERRORS)
 """A session being renewed is a pause for transfers, not the end of their attempt."""
@@ -66,9 +67,32 @@ def _json_len(text: str) -> int:
     return len(json.dumps(text))
 
 
-def _now_rfc3339() -> str:
-    now = time.time()
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z"
+class _Clock:
+    """RFC 3339 UTC timestamps with milliseconds, formatting each second's prefix once: a
+    command printing without end calls this once per line."""
+
+    def __init__(self) -> None:
+        self._second = -1
+        self._prefix = ""
+
+    def now(self) -> str:
+        now_ms = time.time_ns() // 1_000_000
+        second, ms = divmod(now_ms, 1000)
+        if second != self._second:
+            self._second = second
+            self._prefix = time.strftime("%Y-%m-%dT%H:%M:%S.", time.gmtime(second))
+        return f"{self._prefix}{ms:03d}Z"
+
+
+class _Buffer:
+    """One attempt's lines waiting to be shipped, their JSON bytes, and how many it lost."""
+
+    __slots__ = ("lines", "lost", "size")
+
+    def __init__(self) -> None:
+        self.lines: deque[Line] = deque()
+        self.size = 0
+        self.lost = 0
 
 
 class LogShipper:
@@ -76,7 +100,7 @@ class LogShipper:
 
     Each attempt has its own buffer and its own batch in every flush, so a loud attempt never
     delays or pushes out a quiet one: when the buffers are full, lines go from the attempt
-    holding the most, oldest first, and that attempt's next batch starts with a line saying
+    holding the most, oldest first, and that attempt's next batch begins with a line saying
     how many it lost.
     """
 
@@ -95,9 +119,8 @@ class LogShipper:
     ) -> None:
         self._client = client
         self._clock_ms = clock_ms
-        self._buffers: dict[Attempt, deque[Line]] = {}
-        self._sizes: dict[Attempt, int] = {}
-        self._lost: dict[Attempt, int] = {}
+        self._stamps = _Clock()
+        self._buffers: dict[Attempt, _Buffer] = {}
         self._lines = self._bytes = 0
         self._capacity = capacity
         self._capacity_bytes = capacity_bytes
@@ -113,29 +136,28 @@ class LogShipper:
 
     def add(self, attempt: Attempt, stream: str, text: str) -> None:
         """Buffer a line; never blocks. Over a bound, the loudest attempt's oldest line goes."""
-        line = _line(attempt, _now_rfc3339(), stream, text[:LINE_CHARS])
-        self._buffers.setdefault(attempt, deque()).append(line)
-        self._sizes[attempt] = self._sizes.get(attempt, 0) + line.json_size
-        self._lines, self._bytes = self._lines + 1, self._bytes + line.json_size
-        while (
-            len(self._buffers[attempt]) > self._attempt_capacity
-            or self._sizes[attempt] > self._attempt_capacity_bytes
+        line = _line(attempt, self._stamps.now(), stream, text[:LINE_CHARS])
+        buffer = self._buffers.get(attempt)
+        if buffer is None:
+            buffer = self._buffers[attempt] = _Buffer()
+        buffer.lines.append(line)
+        buffer.size += line.json_size
+        self._lines += 1
+        self._bytes += line.json_size
+        while len(buffer.lines) > self._attempt_capacity or (
+            buffer.size > self._attempt_capacity_bytes and len(buffer.lines) > 1
         ):
-            self._drop_oldest(attempt)
+            self._drop_oldest(buffer)
         while self._lines > self._capacity or self._bytes > self._capacity_bytes:
-            self._drop_oldest(max(self._sizes, key=self._sizes.__getitem__))
+            self._drop_oldest(max(self._buffers.values(), key=lambda held: held.size))
 
-    def _drop_oldest(self, attempt: Attempt) -> None:
-        line = self._buffers[attempt].popleft()
-        self._sizes[attempt] -= line.json_size
-        self._lines, self._bytes = self._lines - 1, self._bytes - line.json_size
-        self._lost[attempt] = self._lost.get(attempt, 0) + 1
+    def _drop_oldest(self, buffer: _Buffer) -> None:
+        line = buffer.lines.popleft()
+        buffer.size -= line.json_size
+        buffer.lost += 1
+        self._lines -= 1
+        self._bytes -= line.json_size
         self.dropped += 1
-        if not self._buffers[attempt]:
-            self._forget(attempt)
-
-    def _forget(self, attempt: Attempt) -> None:
-        del self._buffers[attempt], self._sizes[attempt]
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -176,25 +198,29 @@ class LogShipper:
         """For each attempt without a pending batch, its oldest lines: up to `batch_lines` and
         about `batch_bytes` of JSON (at least one line), after a line counting any it lost."""
         batches: dict[Attempt, list[Line]] = {}
-        for attempt in [a for a in self._buffers if a not in self._pending]:
-            buffer = self._buffers[attempt]
+        for attempt, buffer in list(self._buffers.items()):
+            if attempt in self._pending or not buffer.lines:
+                continue
             batch: list[Line] = []
-            size = 0
-            lost = self._lost.pop(attempt, 0)
-            if lost:
-                note = f"[moonrun: {lost} earlier line(s) dropped: output outran log shipping]"
-                batch.append(_line(attempt, buffer[0].ts, "stderr", note))
-            while buffer and len(batch) < self._batch_lines:
-                line_size = buffer[0].json_size
-                if batch and size + line_size > self._batch_bytes:
+            if buffer.lost:
+                note = (
+                    f"[moonrun: {buffer.lost} earlier line(s) dropped: output outran log shipping]"
+                )
+                batch.append(_line(attempt, buffer.lines[0].ts, "stderr", note))
+                buffer.lost = 0
+            taken = size = 0
+            while buffer.lines and taken < self._batch_lines:
+                line_size = buffer.lines[0].json_size
+                if taken and size + line_size > self._batch_bytes:
                     break
-                batch.append(buffer.popleft())
-                size += line_size
-                self._sizes[attempt] -= line_size
-                self._lines, self._bytes = self._lines - 1, self._bytes - line_size
+                batch.append(buffer.lines.popleft())
+                taken, size = taken + 1, size + line_size
+            buffer.size -= size
+            self._lines -= taken
+            self._bytes -= size
             batches[attempt] = batch
-            if not buffer:
-                self._forget(attempt)
+            if not buffer.lines:
+                del self._buffers[attempt]
         return batches
 
     def _next_seq(self, attempt: Attempt) -> int:
