@@ -417,3 +417,24 @@ def test_not_before_is_sent_as_rfc3339_utc() -> None:
     body = json.loads(sent[0].content)
     assert body["not_before"] == "2026-11-30T04:00:00.123Z"
     assert (answered.data, sent[0].headers["idempotency-key"] != "") == (job, True)
+
+
+def test_an_answer_that_is_not_json_raises_unreachable() -> None:
+    """A 200 that is no JSON (say, a captive portal's page) is Unreachable, not a crash."""
+    transport, _ = answering(httpx.Response(200, text="<html>hello</html>"))
+    with (
+        Client("http://platform", "t", transport=transport) as client,
+        pytest.raises(Unreachable),
+    ):
+        client.whoami()
+
+
+def test_a_platform_url_without_a_scheme_raises_unreachable_at_once() -> None:
+    """`platform.example` (no http://) is Unreachable on the first try, without retries."""
+    pauses: list[float] = []
+    with (
+        Client("platform.example", "t", sleep=pauses.append) as client,
+        pytest.raises(Unreachable) as raised,
+    ):
+        client.whoami()
+    assert (pauses, "http://" in raised.value.message) == ([], True)

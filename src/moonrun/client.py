@@ -309,6 +309,10 @@ class Client:
                 response = self._http.request(
                     method, path, json=json, params=query, headers=headers, timeout=timeout
                 )
+            except httpx.UnsupportedProtocol:
+                raise Unreachable(
+                    f"{self.platform!r} is no platform URL (it needs http:// or https://)"
+                ) from None
             except httpx.TransportError as error:
                 if last:
                     raise Unreachable(
@@ -317,7 +321,7 @@ class Client:
                 pause = delay
             else:
                 if response.status_code < 400:
-                    return response.json() if response.content else None
+                    return self._json(response)
                 if last or response.status_code not in RETRY_STATUSES:
                     problem = _error_of(response)
                     if tried and isinstance(problem, AlreadyExists):
@@ -330,6 +334,14 @@ class Client:
             self._sleep(min(pause, BACKOFF_MAX_S))
             delay = min(delay * 2, BACKOFF_MAX_S)
         raise AssertionError("unreachable: the loop returns or raises")  # pragma: no cover
+
+    def _json(self, response: httpx.Response) -> Any:
+        if not response.content:
+            return None
+        try:
+            return response.json()
+        except ValueError:
+            raise Unreachable(f"{self.platform} did not answer like a moonrun platform") from None
 
     # -- users ---------------------------------------------------------------------------------
 
