@@ -602,9 +602,7 @@ def user_create(
     if password_stdin and not password:
         raise typer.BadParameter("--password-stdin read no password")
     with connect(ctx, profile) as client:
-        user, api_token = client.create_user(
-            name, password=password, platform_admin=platform_admin
-        )
+        user, api_token = client.create_user(name, password=password, platform_admin=platform_admin)
     if as_json:
         print_json({"user": user.data, "api_token": api_token})
         return
@@ -625,9 +623,7 @@ def user_list(
     if as_json:
         print_json([user.data for user in users])
     else:
-        print_table(
-            ("id", "name", "platform_admin", "created_at"), (user.data for user in users)
-        )
+        print_table(("id", "name", "platform_admin", "created_at"), (user.data for user in users))
 
 
 SERVER_FIELDS: Final = ("id", "name", "endpoint_id", "owner_id", "admin_ids", "created_at")
