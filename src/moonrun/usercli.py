@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Final, ParamSpec, TypeVar
 
-import click
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
@@ -277,7 +276,8 @@ job_app = typer.Typer(no_args_is_help=True, help="Submit, watch and cancel jobs.
 class CommandTail(typer.core.TyperCommand):
     """Keeps what follows `--` (a command line) apart from the verb's own arguments."""
 
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+    # `ctx` is the click Context typer vendors (typer._click), which typer does not export.
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         if "--" in args:
             cut = args.index("--")
             ctx.meta[TAIL] = args[cut + 1 :]
