@@ -383,6 +383,7 @@ def _follow(
         TaskProgressColumn(),
         console=errors,
         transient=True,
+        disable=not errors.is_terminal,  # off a terminal a bar is noise in the captured output
     ) as bar:
         task = bar.add_task(f"{job.id} {job.state}", total=100)
 
@@ -397,10 +398,11 @@ def _follow(
                         seen = None
                     if seen is not None:
                         progress = seen.progress or {}
-                        message = progress.get("message") or ""
+                        message = "" if seen.ended else progress.get("message") or ""
+                        percent = 100 if seen.state == "succeeded" else progress.get("percent")
                         bar.update(
                             task,
-                            completed=progress.get("percent") or 0,
+                            completed=percent or 0,
                             description=f"{seen.id} {seen.state} {message}".rstrip(),
                         )
                     stop.wait(PROGRESS_POLL_S)
