@@ -108,6 +108,14 @@ def db1(s: Scene) -> str:
 
 
 ROWS: tuple[Row, ...] = (
+    # -- who am I: any user ----------------------------------------------------------------------
+    Row(
+        "who am I",
+        "GET",
+        "/api/v1/me",
+        lambda s: "/api/v1/me",
+        (OK, OK, OK, OK, UNAUTH, UNAUTH),
+    ),
     # -- users: platform admins only ---------------------------------------------------------
     Row(
         "list users",
@@ -548,3 +556,20 @@ def test_no_valid_credentials_is_401_whatever_the_body(
     )
     expected = UNAUTH
     assert expected == outcome(response)
+
+
+def test_who_am_i_answers_each_caller_their_own_user(quiet_scene: Scene) -> None:
+    """GET /api/v1/me answers the user the token belongs to, as GET /api/v1/users shows it."""
+    world = quiet_scene.cast.world
+    users = {
+        u["id"]: u for u in world.api("GET", "/api/v1/users", token=ADMIN_TOKEN).json()["users"]
+    }
+    actors = ("owner", "srv-admin", "other")
+    answered = [world.api("GET", "/api/v1/me", token=quiet_scene.token(a)).json() for a in actors]
+    expected_ids = [
+        quiet_scene.cast.owner[0],
+        quiet_scene.cast.helper[0],
+        quiet_scene.cast.stranger[0],
+    ]
+    assert [me["id"] for me in answered] == expected_ids
+    assert answered == [users[i] for i in expected_ids]

@@ -327,6 +327,7 @@ def build_canary(world: HttpWorld) -> Canary:
 def read_everything(c: Canary, jobs: list[str], server_id: str, tokens: tuple[str, ...]) -> None:
     """Every GET of the user API, as each of `tokens`."""
     for token in tokens:
+        c.call("GET", "/api/v1/me", token=token)
         c.call("GET", "/api/v1/users", token=token)
         c.call("GET", "/api/v1/servers", token=token)
         c.call("GET", "/api/v1/servers/{server_id}", token=token, server_id=server_id)

@@ -43,6 +43,15 @@ LAYER_RULES = {
     "store": {"moonrun.platform", "moonrun.run", "moonrun.cli", "moonrun.settings"},
     "security": {"moonrun.platform", "moonrun.run", "moonrun.store", "moonrun.cli"},
     "run": {"moonrun.platform", "moonrun.store", "moonrun.cli", "moonrun.settings"},
+    "client": {
+        "moonrun.platform",
+        "moonrun.store",
+        "moonrun.run",
+        "moonrun.cli",
+        "moonrun.settings",
+        "moonrun.scheduling",
+        "moonrun.security",
+    },
 }
 
 
@@ -58,7 +67,9 @@ def imports_of(path: Path) -> set[str]:
 
 
 def modules_of(package: str) -> list[Path]:
-    return sorted((SRC / package).rglob("*.py"))
+    """The modules of a package, or the one module of that name."""
+    module = SRC / f"{package}.py"
+    return [module] if module.exists() else sorted((SRC / package).rglob("*.py"))
 
 
 def test_scheduling_imports_no_io_clock_or_randomness() -> None:
