@@ -52,6 +52,25 @@ LAYER_RULES = {
         "moonrun.scheduling",
         "moonrun.security",
     },
+    # The user CLI is a client of the API like any other: it reaches the platform through
+    # moonrun.client only.
+    "usercli": {
+        "moonrun.platform",
+        "moonrun.store",
+        "moonrun.run",
+        "moonrun.cli",
+        "moonrun.settings",
+        "moonrun.scheduling",
+        "moonrun.security",
+    },
+    "userconfig": {
+        "moonrun.platform",
+        "moonrun.store",
+        "moonrun.run",
+        "moonrun.cli",
+        "moonrun.settings",
+        "moonrun.client",
+    },
 }
 
 
