@@ -99,14 +99,11 @@ def test_every_handler_is_documented_in_kinds_md() -> None:
     sections = kind_sections()
     handlers = load_handlers()
     assert {"command", "sleep", "noop"} - set(handlers) == set()
-    undocumented = {
-        kind: sorted(
-            field
-            for field in payload_fields(handler)
-            if f"`{field}`" not in sections.get(kind, "")
-        )
+    missing = {
+        kind: sorted(payload_fields(handler) - set(re.findall(r"`(\w+)`", sections.get(kind, ""))))
         for kind, handler in handlers.items()
-        if kind not in sections
-        or any(f"`{field}`" not in sections[kind] for field in payload_fields(handler))
+    }
+    undocumented = {
+        kind: fields for kind, fields in missing.items() if kind not in sections or fields
     }
     assert undocumented == {}
