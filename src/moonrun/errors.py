@@ -173,6 +173,14 @@ class PlatformUnreachable(MoonrunError):
     """The platform did not answer (connection failed, timed out, or answered 5xx)."""
 
 
+Unreachable = PlatformUnreachable
+"""The name Run and the user client use for a platform that did not answer."""
+
+
+class WaitTimedOut(MoonrunError):
+    """The job had not ended when the wait's timeout passed."""
+
+
 class Contention(MoonrunError):
     """The record changed too often under this request; retry."""
 
@@ -223,6 +231,7 @@ ERROR_TABLE: Final[Mapping[type[MoonrunError], tuple[int, str]]] = {
     ChannelBusy: (429, "channel_busy"),
     Contention: (503, "contention"),
     PlatformUnreachable: (503, "unreachable"),
+    WaitTimedOut: (504, "wait_timed_out"),
     StoreUnavailable: (503, "store_unavailable"),
     IllegalTransition: (500, "internal"),
 }

@@ -35,6 +35,7 @@ from moonrun.platform.schemas import (
     LogsAnswer,
     ServerModel,
     ServersAnswer,
+    UserModel,
     UsersAnswer,
 )
 from moonrun.platform.service import JobSpec
@@ -93,6 +94,12 @@ class LogsQuery(_Query):
 
 
 # -- users -------------------------------------------------------------------------------------
+
+
+async def whoami(call: Call) -> Any:
+    """The caller: the user its credentials belong to."""
+    user = await as_caller(call, lambda user: user)
+    return user_view(user)
 
 
 async def create_user(call: Call) -> Any:
@@ -340,6 +347,7 @@ async def job_logs(call: Call) -> Any:
 IDEMPOTENCY = ("Idempotency-Key",)
 
 ROUTES: tuple[Route, ...] = (
+    Route("GET", "/api/v1/me", "user", "user", None, UserModel, 200, whoami),
     Route(
         "POST", "/api/v1/users", "user", "user",
         CreateUserRequest, CreatedUserAnswer, 201, create_user, no_store=True,

@@ -1,0 +1,493 @@
+"""The user client: the platform's user API (PROTOCOL.md section 6) for Python and the CLI.
+
+One synchronous implementation on httpx. Every request is retried with capped exponential
+backoff (0.2 s doubling to 5 s, `retries` times) when it gets no answer, or a 429 or 503: this
+is safe for every request, because reads are idempotent, `submit` always carries an
+Idempotency-Key, a cancel of a cancelled job changes nothing, and creating a named thing twice
+is 409 `already_exists` (which, after a retry, the caller sees: the first try may have made it).
+
+An error answer raises the `moonrun.errors` class its code names (`PlatformError` for a code
+this client does not know); no answer at all, after the retries, raises `Unreachable`.
+Records keep the API's JSON object exactly as answered in `data`.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any, Final
+
+import httpx
+
+from moonrun.errors import (
+    ERROR_TABLE,
+    AlreadyExists,
+    MoonrunError,
+    Unreachable,
+    WaitTimedOut,
+)
+
+__all__ = [
+    "Client",
+    "Endpoint",
+    "Job",
+    "LogLine",
+    "PlatformError",
+    "Server",
+    "Unreachable",
+    "User",
+    "WaitTimedOut",
+]
+
+TERMINAL_STATES: Final = frozenset({"succeeded", "failed", "cancelled"})
+RETRY_STATUSES: Final = frozenset({429, 503})
+BACKOFF_INITIAL_S: Final = 0.2
+BACKOFF_MAX_S: Final = 5.0
+FOLLOW_INITIAL_S: Final = 0.2
+FOLLOW_MAX_S: Final = 2.0
+WAIT_CHUNK_S: Final = 60.0
+"""The longest one blocking read asks the platform to wait (it caps waits at 60 s itself)."""
+LOG_SETTLE_S: Final = 3.0
+"""How long `logs(follow=True)` keeps reading after the job has ended: Run ships log lines
+about once a second, so the last ones may arrive just after the result."""
+PAGE_SIZE: Final = 100
+
+_BY_CODE: Final[dict[str, type[MoonrunError]]] = {}
+for _error, (_, _code) in ERROR_TABLE.items():
+    _BY_CODE.setdefault(_code, _error)  # "internal" stays MoonrunError, its first entry
+
+
+class PlatformError(MoonrunError):
+    """The platform answered an error this client does not know."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self._status = status
+        self._code = code
+
+    @property
+    def code(self) -> str:
+        return self._code
+
+    @property
+    def status(self) -> int:
+        return self._status
+
+
+# -- records -----------------------------------------------------------------------------------
+
+
+def _instant(text: Any) -> datetime:
+    return datetime.fromisoformat(str(text).replace("Z", "+00:00").replace("z", "+00:00"))
+
+
+def _optional_instant(text: Any) -> datetime | None:
+    return None if text is None else _instant(text)
+
+
+@dataclass(frozen=True)
+class Job:
+    """A job as the user API shows it (JobView); `data` is that object as answered."""
+
+    id: str
+    server_id: str
+    kind: str
+    state: str
+    attempt: int
+    max_attempts: int
+    created_at: datetime
+    progress: dict[str, Any] | None
+    terminal: dict[str, Any] | None
+    data: dict[str, Any]
+
+    @classmethod
+    def of(cls, data: dict[str, Any]) -> Job:
+        return cls(
+            id=data["id"],
+            server_id=data["server_id"],
+            kind=data["kind"],
+            state=data["state"],
+            attempt=data["attempt"],
+            max_attempts=data["max_attempts"],
+            created_at=_instant(data["created_at"]),
+            progress=data.get("progress"),
+            terminal=data.get("terminal"),
+            data=data,
+        )
+
+    @property
+    def ended(self) -> bool:
+        """Whether the job is in a terminal state (succeeded, failed or cancelled)."""
+        return self.state in TERMINAL_STATES
+
+
+@dataclass(frozen=True)
+class User:
+    id: str
+    name: str
+    platform_admin: bool
+    created_at: datetime
+    data: dict[str, Any]
+
+    @classmethod
+    def of(cls, data: dict[str, Any]) -> User:
+        return cls(
+            data["id"], data["name"], data["platform_admin"], _instant(data["created_at"]), data
+        )
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    id: str
+    name: str
+    online: bool
+    generation: int
+    last_seen_at: datetime | None
+    capacity: int | None
+    run_version: str | None
+    data: dict[str, Any]
+
+    @classmethod
+    def of(cls, data: dict[str, Any]) -> Endpoint:
+        return cls(
+            id=data["id"],
+            name=data["name"],
+            online=data["online"],
+            generation=data["generation"],
+            last_seen_at=_optional_instant(data.get("last_seen_at")),
+            capacity=data.get("capacity"),
+            run_version=data.get("run_version"),
+            data=data,
+        )
+
+
+@dataclass(frozen=True)
+class Server:
+    id: str
+    name: str
+    endpoint_id: str
+    owner_id: str
+    admin_ids: tuple[str, ...]
+    created_at: datetime
+    data: dict[str, Any]
+
+    @classmethod
+    def of(cls, data: dict[str, Any]) -> Server:
+        return cls(
+            id=data["id"],
+            name=data["name"],
+            endpoint_id=data["endpoint_id"],
+            owner_id=data["owner_id"],
+            admin_ids=tuple(data["admin_ids"]),
+            created_at=_instant(data["created_at"]),
+            data=data,
+        )
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One line of an attempt's log; `ts` is the RFC 3339 text Run wrote."""
+
+    attempt: int
+    seq: int
+    ts: str
+    stream: str
+    text: str
+    data: dict[str, Any]
+
+    @classmethod
+    def of(cls, data: dict[str, Any]) -> LogLine:
+        return cls(data["attempt"], data["seq"], data["ts"], data["stream"], data["text"], data)
+
+
+# -- the client --------------------------------------------------------------------------------
+
+
+def _error_of(response: httpx.Response) -> MoonrunError:
+    """The error an error answer names; a foreign 5xx (a proxy's page) is `Unreachable`."""
+    try:
+        body = response.json()
+        error = body["error"]
+        code, message = error["code"], error["message"]
+        if not isinstance(code, str) or not isinstance(message, str):
+            raise TypeError(code)
+    except (ValueError, TypeError, KeyError):
+        if response.status_code >= 500:
+            return Unreachable(f"the platform answered {response.status_code}")
+        return PlatformError(
+            response.status_code,
+            f"http_{response.status_code}",
+            f"the platform answered {response.status_code} without an error body",
+        )
+    known = _BY_CODE.get(code)
+    if known is None:
+        return PlatformError(response.status_code, code, message)
+    return known(message)
+
+
+def _retry_after(response: httpx.Response) -> float:
+    try:
+        return max(0.0, float(response.headers.get("retry-after", "0")))
+    except ValueError:
+        return 0.0
+
+
+def _instant_text(moment: datetime | str) -> str:
+    if isinstance(moment, str):
+        return moment
+    # A naive datetime is local time, as datetime.astimezone takes it.
+    utc = moment.astimezone(UTC)
+    return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
+
+
+class Client:
+    """A user of one platform, by API token. Close it (or use it as a context manager)."""
+
+    def __init__(
+        self,
+        platform: str,
+        token: str,
+        *,
+        timeout_s: float = 30.0,
+        retries: int = 5,
+        transport: httpx.BaseTransport | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.platform = platform.rstrip("/")
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self._sleep = sleep
+        self._clock = clock
+        self._http = httpx.Client(
+            base_url=self.platform,
+            headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
+            timeout=timeout_s,
+            transport=transport,
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:  # never the token
+        return f"Client({self.platform!r})"
+
+    # -- the wire ------------------------------------------------------------------------------
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+        wait_s: float = 0.0,
+    ) -> Any:
+        """The answer's JSON; retried on no answer, 429 and 503; errors raised as typed."""
+        query = {k: v for k, v in (params or {}).items() if v is not None}
+        timeout = self.timeout_s + wait_s
+        delay = BACKOFF_INITIAL_S
+        for tried in range(self.retries + 1):
+            last = tried == self.retries
+            try:
+                response = self._http.request(
+                    method, path, json=json, params=query, headers=headers, timeout=timeout
+                )
+            except httpx.TransportError as error:
+                if last:
+                    raise Unreachable(
+                        f"cannot reach the platform at {self.platform}: {type(error).__name__}"
+                    ) from None
+                pause = delay
+            else:
+                if response.status_code < 400:
+                    return response.json() if response.content else None
+                if last or response.status_code not in RETRY_STATUSES:
+                    problem = _error_of(response)
+                    if tried and isinstance(problem, AlreadyExists):
+                        raise AlreadyExists(
+                            f"{problem.message} (this request was sent again after a lost "
+                            "answer: the first try may have created it)"
+                        )
+                    raise problem
+                pause = max(delay, _retry_after(response))
+            self._sleep(min(pause, BACKOFF_MAX_S))
+            delay = min(delay * 2, BACKOFF_MAX_S)
+        raise AssertionError("unreachable: the loop returns or raises")  # pragma: no cover
+
+    # -- users ---------------------------------------------------------------------------------
+
+    def whoami(self) -> User:
+        """The user this client's token belongs to."""
+        return User.of(self._request("GET", "/api/v1/me"))
+
+    def users(self) -> list[User]:
+        """Every user (platform admins)."""
+        return [User.of(u) for u in self._request("GET", "/api/v1/users")["users"]]
+
+    def create_user(
+        self, name: str, *, password: str | None = None, platform_admin: bool = False
+    ) -> tuple[User, str]:
+        """Create a user (platform admins): the user and its API token, shown only now."""
+        body: dict[str, Any] = {"name": name, "platform_admin": platform_admin}
+        if password is not None:
+            body["password"] = password
+        answer = self._request("POST", "/api/v1/users", json=body)
+        return User.of(answer["user"]), answer["api_token"]
+
+    # -- endpoints -----------------------------------------------------------------------------
+
+    def endpoints(self) -> list[Endpoint]:
+        """Every endpoint with its current session's state (platform admins)."""
+        return [Endpoint.of(e) for e in self._request("GET", "/api/v1/endpoints")["endpoints"]]
+
+    def create_endpoint(self, name: str) -> tuple[Endpoint, str]:
+        """Create an endpoint (platform admins): it and its one-time join token."""
+        answer = self._request("POST", "/api/v1/endpoints", json={"name": name})
+        return Endpoint.of(answer["endpoint"]), answer["join_token"]
+
+    # -- servers -------------------------------------------------------------------------------
+
+    def servers(self) -> list[Server]:
+        """The servers the caller owns or administers (all of them for platform admins)."""
+        return [Server.of(s) for s in self._request("GET", "/api/v1/servers")["servers"]]
+
+    def server(self, server_id: str) -> Server:
+        return Server.of(self._request("GET", f"/api/v1/servers/{server_id}"))
+
+    def create_server(self, name: str, endpoint_id: str, owner_id: str) -> Server:
+        """Create a server on an endpoint, owned by a user (platform admins)."""
+        body = {"name": name, "endpoint_id": endpoint_id, "owner_id": owner_id}
+        return Server.of(self._request("POST", "/api/v1/servers", json=body))
+
+    def add_server_admin(self, server_id: str, user_id: str) -> None:
+        path = f"/api/v1/servers/{server_id}/admins"
+        self._request("POST", path, json={"user_id": user_id})
+
+    def remove_server_admin(self, server_id: str, user_id: str) -> None:
+        self._request("DELETE", f"/api/v1/servers/{server_id}/admins/{user_id}")
+
+    # -- jobs ----------------------------------------------------------------------------------
+
+    def submit(
+        self,
+        server_id: str,
+        kind: str,
+        payload: dict[str, Any] | None = None,
+        *,
+        max_attempts: int | None = None,
+        not_before: datetime | str | None = None,
+        backoff: dict[str, float] | None = None,
+        idempotency_key: str | None = None,
+    ) -> Job:
+        """Queue a job. It always carries an Idempotency-Key (a fresh random one unless given),
+        so a retry after a lost answer answers the same job instead of making a second."""
+        body: dict[str, Any] = {"kind": kind}
+        if payload is not None:
+            body["payload"] = payload
+        if max_attempts is not None:
+            body["max_attempts"] = max_attempts
+        if not_before is not None:
+            body["not_before"] = _instant_text(not_before)
+        if backoff is not None:
+            body["backoff"] = backoff
+        key = idempotency_key if idempotency_key is not None else secrets.token_urlsafe(24)
+        answer = self._request(
+            "POST", f"/api/v1/servers/{server_id}/jobs", json=body, headers={"Idempotency-Key": key}
+        )
+        return Job.of(answer)
+
+    def job(self, job_id: str) -> Job:
+        return Job.of(self._request("GET", f"/api/v1/jobs/{job_id}"))
+
+    def jobs(
+        self, *, server_id: str | None = None, state: str | None = None, page_size: int = PAGE_SIZE
+    ) -> Iterator[Job]:
+        """The jobs the caller may see, newest first, fetched a page at a time."""
+        cursor: str | None = None
+        while True:
+            params = {"server_id": server_id, "state": state, "limit": page_size, "cursor": cursor}
+            page = self._request("GET", "/api/v1/jobs", params=params)
+            yield from (Job.of(j) for j in page["jobs"])
+            cursor = page.get("next_cursor")
+            if not cursor:
+                return
+
+    def cancel(self, job_id: str) -> Job:
+        """Cancel: a waiting job ends at once; a running one gets a cancel intent (the answer
+        then shows the job still running with `cancel.requested`)."""
+        return Job.of(self._request("POST", f"/api/v1/jobs/{job_id}/cancel"))
+
+    def wait(self, job_id: str, timeout_s: float | None = None) -> Job:
+        """The job once it has ended, by blocking reads; `WaitTimedOut` after `timeout_s`."""
+        deadline = None if timeout_s is None else self._clock() + timeout_s
+        job = self.job(job_id)
+        while not job.ended:
+            left = WAIT_CHUNK_S if deadline is None else deadline - self._clock()
+            if left <= 0:
+                raise WaitTimedOut(f"job {job_id} is still {job.state} after {timeout_s} s")
+            wait_s = max(0.001, min(left, WAIT_CHUNK_S))
+            params = {"wait_s": round(wait_s, 3), "until": "terminal"}
+            job = Job.of(
+                self._request("GET", f"/api/v1/jobs/{job_id}", params=params, wait_s=wait_s)
+            )
+        return job
+
+    def logs(
+        self,
+        job_id: str,
+        *,
+        attempt: int | None = None,
+        follow: bool = False,
+        settle_s: float = LOG_SETTLE_S,
+        page_size: int | None = None,
+    ) -> Iterator[LogLine]:
+        """The log lines of one attempt (the latest that has logs unless given), page after
+        page. With `follow`, keep reading (every 0.2 s, slowing to 2 s while nothing comes)
+        until the job has ended and no line came for `settle_s`; without `attempt`, follow
+        moves on to each new attempt."""
+        after_seq = -1
+        current = attempt
+        pause = FOLLOW_INITIAL_S
+        ended_at: float | None = None
+        while True:
+            params = {"after_seq": after_seq, "attempt": current, "limit": page_size}
+            page = self._request("GET", f"/api/v1/jobs/{job_id}/logs", params=params)
+            lines = page["lines"]
+            yield from (LogLine.of(line) for line in lines)
+            if page["attempt"] is not None and current is None:
+                current = page["attempt"]
+            after_seq = page["next_after_seq"]
+            if page["more"]:
+                continue
+            if not follow:
+                return
+            if lines:
+                pause = FOLLOW_INITIAL_S
+            if ended_at is None:
+                job = self.job(job_id)
+                if attempt is None and current is not None and job.attempt > current:
+                    current, after_seq = job.attempt, -1  # a retry: follow its attempt
+                    continue
+                if job.ended:
+                    ended_at = self._clock()
+            if ended_at is not None and not lines and self._clock() - ended_at >= settle_s:
+                return
+            self._sleep(pause)
+            pause = min(pause * 2, FOLLOW_MAX_S)
