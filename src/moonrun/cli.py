@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 import typer
 
-from moonrun import __version__
+from moonrun import __version__, usercli
 from moonrun.errors import InvalidRequest, MoonrunError
 from moonrun.store import DEFAULT_STORE_URL
 
@@ -22,7 +22,6 @@ R = TypeVar("R")
 app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
     help="moonrun: durable job scheduling for fleets of hosts.",
 )
 store_app = typer.Typer(no_args_is_help=True, help="Open, migrate and inspect a platform store.")
@@ -31,6 +30,7 @@ platform_app = typer.Typer(no_args_is_help=True, help="Run the moonrun platform.
 app.add_typer(platform_app, name="platform")
 run_app = typer.Typer(no_args_is_help=True, help="Run, the agent on each host.")
 app.add_typer(run_app, name="run")
+usercli.register(app)
 
 StoreOption = Annotated[
     str,
@@ -437,6 +437,7 @@ def _event_loop_run(main: Any, *, uvloop_allowed: bool = True) -> None:
 
 def main() -> None:
     try:
-        app()
+        # The user verbs read MOONRUN_PLATFORM, MOONRUN_TOKEN and the config location from here.
+        app(obj=usercli.Environment.of(os.environ))
     except KeyboardInterrupt:
         sys.exit(130)

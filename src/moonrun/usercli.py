@@ -1,0 +1,728 @@
+"""The user verbs of `moonrun` (login, job, endpoint, user, server), built on `moonrun.client`."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Final, ParamSpec, TypeVar
+
+import click
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
+from rich.table import Table
+from rich.text import Text
+
+from moonrun import userconfig
+from moonrun.client import Client, Job, WaitTimedOut
+from moonrun.errors import InvalidRequest, MoonrunError, Unauthenticated
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+EXIT_ERROR: Final = 1
+EXIT_FAILED: Final = 3
+EXIT_CANCELLED: Final = 4
+EXIT_TIMED_OUT: Final = 5
+EXIT_OF_STATE: Final[Mapping[str, int]] = {
+    "succeeded": 0,
+    "failed": EXIT_FAILED,
+    "cancelled": EXIT_CANCELLED,
+}
+PROGRESS_POLL_S: Final = 0.5
+RUN_DATA_DIR: Final = "/var/lib/moonrun-run"
+TAIL: Final = "moonrun.command_tail"
+
+
+@dataclass(frozen=True)
+class Environment:
+    """What the user verbs take from the process environment; `cli.main` builds it."""
+
+    config_home: Path
+    platform: str | None = None
+    token: str | None = field(default=None, repr=False)
+
+    @classmethod
+    def of(cls, environ: Mapping[str, str]) -> Environment:
+        return cls(
+            userconfig.config_home(environ),
+            environ.get("MOONRUN_PLATFORM") or None,
+            environ.get("MOONRUN_TOKEN") or None,
+        )
+
+    @property
+    def config_path(self) -> Path:
+        return userconfig.config_path(self.config_home)
+
+
+def _environment(ctx: typer.Context) -> Environment:
+    found = ctx.find_object(Environment)
+    if found is None:
+        raise InvalidRequest("moonrun's user verbs need the environment (run them as `moonrun`)")
+    return found
+
+
+def user_errors(command: Callable[P, R]) -> Callable[P, R]:
+    """Report moonrun's errors as one line `moonrun: error: <code>: <message>` and exit 1."""
+
+    @functools.wraps(command)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return command(*args, **kwargs)
+        except MoonrunError as error:
+            typer.echo(f"moonrun: error: {error.code}: {error.message}", err=True)
+            raise typer.Exit(EXIT_ERROR) from None
+
+    return run
+
+
+# -- options -------------------------------------------------------------------------------
+
+ProfileOption = Annotated[
+    str,
+    typer.Option(
+        "--profile",
+        help="The profile in the config file; MOONRUN_PLATFORM and MOONRUN_TOKEN override it",
+    ),
+]
+JsonOption = Annotated[
+    bool, typer.Option("--json", help="Print one JSON document with the API's keys")
+]
+
+
+def credentials(ctx: typer.Context, profile: str) -> tuple[str, str]:
+    """The platform URL and API token: MOONRUN_PLATFORM / MOONRUN_TOKEN, else the profile's."""
+    environment = _environment(ctx)
+    platform, token = environment.platform, environment.token
+    if platform is None or token is None:
+        saved = userconfig.load(environment.config_path).get(profile)
+        if saved is None:
+            raise Unauthenticated(
+                f"not logged in (no profile {profile!r} in {environment.config_path}): "
+                "run `moonrun login --platform URL`"
+            )
+        platform, token = platform or saved.platform, token or saved.token
+    return platform, token
+
+
+def connect(ctx: typer.Context, profile: str) -> Client:
+    return Client(*credentials(ctx, profile))
+
+
+# -- output --------------------------------------------------------------------------------
+
+
+def stdout() -> Console:
+    # Off a terminal nothing should be cut to 80 columns: ids are meant to be copied.
+    return Console(width=None if sys.stdout.isatty() else 10_000, highlight=False)
+
+
+def print_json(document: Any) -> None:
+    typer.echo(json.dumps(document, indent=2, ensure_ascii=False))
+
+
+def text(value: Any) -> Text:
+    """A table cell shown as it is (rich markup in a name or message is not interpreted)."""
+    if value is None:
+        return Text("-")
+    if isinstance(value, bool):
+        return Text("yes" if value else "no")
+    if isinstance(value, list):
+        return Text(", ".join(str(item) for item in value) or "-")
+    return Text(str(value))
+
+
+def print_table(columns: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> None:
+    table = Table(*columns, box=None, header_style="bold", pad_edge=False)
+    for row in rows:
+        table.add_row(*(text(row.get(column)) for column in columns))
+    stdout().print(table)
+
+
+def print_fields(data: Mapping[str, Any], names: Sequence[str]) -> None:
+    width = max(len(name) for name in names)
+    for name in names:
+        typer.echo(f"{name.ljust(width)}  {text(data.get(name)).plain}")
+
+
+def job_fields(job: Job) -> dict[str, Any]:
+    """A JobView flattened for key-value lines."""
+    data = dict(job.data)
+    progress = data.get("progress") or {}
+    terminal = data.get("terminal") or {}
+    error = terminal.get("error") or {}
+    failure = (data.get("retry") or {}).get("last_failure") or {}
+    data["attempt"] = f"{data.get('attempt')} of {data.get('max_attempts')}"
+    data["progress"] = (
+        None if not progress else f"{progress.get('percent')}% {progress.get('message') or ''}"
+    )
+    data["error"] = f"{error['code']}: {error['message']}" if error else None
+    data["last_failure"] = (
+        f"{failure['code']}: {failure['message']} (attempt {failure['attempt']})"
+        if failure
+        else None
+    )
+    data["cancel_requested"] = (data.get("cancel") or {}).get("requested")
+    return data
+
+
+JOB_FIELDS: Final = (
+    "id",
+    "server_id",
+    "kind",
+    "state",
+    "attempt",
+    "created_at",
+    "updated_at",
+    "progress",
+    "cancel_requested",
+    "last_failure",
+    "error",
+)
+
+
+def show_job(job: Job, as_json: bool) -> None:
+    if as_json:
+        print_json(job.data)
+    else:
+        print_fields(job_fields(job), JOB_FIELDS)
+
+
+def ending(job: Job) -> str:
+    error = (job.terminal or {}).get("error")
+    said = f": {error['code']}: {error['message']}" if error else ""
+    return f"job {job.id} {job.state}{said}"
+
+
+def exit_for(job: Job) -> None:
+    """Exit 0, 3 or 4 for a job that succeeded, failed or was cancelled."""
+    code = EXIT_OF_STATE.get(job.state, EXIT_TIMED_OUT)
+    if code:
+        raise typer.Exit(code)
+
+
+# -- login, logout, whoami -----------------------------------------------------------------
+
+
+def _read_secret(prompt: str) -> str:
+    """From a hidden prompt on a terminal, else the first line of stdin (never argv)."""
+    if sys.stdin.isatty():
+        value: str = typer.prompt(prompt, hide_input=True)
+    else:
+        value = sys.stdin.readline()
+    value = value.strip()
+    if not value:
+        raise InvalidRequest(f"no {prompt.lower()} given")
+    return value
+
+
+@user_errors
+def login(
+    ctx: typer.Context,
+    platform: Annotated[str, typer.Option("--platform", help="The platform's base URL")],
+    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+) -> None:
+    """Save a platform URL and API token as a profile, once the platform accepts the token.
+
+    The token is read from a hidden prompt, or from stdin when stdin is not a terminal.
+    """
+    environment = _environment(ctx)
+    url = platform.rstrip("/")
+    token = _read_secret("API token")
+    with Client(url, token) as client:
+        user = client.whoami()
+    profiles = userconfig.load(environment.config_path)
+    profiles[profile] = userconfig.Profile(url, token)
+    userconfig.save(environment.config_path, profiles)
+    typer.echo(f"logged in to {url} as {user.name} (profile {profile})")
+
+
+@user_errors
+def logout(ctx: typer.Context, profile: ProfileOption = userconfig.DEFAULT_PROFILE) -> None:
+    """Forget a profile's platform and token."""
+    path = _environment(ctx).config_path
+    profiles = userconfig.load(path)
+    if profiles.pop(profile, None) is None:
+        typer.echo(f"profile {profile} was not logged in")
+        return
+    userconfig.save(path, profiles)
+    typer.echo(f"logged out (profile {profile})")
+
+
+@user_errors
+def whoami(
+    ctx: typer.Context,
+    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+    as_json: JsonOption = False,
+) -> None:
+    """Show the user the token belongs to."""
+    with connect(ctx, profile) as client:
+        user = client.whoami()
+    if as_json:
+        print_json(user.data)
+    else:
+        print_fields(user.data, ("id", "name", "platform_admin", "created_at"))
+
+
+# -- jobs ----------------------------------------------------------------------------------
+
+job_app = typer.Typer(no_args_is_help=True, help="Submit, watch and cancel jobs.")
+
+
+class CommandTail(typer.core.TyperCommand):
+    """Keeps what follows `--` (a command line) apart from the verb's own arguments."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if "--" in args:
+            cut = args.index("--")
+            ctx.meta[TAIL] = args[cut + 1 :]
+            args = args[:cut]
+        return super().parse_args(ctx, args)
+
+
+def _payload(text_or_file: str | None) -> dict[str, Any] | None:
+    if text_or_file is None:
+        return None
+    try:
+        if text_or_file == "@-":
+            raw = sys.stdin.read()
+        elif text_or_file.startswith("@"):
+            raw = Path(text_or_file[1:]).read_text(encoding="utf-8")
+        else:
+            raw = text_or_file
+    except OSError as error:
+        raise typer.BadParameter(f"cannot read {text_or_file[1:]}: {error.strerror}") from None
+    try:
+        payload = json.loads(raw)
+    except ValueError as error:
+        raise typer.BadParameter(f"not JSON: {error}") from None
+    if not isinstance(payload, dict):
+        raise typer.BadParameter("the payload must be a JSON object")
+    return payload
+
+
+@job_app.command("submit", cls=CommandTail)
+@user_errors
+def job_submit(
+    ctx: typer.Context,
+    server: Annotated[str, typer.Argument(help="The server's id")],
+    kind: Annotated[
+        str | None, typer.Argument(help="The job's kind; omit it with `-- CMD ARG...`")
+    ] = None,
+    payload: Annotated[
+        str | None,
+        typer.Option("--payload", help="A JSON object, or @FILE to read it (@- for stdin)"),
+    ] = None,
+    max_attempts: Annotated[int | None, typer.Option("--max-attempts", min=1)] = None,
+    not_before: Annotated[
+        str | None, typer.Option("--not-before", help="RFC 3339 time before which it waits")
+    ] = None,
+    idempotency_key: Annotated[
+        str | None,
+        typer.Option("--idempotency-key", help="The same key submits the same job once"),
+    ] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="Wait until the job ends")] = False,
+    follow: Annotated[
+        bool, typer.Option("--follow", help="Show progress and stream the log until it ends")
+    ] = False,
+    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+    as_json: JsonOption = False,
+) -> None:
+    """Queue a job on a server: `submit SERVER KIND`, or `submit SERVER -- CMD ARG...` for a
+    `command` job whose payload is {"argv": [CMD, ARG...]}."""
+    body = _payload(payload)
+    tail: list[str] | None = ctx.meta.get(TAIL)
+    if tail is not None:
+        if kind is not None:
+            raise typer.BadParameter("give KIND or `-- CMD ARG...`, not both")
+        if not tail:
+            raise typer.BadParameter("`--` needs a command after it")
+        kind, body = "command", {**(body or {}), "argv": tail}
+    if kind is None:
+        raise typer.BadParameter("a KIND, or `-- CMD ARG...`, is needed")
+    with connect(ctx, profile) as client:
+        job = client.submit(
+            server,
+            kind,
+            body,
+            max_attempts=max_attempts,
+            not_before=not_before,
+            idempotency_key=idempotency_key,
+        )
+        if follow:
+            job = _follow(ctx, profile, client, job, logs_to_stderr=as_json)
+        elif wait:
+            if not as_json:
+                typer.echo(f"job {job.id} {job.state}; waiting for it to end")
+            job = client.wait(job.id)
+    if not (wait or follow):
+        show_job(job, as_json)
+        return
+    if as_json:
+        print_json(job.data)
+    elif wait and not follow:
+        typer.echo(ending(job))
+    exit_for(job)
+
+
+def _follow(
+    ctx: typer.Context, profile: str, client: Client, job: Job, *, logs_to_stderr: bool
+) -> Job:
+    """Stream the job's log while a progress bar (on stderr) shows its progress; the job as
+    it ended."""
+    errors = Console(stderr=True, highlight=False)
+    stop = threading.Event()
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TaskProgressColumn(),
+        console=errors,
+        transient=True,
+    ) as bar:
+        task = bar.add_task(f"{job.id} {job.state}", total=100)
+
+        def watch() -> None:
+            # A client of its own: the log stream holds the other one's connection.
+            with connect(ctx, profile) as watcher:
+                while not stop.is_set():
+                    try:
+                        seen = watcher.job(job.id)
+                    except MoonrunError:
+                        # The bar is a view only; the log stream reports real trouble.
+                        seen = None
+                    if seen is not None:
+                        progress = seen.progress or {}
+                        message = progress.get("message") or ""
+                        bar.update(
+                            task,
+                            completed=progress.get("percent") or 0,
+                            description=f"{seen.id} {seen.state} {message}".rstrip(),
+                        )
+                    stop.wait(PROGRESS_POLL_S)
+
+        watcher = threading.Thread(target=watch, name="moonrun-progress", daemon=True)
+        watcher.start()
+        try:
+            for line in client.logs(job.id, follow=True):
+                typer.echo(line.data.get("text", ""), err=logs_to_stderr)
+        finally:
+            stop.set()
+            watcher.join()
+    ended = client.wait(job.id)
+    typer.echo(ending(ended), err=True)
+    return ended
+
+
+@job_app.command("list")
+@user_errors
+def job_list(
+    ctx: typer.Context,
+    server: Annotated[str | None, typer.Option("--server", help="Only this server's jobs")] = None,
+    state: Annotated[str | None, typer.Option("--state", help="Only jobs in this state")] = None,
+    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+    as_json: JsonOption = False,
+) -> None:
+    """The jobs you may see, newest first (every page)."""
+    with connect(ctx, profile) as client:
+        jobs = list(client.jobs(server_id=server, state=state))
+    if as_json:
+        print_json([job.data for job in jobs])
+    else:
+        print_table(
+            ("id", "server_id", "kind", "state", "attempt", "created_at"),
+            (job.data for job in jobs),
+        )
+
+
+JobIdArgument = Annotated[str, typer.Argument(help="The job's id")]
+
+
+@job_app.command("show")
+@user_errors
+def job_show(
+    ctx: typer.Context,
+    job_id: JobIdArgument,
+    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+    as_json: JsonOption = False,
+) -> None:
+    """One job."""
+    with connect(ctx, profile) as client:
+        show_job(client.job(job_id), as_json)
+
+
+@job_app.command("wait")
+@user_errors
+def job_wait(
+    ctx: typer.Context,
+    job_id: JobIdArgument,
+    timeout: Annotated[
+        float | None, typer.Option("--timeout", min=0, help="Give up after this many seconds")
+    ] = None,
+    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+    as_json: JsonOption = False,
+) -> None:
+    """Wait until the job ends. Exit 0 succeeded, 3 failed, 4 cancelled, 5 timed out."""
+    with connect(ctx, profile) as client:
+        try:
+            job = client.wait(job_id, timeout)
+        except WaitTimedOut:
+            job = client.job(job_id)
+            if job.state not in EXIT_OF_STATE:
+                if as_json:
+                    print_json(job.data)
+                else:
+                    typer.echo(f"job {job.id} is still {job.state} after {timeout} s")
+                raise typer.Exit(EXIT_TIMED_OUT) from None
+    if as_json:
+        print_json(job.data)
+    else:
+        typer.echo(ending(job))
+    exit_for(job)
+
+
+@job_app.command("cancel")
+@user_errors
+def job_cancel(
+    ctx: typer.Context,
+    job_id: JobIdArgument,
+    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+    as_json: JsonOption = False,
+) -> None:
+    """Cancel a job: a waiting job ends at once, a running one gets a cancel intent."""
+    with connect(ctx, profile) as client:
+        job = client.cancel(job_id)
+    if as_json:
+        print_json(job.data)
+    elif job.state == "cancelled":
+        typer.echo(f"job {job.id} cancelled")
+    else:
+        typer.echo(f"job {job.id} is {job.state}; cancel requested")
+
+
+@job_app.command("logs")
+@user_errors
+def job_logs(
+    ctx: typer.Context,
+    job_id: JobIdArgument,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing lines until the job ends")
+    ] = False,
+    attempt: Annotated[
+        int | None, typer.Option("--attempt", min=1, help="This attempt [default: the latest]")
+    ] = None,
+    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+    as_json: JsonOption = False,
+) -> None:
+    """Print a job's log lines. With --json, a list of lines (one line object a line with -f)."""
+    with connect(ctx, profile) as client:
+        lines = client.logs(job_id, attempt=attempt, follow=follow)
+        if as_json and not follow:
+            print_json([line.data for line in lines])
+            return
+        for line in lines:
+            if as_json:
+                typer.echo(json.dumps(line.data, ensure_ascii=False))
+            else:
+                typer.echo(line.data.get("text", ""))
+
+
+# -- endpoints, users, servers -------------------------------------------------------------
+
+endpoint_app = typer.Typer(no_args_is_help=True, help="Create and list endpoints (hosts).")
+user_app = typer.Typer(no_args_is_help=True, help="Create and list users.")
+server_app = typer.Typer(no_args_is_help=True, help="Create, list and administer servers.")
+server_admin_app = typer.Typer(no_args_is_help=True, help="Give or take a server's administration.")
+server_app.add_typer(server_admin_app, name="admin")
+
+
+@endpoint_app.command("create")
+@user_errors
+def endpoint_create(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="The endpoint's name, e.g. the host's")],
+    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+    as_json: JsonOption = False,
+) -> None:
+    """Create an endpoint and print its one-time join token (shown only this once)."""
+    platform, token = credentials(ctx, profile)
+    with Client(platform, token) as client:
+        endpoint, join_token = client.create_endpoint(name)
+    if as_json:
+        print_json({"endpoint": endpoint.data, "join_token": join_token})
+        return
+    print_fields(endpoint.data, ("id", "name"))
+    typer.echo(f"join token (shown once): {join_token}")
+    typer.echo("On the host, run:")
+    typer.echo(
+        f"  moonrun run join --platform {platform} --token {join_token} --data-dir {RUN_DATA_DIR}"
+    )
+
+
+@endpoint_app.command("list")
+@user_errors
+def endpoint_list(
+    ctx: typer.Context,
+    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+    as_json: JsonOption = False,
+) -> None:
+    """Every endpoint and whether its Run is online (platform admins)."""
+    with connect(ctx, profile) as client:
+        endpoints = client.endpoints()
+    if as_json:
+        print_json([endpoint.data for endpoint in endpoints])
+    else:
+        print_table(
+            ("id", "name", "online", "generation", "capacity", "last_seen_at"),
+            (endpoint.data for endpoint in endpoints),
+        )
+
+
+@user_app.command("create")
+@user_errors
+def user_create(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="The user's name")],
+    password_stdin: Annotated[
+        bool,
+        typer.Option("--password-stdin", help="Read a console password from stdin's first line"),
+    ] = False,
+    platform_admin: Annotated[
+        bool, typer.Option("--platform-admin", help="Make the user a platform admin")
+    ] = False,
+    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+    as_json: JsonOption = False,
+) -> None:
+    """Create a user and print its API token (shown only this once)."""
+    password = sys.stdin.readline().rstrip("\r\n") if password_stdin else None
+    if password_stdin and not password:
+        raise typer.BadParameter("--password-stdin read no password")
+    with connect(ctx, profile) as client:
+        user, api_token = client.create_user(
+            name, password=password, platform_admin=platform_admin
+        )
+    if as_json:
+        print_json({"user": user.data, "api_token": api_token})
+        return
+    print_fields(user.data, ("id", "name", "platform_admin"))
+    typer.echo(f"API token (shown once): {api_token}")
+
+
+@user_app.command("list")
+@user_errors
+def user_list(
+    ctx: typer.Context,
+    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+    as_json: JsonOption = False,
+) -> None:
+    """Every user (platform admins)."""
+    with connect(ctx, profile) as client:
+        users = client.users()
+    if as_json:
+        print_json([user.data for user in users])
+    else:
+        print_table(
+            ("id", "name", "platform_admin", "created_at"), (user.data for user in users)
+        )
+
+
+SERVER_FIELDS: Final = ("id", "name", "endpoint_id", "owner_id", "admin_ids", "created_at")
+
+
+@server_app.command("create")
+@user_errors
+def server_create(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="The server's name")],
+    endpoint: Annotated[str, typer.Option("--endpoint", help="The endpoint's id")],
+    owner: Annotated[str, typer.Option("--owner", help="The owning user's id")],
+    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+    as_json: JsonOption = False,
+) -> None:
+    """Create a server on an endpoint, owned by a user (platform admins)."""
+    with connect(ctx, profile) as client:
+        server = client.create_server(name, endpoint, owner)
+    if as_json:
+        print_json(server.data)
+    else:
+        print_fields(server.data, SERVER_FIELDS)
+
+
+@server_app.command("list")
+@user_errors
+def server_list(
+    ctx: typer.Context,
+    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+    as_json: JsonOption = False,
+) -> None:
+    """The servers you own or administer (every server for platform admins)."""
+    with connect(ctx, profile) as client:
+        servers = client.servers()
+    if as_json:
+        print_json([server.data for server in servers])
+    else:
+        print_table(SERVER_FIELDS, (server.data for server in servers))
+
+
+ServerIdArgument = Annotated[str, typer.Argument(help="The server's id")]
+UserIdArgument = Annotated[str, typer.Argument(help="The user's id")]
+
+
+@server_app.command("show")
+@user_errors
+def server_show(
+    ctx: typer.Context,
+    server_id: ServerIdArgument,
+    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+    as_json: JsonOption = False,
+) -> None:
+    """One server."""
+    with connect(ctx, profile) as client:
+        server = client.server(server_id)
+    if as_json:
+        print_json(server.data)
+    else:
+        print_fields(server.data, SERVER_FIELDS)
+
+
+@server_admin_app.command("add")
+@user_errors
+def server_admin_add(
+    ctx: typer.Context,
+    server_id: ServerIdArgument,
+    user_id: UserIdArgument,
+    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+) -> None:
+    """Make a user an administrator of the server (its owner or a platform admin)."""
+    with connect(ctx, profile) as client:
+        client.add_server_admin(server_id, user_id)
+    typer.echo(f"{user_id} administers server {server_id}")
+
+
+@server_admin_app.command("remove")
+@user_errors
+def server_admin_remove(
+    ctx: typer.Context,
+    server_id: ServerIdArgument,
+    user_id: UserIdArgument,
+    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+) -> None:
+    """Take a user's administration of the server away (its owner or a platform admin)."""
+    with connect(ctx, profile) as client:
+        client.remove_server_admin(server_id, user_id)
+    typer.echo(f"{user_id} no longer administers server {server_id}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the user verbs to the `moonrun` command."""
+    app.command("login")(login)
+    app.command("logout")(logout)
+    app.command("whoami")(whoami)
+    app.add_typer(job_app, name="job")
+    app.add_typer(endpoint_app, name="endpoint")
+    app.add_typer(user_app, name="user")
+    app.add_typer(server_app, name="server")
