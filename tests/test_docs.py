@@ -1,10 +1,14 @@
-"""The docs that make promises are checked: the requirements map and the roadmap boundary."""
+"""The docs that make promises are checked: the requirements map, the roadmap boundary and
+the job kinds."""
 
 from __future__ import annotations
 
 import ast
+import inspect
 import re
 from pathlib import Path
+
+from moonrun.run.handlers import load_handlers
 
 ROOT = Path(__file__).resolve().parent.parent
 BOUNDARY = [
@@ -66,3 +70,40 @@ def test_completion_is_reported() -> None:
     text = (ROOT / "docs" / "roadmap.md").read_text().lower()
     assert "does **not** claim production readiness" in text
     assert [item for item in BOUNDARY if item not in text] == []
+
+
+def payload_fields(handler: object) -> set[str]:
+    """The keys a handler class reads with `.get("key")`: its payload's fields."""
+    tree = ast.parse(inspect.getsource(type(handler)))
+    return {
+        node.args[0].value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "get"
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+        and isinstance(node.args[0].value, str)
+    }
+
+
+def kind_sections() -> dict[str, str]:
+    """docs/kinds.md's `## name` sections by name."""
+    text = (ROOT / "docs" / "kinds.md").read_text()
+    parts = re.split(r"^## (.+)$", text, flags=re.MULTILINE)
+    return dict(zip(parts[1::2], parts[2::2], strict=True))
+
+
+def test_every_handler_is_documented_in_kinds_md() -> None:
+    """Each kind Run loads has a `## kind` section in docs/kinds.md naming every payload field."""
+    sections = kind_sections()
+    handlers = load_handlers()
+    assert {"command", "sleep", "noop"} - set(handlers) == set()
+    missing = {
+        kind: sorted(payload_fields(handler) - set(re.findall(r"`(\w+)`", sections.get(kind, ""))))
+        for kind, handler in handlers.items()
+    }
+    undocumented = {
+        kind: fields for kind, fields in missing.items() if kind not in sections or fields
+    }
+    assert undocumented == {}
