@@ -1,10 +1,11 @@
 """`make demo`: one platform, one Run, four jobs, end to end on this machine.
 
 Starts `moonrun platform serve` over a FileStore in `.moonrun-demo/` (made afresh every run),
-creates an endpoint through the user API, joins and starts one Run, creates a server and its
-owner, submits a `noop`, a `sleep`, a `sleep` that fails retryably (and is retried once) and a
-`command`, and prints each job's JobView as it ends. Exits 0 when every job ended as expected,
-1 with the reason otherwise. Both processes are stopped at the end, whatever happened.
+and through `moonrun.client` (the user API's Python client) creates an endpoint, joins and
+starts one Run, creates a server and its owner, submits a `noop`, a `sleep`, a `sleep` that
+fails retryably (and is retried once) and a `command`, and prints each job's JobView as it
+ends. Exits 0 when every job ended as expected, 1 with the reason otherwise. Both processes
+are stopped at the end, whatever happened.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from moonrun.client import Client
+from moonrun.errors import MoonrunError
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO_DIR = ROOT / ".moonrun-demo"
@@ -138,31 +142,6 @@ class Process:
         return f"{self.name} stopped ({exit_status(self.popen.returncode)})"
 
 
-class Api:
-    """The user API with one Bearer token."""
-
-    def __init__(self, base_url: str, token: str) -> None:
-        self.base_url = base_url
-        self.token = token
-
-    def call(self, method: str, path: str, body: Any = None, expect: int = 200) -> Any:
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(
-            self.base_url + path,
-            data=data,
-            method=method,
-            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=10) as response:
-                status, text = response.status, response.read().decode()
-        except urllib.error.HTTPError as error:
-            status, text = error.code, error.read().decode(errors="replace")
-        if status != expect:
-            raise DemoFailed(f"{method} {path} answered {status}: {text[:500]}")
-        return json.loads(text) if text else None
-
-
 def wait_healthy(platform: Process, base_url: str) -> None:
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     while time.monotonic() < deadline:
@@ -213,13 +192,13 @@ def problem(expected: Expected, view: dict[str, Any]) -> str | None:
     return None
 
 
-def log_lines(api: Api, job_id: str, wait_s: float) -> list[str]:
+def log_lines(client: Client, job_id: str, wait_s: float) -> list[str]:
     """The job's log lines; Run ships them about once a second, so wait a little for them."""
     deadline = time.monotonic() + wait_s
     while True:
-        lines = api.call("GET", f"/api/v1/jobs/{job_id}/logs")["lines"]
+        lines = list(client.logs(job_id))
         if lines or time.monotonic() > deadline:
-            return [f"{line['stream']}: {line['text']}" for line in lines]
+            return [f"{line.stream}: {line.text}" for line in lines]
         time.sleep(0.2)
 
 
@@ -247,10 +226,10 @@ def demo(processes: list[Process]) -> list[str]:
     )
     processes.append(platform)
     wait_healthy(platform, base_url)
-    admin = Api(base_url, admin_token)
+    admin = Client(base_url, admin_token)
 
-    created = admin.call("POST", "/api/v1/endpoints", {"name": "demo-host"}, expect=201)
-    endpoint_id = created["endpoint"]["id"]
+    endpoint, join_token = admin.create_endpoint("demo-host")
+    endpoint_id = endpoint.id
     print(f"== endpoint demo-host created ({endpoint_id}); joining Run with its one-time token")
     run_dir = DEMO_DIR / "run"
     run_dir.mkdir(mode=0o700)
@@ -262,7 +241,7 @@ def demo(processes: list[Process]) -> list[str]:
             "--platform",
             base_url,
             "--token",
-            created["join_token"],
+            join_token,
             "--data-dir",
             str(run_dir),
         ),
@@ -295,23 +274,24 @@ def demo(processes: list[Process]) -> list[str]:
     )
     processes.append(run)
 
-    owner = admin.call(
-        "POST", "/api/v1/users", {"name": "demo-owner", "platform_admin": False}, expect=201
-    )
-    server = admin.call(
-        "POST",
-        "/api/v1/servers",
-        {"name": "demo-server", "endpoint_id": endpoint_id, "owner_id": owner["user"]["id"]},
-        expect=201,
-    )
-    print(f"== server demo-server ({server['id']}) owned by demo-owner; submitting as the owner")
-    api = Api(base_url, owner["api_token"])
+    owner, owner_token = admin.create_user("demo-owner")
+    server = admin.create_server("demo-server", endpoint_id, owner.id)
+    admin.close()
+    print(f"== server demo-server ({server.id}) owned by demo-owner; submitting as the owner")
+    client = Client(base_url, owner_token)
 
     submitted: dict[str, tuple[Expected, float]] = {}
     for expected in JOBS:
-        view = api.call("POST", f"/api/v1/servers/{server['id']}/jobs", expected.request, 201)
-        submitted[view["id"]] = (expected, time.monotonic())
-        print(f"   submitted {expected.label}: {view['id']} ({view['state']})")
+        request = expected.request
+        job = client.submit(
+            server.id,
+            request["kind"],
+            request.get("payload"),
+            max_attempts=request.get("max_attempts"),
+            backoff=request.get("backoff"),
+        )
+        submitted[job.id] = (expected, time.monotonic())
+        print(f"   submitted {expected.label}: {job.id} ({job.state})")
 
     problems: list[str] = []
     deadline = time.monotonic() + JOBS_TIMEOUT_S
@@ -320,19 +300,19 @@ def demo(processes: list[Process]) -> list[str]:
         run.check_alive()
         if time.monotonic() > deadline:
             for job_id, (expected, _) in submitted.items():
-                view = api.call("GET", f"/api/v1/jobs/{job_id}")
+                view = client.job(job_id).data
                 problems.append(
                     f"{expected.label} did not end within {JOBS_TIMEOUT_S:.0f} s "
                     f"(still {view['state']}, attempt {view['attempt']})"
                 )
             break
         for job_id, (expected, since) in list(submitted.items()):
-            view = api.call("GET", f"/api/v1/jobs/{job_id}")
+            view = client.job(job_id).data
             if view["state"] not in TERMINAL:
                 continue
             seconds = time.monotonic() - since
             del submitted[job_id]
-            lines = log_lines(api, job_id, 3.0 if expected.request["kind"] == "command" else 0)
+            lines = log_lines(client, job_id, 3.0 if expected.request["kind"] == "command" else 0)
             show(expected, view, seconds, lines)
             found = problem(expected, view)
             if found is not None:
@@ -340,6 +320,7 @@ def demo(processes: list[Process]) -> list[str]:
             if expected.request["kind"] == "command" and "stdout: hello from moonrun" not in lines:
                 problems.append("the command's output did not reach the platform's logs")
         time.sleep(0.2)
+    client.close()
     return problems
 
 
@@ -358,6 +339,8 @@ def main() -> int:
         problems = demo(processes)
     except DemoFailed as error:
         problems = [str(error)]
+    except MoonrunError as error:  # the user API refused or could not be reached
+        problems = [f"{error.code}: {error}"]
     except KeyboardInterrupt:
         problems = ["interrupted"]
     finally:
