@@ -22,6 +22,7 @@ import httpx2 as httpx
 import pytest
 
 from moonrun.platform.artifacts import FileArtifactStore
+from moonrun.platform.channels import Channel
 from moonrun.platform.logstore import LogLine, LogPage, MemoryLogStore
 from tests.http_harness import Cast, SignedRun, http_world
 from tests.stores import StoreFactory, file_factory, memory_factory
@@ -250,3 +251,24 @@ def test_artifact_transfer_blocks(blocking: Blocking) -> None:
 def test_log_ingest_blocks(blocking: Blocking) -> None:
     """With every log upload stuck in storage, control and job traffic still complete."""
     check_lifecycle_while_blocked(blocking, "logs")
+
+
+def test_work_that_raises_stop_iteration_on_a_channel_thread_still_answers() -> None:
+    """A future refuses StopIteration; the channel hands it on as a RuntimeError instead of
+    leaving its request waiting forever."""
+    channel = Channel("jobs", 1)
+
+    def exhausted() -> None:
+        next(iter(()))
+
+    async def call() -> str:
+        try:
+            await channel.run(exhausted)
+        except RuntimeError as error:
+            return type(error.__cause__ or error).__name__
+        return "answered"
+
+    try:
+        assert anyio.run(call) == "RuntimeError"
+    finally:
+        channel.close()

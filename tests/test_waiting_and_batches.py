@@ -244,13 +244,17 @@ def test_batched_results_answer_each_entry_as_its_single_result_would(any_cast: 
 
 
 @pytest.mark.parametrize("copies", [0, 2, 1001], ids=["empty", "a job twice", "over 1000"])
-def test_a_malformed_batch_is_refused_whole(cast: Cast, copies: int) -> None:
-    """Empty, a job listed twice, or more than 1,000 entries: 422 and nothing changes."""
+@pytest.mark.parametrize("kind", ["acks", "results"])
+def test_a_malformed_batch_is_refused_whole(cast: Cast, copies: int, kind: str) -> None:
+    """Empty, a job listed twice, or more than 1,000 entries, of acks or of results: 422 and
+    nothing changes."""
     run = cast.run.start()
     submit(cast)
     (granted,) = run.claim(1)
     entry = run.entry(granted["job_id"], granted["attempt"])
-    answer = run.post("/run/v1/jobs/acks", {"acks": [entry] * copies})
+    if kind == "results":
+        entry |= {"outcome": "succeeded", "retryable": False}
+    answer = run.post(f"/run/v1/jobs/{kind}", {kind: [entry] * copies})
     assert (
         answer.status_code,
         cast.world.stored(granted["job_id"]).state.value,

@@ -143,6 +143,9 @@ def _settle(future: asyncio.Future[Any], outcome: Any, failed: bool) -> None:
     if future.cancelled():
         return
     if failed:
+        if isinstance(outcome, StopIteration):  # a future refuses it, and would never settle
+            wrapped = RuntimeError(f"work raised StopIteration: {outcome!r}")
+            outcome = wrapped.with_traceback(outcome.__traceback__)
         future.set_exception(outcome)
     else:
         future.set_result(outcome)

@@ -440,7 +440,7 @@ class SchedulingService:
     ) -> list[AckAnswer | MoonrunError]:
         """Several acks in one request and one commit; each answered as `ack` would."""
         caller = self._caller(session_id)
-        self._check_batch(acks)
+        self._check_messages(acks)
         ttl = self._settings.lease_ttl_ms
         evidence = dict(acks)
         return self._apply_many(
@@ -517,7 +517,7 @@ class SchedulingService:
         one that does not validate is refused alone (`invalid_request`).
         """
         caller = self._caller(session_id)
-        self._check_batch(results)
+        self._check_messages(results)
         reported: dict[str, tuple[Evidence, RunResult]] = {}
         refused: dict[str, MoonrunError] = {}
         for job_id, evidence, fields in results:
@@ -547,6 +547,12 @@ class SchedulingService:
     def _check_batch(self, items: Sequence[Any]) -> None:
         if not 1 <= len(items) <= MAX_BATCH:
             raise InvalidRequest(f"a batch holds 1 to {MAX_BATCH} entries")
+
+    def _check_messages(self, messages: Sequence[tuple[str, Any, *tuple[Any, ...]]]) -> None:
+        """A batch of messages: 1 to MAX_BATCH, each about another job (the first item)."""
+        self._check_batch(messages)
+        if len({job_id for job_id, *_ in messages}) != len(messages):
+            raise InvalidRequest("each job may appear only once in a batch")
 
     def _caller(self, session_id: str) -> Caller:
         session = self.authenticate_session(session_id)
