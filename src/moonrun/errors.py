@@ -57,6 +57,10 @@ class ArtifactTooLarge(MoonrunError):
     """The attempt's artifacts would pass the platform's cap on artifact bytes per attempt."""
 
 
+class ArtifactIncomplete(MoonrunError):
+    """That artifact is not complete yet: its final chunk has not arrived."""
+
+
 class IdempotencyConflict(MoonrunError):
     """That Idempotency-Key was already used with a different request."""
 
@@ -205,6 +209,7 @@ ERROR_TABLE: Final[Mapping[type[MoonrunError], tuple[int, str]]] = {
     IdempotencyConflict: (409, "idempotency_conflict"),
     ArtifactConflict: (409, "artifact_conflict"),
     ArtifactTooLarge: (413, "artifact_too_large"),
+    ArtifactIncomplete: (409, "artifact_incomplete"),
     Unauthenticated: (401, "unauthenticated"),
     Forbidden: (403, "forbidden"),
     NotFound: (404, "not_found"),

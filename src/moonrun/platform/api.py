@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import parse_qsl
@@ -116,6 +116,18 @@ class Answer:
     headers: Mapping[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Stream:
+    """A handler's answer of raw bytes, sent a part at a time as `parts` yields them (an
+    artifact a chunk at a time: never the whole of it in memory)."""
+
+    status: int
+    length: int
+    parts: AsyncGenerator[bytes, None]
+    headers: Mapping[str, str] = field(default_factory=dict)
+    content_type: str = "application/octet-stream"
+
+
 Handler = Callable[[Call], Awaitable[Any]]
 Verify = Callable[[Platform, Channel, Auth, Scope, dict[str, str], bytes], Awaitable[str]]
 """Checks a Run request's signature; returns the key's subject (session or endpoint id)."""
@@ -209,11 +221,14 @@ class Api:
         path, method = scope["path"], scope["method"]
         status, template, route = 500, "unmatched", None
         headers: list[tuple[bytes, bytes]] = []
+        stream: Stream | None = None
         try:
             route, params = self._route("GET" if method == "HEAD" else method, path)
             template = route.path
             answer = await self._serve(route, params, scope, receive)
-            if not isinstance(answer, Answer):
+            if isinstance(answer, Stream):
+                stream = answer
+            elif not isinstance(answer, Answer):
                 answer = Answer(route.status, answer)
         except MoonrunError as error:
             if path.startswith("/run/"):
@@ -223,6 +238,11 @@ class Api:
             log.exception("unexpected error", extra={"fields": {"route": template}})
             error_answer = {"error": {"code": "internal", "message": "internal error"}}
             answer = Answer(500, error_answer)
+        if stream is not None:
+            # Past its first byte an answer cannot become an error: a failure ends the stream.
+            await self._stream(stream, method, send)
+            self._observe(started, path, method, template, stream.status)
+            return
         status = answer.status
         body = b"" if answer.content is None else _dumps(answer.content)
         headers = [
@@ -235,6 +255,26 @@ class Api:
         headers.append((b"content-length", str(len(body)).encode()))
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": b"" if method == "HEAD" else body})
+        self._observe(started, path, method, template, status)
+
+    async def _stream(self, answer: Stream, method: str, send: Send) -> None:
+        """Send a Stream: its headers, then each part as it comes (none for HEAD)."""
+        headers = [
+            (name.lower().encode(), value.encode()) for name, value in answer.headers.items()
+        ]
+        headers.append((b"content-type", answer.content_type.encode()))
+        headers.append((b"content-length", str(answer.length).encode()))
+        await send({"type": "http.response.start", "status": answer.status, "headers": headers})
+        try:
+            if method != "HEAD":
+                async for part in answer.parts:
+                    await send({"type": "http.response.body", "body": part, "more_body": True})
+        finally:
+            await answer.parts.aclose()
+        await send({"type": "http.response.body", "body": b""})
+
+    def _observe(self, started: float, path: str, method: str, template: str, status: int) -> None:
+        platform = self.platform
         elapsed = time.perf_counter() - started
         channel = channel_of(path)
         platform.metrics.latency_of(channel).observe(elapsed)

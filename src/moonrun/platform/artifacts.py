@@ -7,6 +7,7 @@ import os
 import re
 import threading
 from collections import OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -21,11 +22,35 @@ COUNTED_ATTEMPTS = 4096
 """Attempts whose artifact bytes are kept counted in memory."""
 
 
+@dataclass(frozen=True, slots=True)
+class ArtifactInfo:
+    """One stored artifact of one attempt, as the user API lists it."""
+
+    attempt: int
+    name: str
+    size: int
+    """The bytes of its stored chunks."""
+    chunks: int
+    """The chunk count its `final` marker holds, or the chunks stored so far."""
+    complete: bool
+    """The `final` marker is there and every chunk it counts is stored."""
+    chunk_sizes: tuple[int, ...] = ()
+    """The size of each chunk in order, when complete."""
+
+
 class ArtifactStore(Protocol):
     def put_chunk(
         self, job_id: str, attempt: int, name: str, index: int, data: bytes, final: bool
     ) -> None:
         """Store chunk `index` once; the same bytes again are fine, different bytes are not."""
+        ...
+
+    def artifacts(self, job_id: str) -> list[ArtifactInfo]:
+        """The job's artifacts, by attempt then name."""
+        ...
+
+    def read_chunk(self, job_id: str, attempt: int, name: str, index: int) -> bytes:
+        """Chunk `index` of a stored artifact."""
         ...
 
 
@@ -80,6 +105,22 @@ class FileArtifactStore:
             if final:
                 _write(directory / "final", f"{index + 1}\n".encode())
 
+    def artifacts(self, job_id: str) -> list[ArtifactInfo]:
+        found = []
+        job = self._root / job_id
+        if not NAME_PATTERN.match(job_id) or not job.is_dir():
+            return []
+        for attempt_dir in job.iterdir():
+            if not attempt_dir.name.isdigit():
+                continue
+            for directory in attempt_dir.iterdir():
+                if NAME_PATTERN.match(directory.name) and directory.is_dir():
+                    found.append(_info(int(attempt_dir.name), directory))
+        return sorted(found, key=lambda info: (info.attempt, info.name))
+
+    def read_chunk(self, job_id: str, attempt: int, name: str, index: int) -> bytes:
+        return (self._root / job_id / str(attempt) / name / f"{index:06d}.chunk").read_bytes()
+
     def _bytes_held(self, job_id: str, attempt: int) -> int:
         """The bytes of the attempt's stored chunks (under the lock)."""
         key = (job_id, attempt)
@@ -93,6 +134,29 @@ class FileArtifactStore:
         if len(self._held) > self._counted_attempts:
             self._held.popitem(last=False)  # counted again from disk when touched again
         return held
+
+
+def _info(attempt: int, directory: Path) -> ArtifactInfo:
+    """An artifact directory's listing: complete once `final` names a count of stored chunks."""
+    sizes = {
+        int(path.stem): path.stat().st_size
+        for path in directory.glob("*.chunk")
+        if path.stem.isdigit()
+    }
+    marker = directory / "final"
+    count = None
+    if marker.exists():
+        text = marker.read_text().strip()
+        count = int(text) if text.isdigit() else None
+    complete = count is not None and all(index in sizes for index in range(count))
+    return ArtifactInfo(
+        attempt,
+        directory.name,
+        sum(sizes.values()),
+        count if count is not None else len(sizes),
+        complete,
+        tuple(sizes[index] for index in range(count)) if complete and count else (),
+    )
 
 
 def _write(path: Path, data: bytes) -> None:

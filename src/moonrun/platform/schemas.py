@@ -446,5 +446,19 @@ class LogsAnswer(Answer):
     dropped_bytes: int
 
 
+class ArtifactModel(Answer):
+    attempt: int
+    name: str
+    size: int
+    """The bytes stored so far (all of them once complete)."""
+    complete: bool
+    """Its final chunk has arrived: it can be downloaded."""
+
+
+class ArtifactsAnswer(Answer):
+    artifacts: list[ArtifactModel]
+    """Every attempt's artifacts, by attempt then name."""
+
+
 class HealthAnswer(Answer):
     status: str

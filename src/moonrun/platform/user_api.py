@@ -9,18 +9,21 @@ the largest cost of a small request.
 
 from __future__ import annotations
 
+import re
 import time
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from moonrun.errors import InvalidRequest
-from moonrun.platform.api import Answer, Call, Route
+from moonrun.errors import ArtifactIncomplete, InvalidRequest, NotFound
+from moonrun.platform.api import Answer, Call, Route, Stream
+from moonrun.platform.artifacts import NAME_PATTERN, ArtifactInfo, ArtifactStore
 from moonrun.platform.logstore import LogPage
 from moonrun.platform.schemas import (
     SEQ_MAX,
     AddAdminRequest,
+    ArtifactsAnswer,
     CreatedEndpointAnswer,
     CreatedJobsAnswer,
     CreatedUserAnswer,
@@ -91,6 +94,10 @@ class LogsQuery(_Query):
     attempt: int | None = Field(default=None, ge=1, le=2**31)
     limit: int = Field(default=1000, ge=1, le=1000)
     tail: int | None = Field(default=None, ge=1, le=1000)
+
+
+class ArtifactQuery(_Query):
+    attempt: int | None = Field(default=None, ge=1, le=2**31)
 
 
 # -- users -------------------------------------------------------------------------------------
@@ -344,6 +351,106 @@ async def job_logs(call: Call) -> Any:
     }
 
 
+# -- artifacts ---------------------------------------------------------------------------------
+
+
+async def job_artifacts(call: Call) -> Any:
+    """The job's artifacts, every attempt's, and whether each is complete (downloadable)."""
+    platform, job_id = call.platform, call.params["job_id"]
+
+    def read(user: User) -> list[ArtifactInfo]:
+        platform.service.get_job(user, job_id)
+        return platform.artifacts.artifacts(job_id)
+
+    found = await as_caller(call, read)
+    return {
+        "artifacts": [
+            {"attempt": a.attempt, "name": a.name, "size": a.size, "complete": a.complete}
+            for a in found
+        ]
+    }
+
+
+def artifact_etag(info: ArtifactInfo) -> str:
+    """The artifact's entity tag: a complete artifact never changes (its chunks are written
+    once), so its attempt, name, size and chunk count name its bytes."""
+    return f'"{info.attempt}-{info.name}-{info.size}-{info.chunks}"'
+
+
+_RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+
+
+def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
+    """The one range `bytes=a-b` (or `a-`, or `-n`) asks for, inclusive and within `size`;
+    None (the whole artifact) for no header, several ranges or one that cannot be met."""
+    match = _RANGE.match(header.strip()) if header else None
+    if match is None or size == 0:
+        return None
+    first, last = match.groups()
+    if not first and not last:
+        return None
+    if not first:
+        start, end = max(size - int(last), 0), size - 1
+    else:
+        start = int(first)
+        end = min(int(last), size - 1) if last else size - 1
+    return (start, end) if start <= end and start < size else None
+
+
+async def _parts(
+    store: ArtifactStore, call: Call, job_id: str, info: ArtifactInfo, start: int, end: int
+) -> AsyncGenerator[bytes, None]:
+    """Bytes `start` to `end` (inclusive), a chunk at a time, read on the artifacts channel's
+    threads (a slow artifact disk holds none of the user channel's)."""
+    threads = call.platform.channels.artifacts
+    offset = 0
+    for index, length in enumerate(info.chunk_sizes):
+        if offset + length > start and offset <= end:
+            data = await threads.thread(store.read_chunk, job_id, info.attempt, info.name, index)
+            yield data[max(start - offset, 0) : end - offset + 1]
+        offset += length
+
+
+async def download_artifact(call: Call) -> Any:
+    """The artifact's bytes (of the latest attempt that has it, unless `attempt` is given),
+    streamed a chunk at a time. `If-None-Match` with its ETag is 304; one `Range: bytes=a-b`
+    is 206. An artifact whose final chunk has not arrived is 409 `artifact_incomplete`."""
+    platform, query = call.platform, call.query
+    job_id, name = call.params["job_id"], call.params["name"]
+    if not NAME_PATTERN.match(name):
+        raise InvalidRequest("artifact name must match ^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+    def read(user: User) -> list[ArtifactInfo]:
+        platform.service.get_job(user, job_id)
+        return platform.artifacts.artifacts(job_id)
+
+    found = [
+        a
+        for a in await as_caller(call, read)
+        if a.name == name and query.attempt in (None, a.attempt)
+    ]
+    if not found:
+        raise NotFound(f"job {job_id} has no artifact {name}")
+    info = found[-1]
+    if not info.complete:
+        raise ArtifactIncomplete(f"artifact {name} of attempt {info.attempt} is not complete")
+    tag = artifact_etag(info)
+    headers = {
+        "ETag": tag,
+        "Accept-Ranges": "bytes",
+        "Content-Disposition": f'attachment; filename="{name}"',
+    }
+    if call.headers.get("if-none-match") == tag:
+        return Answer(304, None, headers)
+    wanted = byte_range(call.headers.get("range"), info.size)
+    status, (start, end) = 200, (0, info.size - 1)
+    if wanted is not None:
+        status, (start, end) = 206, wanted
+        headers["Content-Range"] = f"bytes {start}-{end}/{info.size}"
+    parts = _parts(platform.artifacts, call, job_id, info, start, end)
+    return Stream(status, end - start + 1, parts, headers)
+
+
 IDEMPOTENCY = ("Idempotency-Key",)
 
 ROUTES: tuple[Route, ...] = (
@@ -397,6 +504,19 @@ ROUTES: tuple[Route, ...] = (
     Route(
         "GET", "/api/v1/jobs/{job_id}/logs", "user", "user",
         None, LogsAnswer, 200, job_logs, query=LogsQuery,
+    ),
+    Route(
+        "GET", "/api/v1/jobs/{job_id}/artifacts", "user", "user",
+        None, ArtifactsAnswer, 200, job_artifacts,
+    ),
+    Route(
+        "GET", "/api/v1/jobs/{job_id}/artifacts/{name}", "user", "user",
+        None, None, 200, download_artifact, query=ArtifactQuery,
+        headers=("If-None-Match", "Range"),
+        also={
+            206: (None, "The one byte range Range asked for"),
+            304: (None, "Not modified: the artifact still has the If-None-Match tag"),
+        },
     ),
 )  # fmt: skip
 """Every user route, in matching order."""
