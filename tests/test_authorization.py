@@ -67,6 +67,14 @@ class Scene:
             self.running = self.job_id
         return self.running
 
+    def job_with_artifact(self) -> str:
+        """The scene's job, now running with a complete artifact `result.txt`."""
+        job_id = self.running_job_id()
+        attempt = self.cast.world.stored(job_id).attempt
+        response = self.cast.run.put_chunk(job_id, attempt, "result.txt", 0, b"result", True)
+        assert response.status_code == 202, response.text
+        return job_id
+
 
 @contextmanager
 def scene(tmp_path: Path) -> Iterator[Scene]:
@@ -411,6 +419,50 @@ ROWS: tuple[Row, ...] = (
         "GET",
         "/api/v1/jobs/{job_id}/logs",
         lambda s: f"/api/v1/jobs/{MISSING_JOB}/logs",
+        (NOT_FOUND, NOT_FOUND, NOT_FOUND, NOT_FOUND, UNAUTH, UNAUTH),
+    ),
+    # -- artifacts: as the job read -------------------------------------------------------------
+    Row(
+        "artifacts of job on web-1",
+        "GET",
+        "/api/v1/jobs/{job_id}/artifacts",
+        lambda s: f"/api/v1/jobs/{s.job_id}/artifacts",
+        (OK, OK, OK, FORBIDDEN, UNAUTH, UNAUTH),
+    ),
+    Row(
+        "artifacts of job on db-1",
+        "GET",
+        "/api/v1/jobs/{job_id}/artifacts",
+        lambda s: f"/api/v1/jobs/{s.other_job_id}/artifacts",
+        (OK, FORBIDDEN, FORBIDDEN, OK, UNAUTH, UNAUTH),
+    ),
+    Row(
+        "artifacts of missing job",
+        "GET",
+        "/api/v1/jobs/{job_id}/artifacts",
+        lambda s: f"/api/v1/jobs/{MISSING_JOB}/artifacts",
+        (NOT_FOUND, NOT_FOUND, NOT_FOUND, NOT_FOUND, UNAUTH, UNAUTH),
+    ),
+    Row(
+        "download artifact of job on web-1",
+        "GET",
+        "/api/v1/jobs/{job_id}/artifacts/{name}",
+        lambda s: f"/api/v1/jobs/{s.job_with_artifact()}/artifacts/result.txt",
+        (OK, OK, OK, FORBIDDEN, UNAUTH, UNAUTH),
+        writes=True,
+    ),
+    Row(
+        "download missing artifact of job on db-1",
+        "GET",
+        "/api/v1/jobs/{job_id}/artifacts/{name}",
+        lambda s: f"/api/v1/jobs/{s.other_job_id}/artifacts/result.txt",
+        (NOT_FOUND, FORBIDDEN, FORBIDDEN, NOT_FOUND, UNAUTH, UNAUTH),
+    ),
+    Row(
+        "download artifact of missing job",
+        "GET",
+        "/api/v1/jobs/{job_id}/artifacts/{name}",
+        lambda s: f"/api/v1/jobs/{MISSING_JOB}/artifacts/result.txt",
         (NOT_FOUND, NOT_FOUND, NOT_FOUND, NOT_FOUND, UNAUTH, UNAUTH),
     ),
 )

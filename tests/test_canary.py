@@ -102,7 +102,7 @@ class Canary:
         ids = {
             key: kwargs.pop(key)
             for key in list(kwargs)
-            if key in ("server_id", "job_id", "user_id")
+            if key in ("server_id", "job_id", "user_id", "name")
         }
         path = route.format(**ids) + (f"?{query}" if query else "")
         response = self.world.api(method, path, token=token, **kwargs)
@@ -277,6 +277,8 @@ def build_canary(world: HttpWorld) -> Canary:
     )
     assert run.send_logs(running, third[running], 1, "line one", "line two").status_code == 202
     assert run.send_logs(lost, third[lost], 1, "about to be lost").status_code == 202
+    uploaded = run.put_chunk(running, third[running], "result.txt", 0, b"artifact bytes", True)
+    assert uploaded.status_code == 202, uploaded.text
     cancel = c.call("POST", "/api/v1/jobs/{job_id}/cancel", token=helper, job_id=running)
     assert cancel.status_code == 202, cancel.text
     c.register(run, "boot-2")
@@ -350,6 +352,14 @@ def read_everything(c: Canary, jobs: list[str], server_id: str, tokens: tuple[st
             c.call("GET", "/api/v1/jobs/{job_id}/logs", token=token, job_id=job_id)
             for query in ("attempt=1", "attempt=2", "attempt=3", "after_seq=0"):
                 c.call("GET", "/api/v1/jobs/{job_id}/logs", token=token, job_id=job_id, query=query)
+            c.call("GET", "/api/v1/jobs/{job_id}/artifacts", token=token, job_id=job_id)
+            c.call(
+                "GET",
+                "/api/v1/jobs/{job_id}/artifacts/{name}",
+                token=token,
+                job_id=job_id,
+                name="result.txt",
+            )
 
 
 def refused_and_invalid(c: Canary, server_id: str, job_id: str, owner: str, stranger: str) -> None:
@@ -367,6 +377,14 @@ def refused_and_invalid(c: Canary, server_id: str, job_id: str, owner: str, stra
         )
     c.call("GET", "/api/v1/jobs/{job_id}", token=stranger, job_id=job_id)
     c.call("GET", "/api/v1/jobs/{job_id}/logs", token=stranger, job_id=job_id)
+    c.call("GET", "/api/v1/jobs/{job_id}/artifacts", token=stranger, job_id=job_id)
+    c.call(
+        "GET",
+        "/api/v1/jobs/{job_id}/artifacts/{name}",
+        token=stranger,
+        job_id=job_id,
+        name="result.txt",
+    )
     c.call("POST", "/api/v1/jobs/{job_id}/cancel", token=stranger, job_id=job_id)
     c.call("GET", "/api/v1/servers/{server_id}", token=stranger, server_id=server_id)
     c.call(
@@ -386,6 +404,7 @@ def refused_and_invalid(c: Canary, server_id: str, job_id: str, owner: str, stra
     )
     c.call("GET", "/api/v1/jobs/{job_id}", job_id=lease)
     c.call("GET", "/api/v1/jobs/{job_id}/logs", job_id=lease)
+    c.call("GET", "/api/v1/jobs/{job_id}/artifacts", job_id=lease)
     c.call("GET", "/api/v1/servers/{server_id}", server_id=c.markers["join token of host-b"])
     c.call("GET", "/api/v1/jobs", query=f"cursor={quote(lease)}")
     c.call(
