@@ -13,13 +13,15 @@ Records keep the API's JSON object exactly as answered in `data`.
 
 from __future__ import annotations
 
+import os
 import secrets
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from types import TracebackType
-from typing import Any, Final
+from typing import Any, BinaryIO, Final
 
 import httpx
 
@@ -32,6 +34,7 @@ from moonrun.errors import (
 )
 
 __all__ = [
+    "Artifact",
     "Client",
     "Endpoint",
     "Job",
@@ -204,6 +207,21 @@ class LogLine:
         return cls(data["attempt"], data["seq"], data["ts"], data["stream"], data["text"], data)
 
 
+@dataclass(frozen=True)
+class Artifact:
+    """One artifact of one attempt; only a `complete` one can be downloaded."""
+
+    attempt: int
+    name: str
+    size: int
+    complete: bool
+    data: dict[str, Any]
+
+    @classmethod
+    def of(cls, data: dict[str, Any]) -> Artifact:
+        return cls(data["attempt"], data["name"], data["size"], data["complete"], data)
+
+
 # -- the client --------------------------------------------------------------------------------
 
 
@@ -335,6 +353,33 @@ class Client:
             delay = min(delay * 2, BACKOFF_MAX_S)
         raise AssertionError("unreachable: the loop returns or raises")  # pragma: no cover
 
+    def _send(
+        self, path: str, params: dict[str, Any], write: Callable[[httpx.Response], None]
+    ) -> None:
+        """A streamed GET: `write` reads the answer's body; retried as `_request` retries while
+        no body has been read."""
+        query = {k: v for k, v in params.items() if v is not None}
+        delay = BACKOFF_INITIAL_S
+        for tried in range(self.retries + 1):
+            last = tried == self.retries
+            try:
+                with self._http.stream("GET", path, params=query) as response:
+                    if response.status_code < 400:
+                        write(response)
+                        return
+                    response.read()
+                    if last or response.status_code not in RETRY_STATUSES:
+                        raise _error_of(response)
+                    pause = max(delay, _retry_after(response))
+            except httpx.TransportError as error:
+                if last:
+                    raise Unreachable(
+                        f"cannot reach the platform at {self.platform}: {type(error).__name__}"
+                    ) from None
+                pause = delay
+            self._sleep(min(pause, BACKOFF_MAX_S))
+            delay = min(delay * 2, BACKOFF_MAX_S)
+
     def _json(self, response: httpx.Response) -> Any:
         if not response.content:
             return None
@@ -460,6 +505,43 @@ class Client:
                 self._request("GET", f"/api/v1/jobs/{job_id}", params=params, wait_s=wait_s)
             )
         return job
+
+    def artifacts(self, job_id: str) -> list[Artifact]:
+        """The job's artifacts, every attempt's, by attempt then name."""
+        answer = self._request("GET", f"/api/v1/jobs/{job_id}/artifacts")
+        return [Artifact.of(a) for a in answer["artifacts"]]
+
+    def download(
+        self, job_id: str, name: str, dest: Path | BinaryIO, *, attempt: int | None = None
+    ) -> int:
+        """Stream an artifact (of the latest attempt that has it unless given) into `dest`, a
+        chunk at a time; the bytes written. A path is written beside itself and renamed into
+        place once whole, so it never holds part of an artifact."""
+        path = f"/api/v1/jobs/{job_id}/artifacts/{name}"
+        written = 0
+
+        def copy(response: httpx.Response, into: BinaryIO) -> None:
+            nonlocal written
+            for part in response.iter_bytes():
+                into.write(part)
+                written += len(part)
+
+        if not isinstance(dest, Path):
+            # A retry after bytes arrived would write them twice; `_send` only retries before.
+            self._send(path, {"attempt": attempt}, lambda response: copy(response, dest))
+            return written
+        partial = dest.with_name(f".{dest.name}.{secrets.token_hex(4)}.part")
+
+        def to_file(response: httpx.Response) -> None:
+            with partial.open("wb") as handle:
+                copy(response, handle)
+
+        try:
+            self._send(path, {"attempt": attempt}, to_file)
+            os.replace(partial, dest)
+        finally:
+            partial.unlink(missing_ok=True)
+        return written
 
     def logs(
         self,

@@ -533,6 +533,49 @@ def job_logs(
                 typer.echo(line.data.get("text", ""))
 
 
+@job_app.command("artifacts")
+@user_errors
+def job_artifacts(
+    ctx: typer.Context,
+    job_id: JobIdArgument,
+    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+    as_json: JsonOption = False,
+) -> None:
+    """A job's artifacts, every attempt's: name, size and whether each is complete."""
+    with connect(ctx, profile) as client:
+        found = client.artifacts(job_id)
+    if as_json:
+        print_json([artifact.data for artifact in found])
+    else:
+        print_table(("attempt", "name", "size", "complete"), (a.data for a in found))
+
+
+@job_app.command("download")
+@user_errors
+def job_download(
+    ctx: typer.Context,
+    job_id: JobIdArgument,
+    name: Annotated[str, typer.Argument(help="The artifact's name")],
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Write it here ('-' for stdout) [default: NAME]"),
+    ] = None,
+    attempt: Annotated[
+        int | None, typer.Option("--attempt", min=1, help="This attempt [default: the latest]")
+    ] = None,
+    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+) -> None:
+    """Download a complete artifact of a job, streamed to a file."""
+    with connect(ctx, profile) as client:
+        if output == Path("-"):
+            client.download(job_id, name, sys.stdout.buffer, attempt=attempt)
+            sys.stdout.buffer.flush()
+            return
+        target = output if output is not None else Path(name)
+        written = client.download(job_id, name, target, attempt=attempt)
+    typer.echo(f"{target}: {written} bytes", err=True)
+
+
 # -- endpoints, users, servers -------------------------------------------------------------
 
 endpoint_app = typer.Typer(no_args_is_help=True, help="Create and list endpoints (hosts).")
