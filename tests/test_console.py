@@ -559,6 +559,24 @@ def test_a_job_page_shows_state_progress_logs_and_history(con: Console) -> None:
     assert [text for text in shown if text not in page.text] == []
 
 
+def test_a_job_page_lists_its_artifacts_with_download_links(con: Console) -> None:
+    """A complete artifact is a download link; one still uploading says so, with no link."""
+    job_id = con.submit(kind="backup")
+    run = con.run.start()
+    attempt = run.run_to_running(job_id)
+    assert run.put_chunk(job_id, attempt, "result.txt", 0, b"done", True).status_code == 202
+    assert run.put_chunk(job_id, attempt, "partial.log", 0, b"so far").status_code == 202
+    hugo = con.client("hugo")
+    page = hugo.get(f"/jobs/{job_id}")
+    link = f'href="/api/v1/jobs/{job_id}/artifacts/result.txt?attempt={attempt}"'
+    assert [
+        text for text in (link, "result.txt", "partial.log", "uploading") if text not in page.text
+    ] == []
+    assert "/artifacts/partial.log" not in page.text
+    download = hugo.get(f"/api/v1/jobs/{job_id}/artifacts/result.txt?attempt={attempt}")
+    assert (download.status_code, download.content) == (200, b"done")
+
+
 def test_the_cancel_form_needs_the_sessions_csrf_token(con: Console) -> None:
     """Cancel without the token, or with another session's, is a 403 page; with it, done."""
     job_id = con.submit()

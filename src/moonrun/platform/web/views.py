@@ -307,7 +307,18 @@ async def job_page(request: Request, job_id: str, fragment: bool = False) -> Res
         )
     lines = logview.shown_tail(page) if page else []
     server = await on_user_channel(request, platform.directory.get_server, user, job.server_id)
+    artifacts = await on_user_channel(request, platform.artifacts.artifacts, job_id)
     context: dict[str, Any] = {
+        "artifacts": [
+            {
+                "attempt": a.attempt,
+                "name": a.name,
+                "size": a.size,
+                "complete": a.complete,
+                "url": f"/api/v1/jobs/{quote(job_id)}/artifacts/{a.name}?attempt={a.attempt}",
+            }
+            for a in artifacts
+        ],
         "job": view,
         "server_name": server.name,
         "logs": lines,
