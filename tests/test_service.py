@@ -391,8 +391,8 @@ ROTATED_TOKEN = "mra_" + "r" * 43
 def test_another_bootstrap_token_rotates_the_admins_token(world: World) -> None:
     """A different bootstrap token replaces the admin's token: the old one stops working."""
     admin, outcome = world.directory.bootstrap_admin(ROTATED_TOKEN)
-    assert (world.admin.id, Bootstrap.ROTATED) == (admin.id, outcome)
-    assert admin == world.directory.authenticate(ROTATED_TOKEN)
+    assert (admin.id, outcome) == (world.admin.id, Bootstrap.ROTATED)
+    assert world.directory.authenticate(ROTATED_TOKEN) == admin
     with pytest.raises(Unauthenticated):
         world.directory.authenticate("mra_bootstrap-admin-token")
 
@@ -400,15 +400,15 @@ def test_another_bootstrap_token_rotates_the_admins_token(world: World) -> None:
 def test_the_same_bootstrap_token_again_changes_nothing(world: World) -> None:
     """Bootstrapping with the token the admin already holds leaves it as it was."""
     admin, outcome = world.directory.bootstrap_admin("mra_bootstrap-admin-token")
-    assert (world.admin, Bootstrap.UNCHANGED) == (admin, outcome)
-    assert world.admin == world.directory.authenticate("mra_bootstrap-admin-token")
+    assert (admin, outcome) == (world.admin, Bootstrap.UNCHANGED)
+    assert world.directory.authenticate("mra_bootstrap-admin-token") == world.admin
 
 
 def test_bootstrap_with_a_password_lets_the_admin_sign_in(world: World) -> None:
     """A bootstrap password is set on the admin, who can then sign in with it."""
     world.directory.bootstrap_admin(ROTATED_TOKEN, password="correct horse")
     signed_in = world.directory.sign_in("admin", "correct horse")
-    assert world.admin.id == (signed_in.id if signed_in else None)
+    assert (signed_in.id if signed_in else None) == world.admin.id
 
 
 def test_bootstrap_refuses_a_name_that_is_not_a_platform_admin(world: World) -> None:
@@ -423,7 +423,7 @@ def test_bootstrap_refuses_a_name_that_is_not_a_platform_admin(world: World) -> 
 def test_a_new_store_has_no_platform_admin_until_bootstrap(world: World) -> None:
     """`has_platform_admin` is false on an empty store and true once an admin exists."""
     empty = Directory(MemoryStore(), world.clock, world.tokens)
-    assert (False, True) == (empty.has_platform_admin(), world.directory.has_platform_admin())
+    assert (empty.has_platform_admin(), world.directory.has_platform_admin()) == (False, True)
 
 
 @pytest.mark.parametrize(
@@ -438,7 +438,7 @@ def test_bootstrap_tokens_need_32_characters_after_the_prefix(token: str, accept
         refused = True
     else:
         refused = False
-    assert accepted == (not refused)
+    assert (not refused) == accepted
 
 
 def test_only_owner_or_platform_admin_adds_server_admins(world: World) -> None:
