@@ -559,6 +559,96 @@ def test_a_job_page_shows_state_progress_logs_and_history(con: Console) -> None:
     assert [text for text in shown if text not in page.text] == []
 
 
+def end_with_progress(con: Console, end: str, kind: str, **progress: Any) -> str:
+    """A job that reported `progress` once and then ended `end`; answer its page's HTML."""
+    job_id = con.submit(kind=kind)
+    run = con.run.start()
+    attempt = run.run_to_running(job_id)
+    assert run.progress(job_id, attempt, 1, **progress).status_code == 200
+    if end == "cancelled":
+        headers = {"Authorization": f"Bearer {con.token('olive')}"}
+        asked = con.client().post(f"/api/v1/jobs/{job_id}/cancel", headers=headers)
+        assert asked.status_code == 202, asked.text
+    if end != "running":
+        assert run.result(job_id, attempt, end).status_code == 200
+    assert con.state(job_id) == end
+    page = con.client("olive").get(f"/jobs/{job_id}")
+    assert page.status_code == 200
+    text: str = page.text
+    return text
+
+
+PROGRESS_TEXT = re.compile(r'<p data-testid="progress">([^<]*)</p>')
+PROGRESS_BAR = re.compile(r"<progress [^>]*>")
+
+
+@pytest.mark.parametrize(
+    ("end", "kind", "progress", "bar", "text"),
+    [
+        (
+            "succeeded",
+            "command",
+            {"percent": None},
+            '<progress max="100" value="100.0" aria-label="Progress">',
+            "100% · complete",
+        ),
+        (
+            "succeeded",
+            "sleep",
+            {"percent": 60, "message": "10.9 s left"},
+            '<progress max="100" value="100.0" aria-label="Progress">',
+            "100% · complete",
+        ),
+        (
+            "failed",
+            "sleep",
+            {"percent": 60, "message": "10.9 s left"},
+            '<progress max="100" value="60.0" aria-label="Progress" class="stopped">',
+            "60% · stopped (failed)",
+        ),
+        (
+            "cancelled",
+            "backup",
+            {"percent": 25, "message": "copying, 3.0 s left"},
+            '<progress max="100" value="25.0" aria-label="Progress" class="stopped">',
+            "25% · copying · stopped (cancelled)",
+        ),
+        ("failed", "command", {"percent": None}, None, "progress unknown · stopped (failed)"),
+        (
+            "running",
+            "command",
+            {"percent": None, "message": "compiling"},
+            None,
+            "in progress, amount unknown · compiling",
+        ),
+        (
+            "running",
+            "sleep",
+            {"percent": 60, "message": "10.9 s left"},
+            '<progress max="100" value="60.0" aria-label="Progress">',
+            "60% · 10.9 s left",
+        ),
+    ],
+    ids=[
+        "succeeded-null",
+        "succeeded-sleep",
+        "failed",
+        "cancelled",
+        "failed-null",
+        "running-null",
+        "running",
+    ],
+)
+def test_a_job_page_shows_progress_in_the_light_of_its_state(
+    con: Console, end: str, kind: str, progress: dict[str, Any], bar: str | None, text: str
+) -> None:
+    """Succeeded is complete; failed and cancelled keep the last reading, stopped, with no
+    time left; a null percent draws no bar; a running job shows what it reported."""
+    html = end_with_progress(con, end, kind, **progress)
+    shown = (PROGRESS_BAR.findall(html), PROGRESS_TEXT.findall(html))
+    assert shown == ([bar] if bar else [], [text])
+
+
 def test_the_cancel_form_needs_the_sessions_csrf_token(con: Console) -> None:
     """Cancel without the token, or with another session's, is a 403 page; with it, done."""
     job_id = con.submit()
