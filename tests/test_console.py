@@ -649,6 +649,32 @@ def test_a_job_page_shows_progress_in_the_light_of_its_state(
     assert shown == ([bar] if bar else [], [text])
 
 
+PROGRESS_CELL = re.compile(r'<td data-label="Progress">(.*?)</td>')
+
+
+@pytest.mark.parametrize(
+    ("end", "progress", "cell"),
+    [
+        ("succeeded", {"percent": None}, "100%"),
+        (
+            "failed",
+            {"percent": 60, "message": "10.9 s left"},
+            '60% <span class="muted">stopped</span>',
+        ),
+        ("running", {"percent": None}, '<span class="muted">?</span>'),
+        ("running", {"percent": 40}, "40%"),
+    ],
+    ids=["succeeded-null", "failed", "running-null", "running"],
+)
+def test_the_jobs_table_shows_progress_in_the_light_of_the_state(
+    con: Console, end: str, progress: dict[str, Any], cell: str
+) -> None:
+    """The jobs table's progress cell: complete, stopped, unknown, or the percent."""
+    end_with_progress(con, end, "command", **progress)
+    table = con.client("olive").get("/jobs")
+    assert PROGRESS_CELL.findall(table.text) == [cell]
+
+
 def test_the_cancel_form_needs_the_sessions_csrf_token(con: Console) -> None:
     """Cancel without the token, or with another session's, is a 403 page; with it, done."""
     job_id = con.submit()
