@@ -577,6 +577,122 @@ def test_a_job_page_lists_its_artifacts_with_download_links(con: Console) -> Non
     assert (download.status_code, download.content) == (200, b"done")
 
 
+def end_with_progress(con: Console, end: str, kind: str, **progress: Any) -> str:
+    """A job that reported `progress` once and then ended `end`; answer its page's HTML."""
+    job_id = con.submit(kind=kind)
+    run = con.run.start()
+    attempt = run.run_to_running(job_id)
+    assert run.progress(job_id, attempt, 1, **progress).status_code == 200
+    if end == "cancelled":
+        headers = {"Authorization": f"Bearer {con.token('olive')}"}
+        asked = con.client().post(f"/api/v1/jobs/{job_id}/cancel", headers=headers)
+        assert asked.status_code == 202, asked.text
+    if end != "running":
+        assert run.result(job_id, attempt, end).status_code == 200
+    assert con.state(job_id) == end
+    page = con.client("olive").get(f"/jobs/{job_id}")
+    assert page.status_code == 200
+    text: str = page.text
+    return text
+
+
+PROGRESS_TEXT = re.compile(r'<p data-testid="progress">([^<]*)</p>')
+PROGRESS_BAR = re.compile(r"<progress [^>]*>")
+
+
+@pytest.mark.parametrize(
+    ("end", "kind", "progress", "bar", "text"),
+    [
+        (
+            "succeeded",
+            "command",
+            {"percent": None},
+            '<progress max="100" value="100.0" aria-label="Progress">',
+            "100% · complete",
+        ),
+        (
+            "succeeded",
+            "sleep",
+            {"percent": 60, "message": "10.9 s left"},
+            '<progress max="100" value="100.0" aria-label="Progress">',
+            "100% · complete",
+        ),
+        (
+            "failed",
+            "sleep",
+            {"percent": 60, "message": "10.9 s left"},
+            '<progress max="100" value="60.0" aria-label="Progress" class="stopped">',
+            "60% · stopped (failed)",
+        ),
+        (
+            "cancelled",
+            "backup",
+            {"percent": 25, "message": "copying, 3.0 s left"},
+            '<progress max="100" value="25.0" aria-label="Progress" class="stopped">',
+            "25% · copying · stopped (cancelled)",
+        ),
+        ("failed", "command", {"percent": None}, None, "progress unknown · stopped (failed)"),
+        (
+            "running",
+            "command",
+            {"percent": None, "message": "compiling"},
+            None,
+            "in progress, amount unknown · compiling",
+        ),
+        (
+            "running",
+            "sleep",
+            {"percent": 60, "message": "10.9 s left"},
+            '<progress max="100" value="60.0" aria-label="Progress">',
+            "60% · 10.9 s left",
+        ),
+    ],
+    ids=[
+        "succeeded-null",
+        "succeeded-sleep",
+        "failed",
+        "cancelled",
+        "failed-null",
+        "running-null",
+        "running",
+    ],
+)
+def test_a_job_page_shows_progress_in_the_light_of_its_state(
+    con: Console, end: str, kind: str, progress: dict[str, Any], bar: str | None, text: str
+) -> None:
+    """Succeeded is complete; failed and cancelled keep the last reading, stopped, with no
+    time left; a null percent draws no bar; a running job shows what it reported."""
+    html = end_with_progress(con, end, kind, **progress)
+    shown = (PROGRESS_BAR.findall(html), PROGRESS_TEXT.findall(html))
+    assert shown == ([bar] if bar else [], [text])
+
+
+PROGRESS_CELL = re.compile(r'<td data-label="Progress">(.*?)</td>')
+
+
+@pytest.mark.parametrize(
+    ("end", "progress", "cell"),
+    [
+        ("succeeded", {"percent": None}, "100%"),
+        (
+            "failed",
+            {"percent": 60, "message": "10.9 s left"},
+            '60% <span class="muted">stopped</span>',
+        ),
+        ("running", {"percent": None}, '<span class="muted">?</span>'),
+        ("running", {"percent": 40}, "40%"),
+    ],
+    ids=["succeeded-null", "failed", "running-null", "running"],
+)
+def test_the_jobs_table_shows_progress_in_the_light_of_the_state(
+    con: Console, end: str, progress: dict[str, Any], cell: str
+) -> None:
+    """The jobs table's progress cell: complete, stopped, unknown, or the percent."""
+    end_with_progress(con, end, "command", **progress)
+    table = con.client("olive").get("/jobs")
+    assert PROGRESS_CELL.findall(table.text) == [cell]
+
+
 def test_the_cancel_form_needs_the_sessions_csrf_token(con: Console) -> None:
     """Cancel without the token, or with another session's, is a 403 page; with it, done."""
     job_id = con.submit()

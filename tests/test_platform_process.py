@@ -13,6 +13,7 @@ import re
 import secrets
 import stat
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -29,6 +30,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from moonrun.scheduling.fingerprint import token_hash
 from moonrun.security import signing
 from moonrun.store import open_store
+from tests.console_kit import sign_in
 from tests.processes import command_env, free_port, serve_command
 from tests.stores import StoreFactory
 
@@ -45,7 +47,10 @@ class PlatformProcess:
     across restarts.
     """
 
-    def __init__(self, workdir: Path, store_url: str, secret_file: Path) -> None:
+    def __init__(
+        self, workdir: Path, store_url: str, secret_file: Path, admin_token: str = ADMIN_TOKEN
+    ) -> None:
+        self.admin_token = admin_token
         self.workdir = workdir
         self.store_url = store_url
         self.secret_file = secret_file
@@ -67,7 +72,7 @@ class PlatformProcess:
             self.process = subprocess.Popen(
                 command,
                 cwd=self.workdir,
-                env=command_env(ADMIN_TOKEN),
+                env=command_env(self.admin_token),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -114,7 +119,7 @@ class PlatformProcess:
 
     def api(self, method: str, path: str, body: Any = None) -> httpx.Response:
         assert self.client is not None, "the platform is not running"
-        headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+        headers = {"Authorization": f"Bearer {self.admin_token}"}
         return self.client.request(method, path, json=body, headers=headers)
 
     def created(self, path: str, body: Any) -> dict[str, Any]:
@@ -125,9 +130,11 @@ class PlatformProcess:
 
 
 @contextmanager
-def platform_process(workdir: Path, store_url: str, secret_file: Path) -> Iterator[PlatformProcess]:
+def platform_process(
+    workdir: Path, store_url: str, secret_file: Path, admin_token: str = ADMIN_TOKEN
+) -> Iterator[PlatformProcess]:
     """A platform that is always killed at the end; a failure carries the platform's log tail."""
-    platform = PlatformProcess(workdir, store_url, secret_file)
+    platform = PlatformProcess(workdir, store_url, secret_file, admin_token)
     try:
         yield platform
     except Exception as error:
@@ -296,13 +303,15 @@ def test_platform_restart_refuses_a_request_signed_before_it(
 # -- the secret file ---------------------------------------------------------------------------
 
 
-def serve_until_it_exits(tmp_path: Path, secret_file: Path) -> subprocess.CompletedProcess[str]:
+def serve_until_it_exits(
+    tmp_path: Path, secret_file: Path, admin_token: str = ADMIN_TOKEN
+) -> subprocess.CompletedProcess[str]:
     """Run `moonrun platform serve` expecting it to refuse to start (bounded by a timeout)."""
     command = serve_command("memory://", free_port(), secret_file, tmp_path / "data")
     return subprocess.run(
         command,
         cwd=tmp_path,
-        env=command_env(ADMIN_TOKEN),
+        env=command_env(admin_token),
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
@@ -310,11 +319,11 @@ def serve_until_it_exits(tmp_path: Path, secret_file: Path) -> subprocess.Comple
     )
 
 
-def one_error_line(result: subprocess.CompletedProcess[str]) -> str:
+def one_error_line(result: subprocess.CompletedProcess[str], exit_code: int = 1) -> str:
     """The single `moonrun: error:` line of a refused start, checked for exit code and shape."""
     lines = result.stderr.splitlines()
-    exit_1_with_one_line = (1, "", 1)
-    assert exit_1_with_one_line == (result.returncode, result.stdout, len(lines)), result.stderr
+    exit_with_one_line = (exit_code, "", 1)
+    assert exit_with_one_line == (result.returncode, result.stdout, len(lines)), result.stderr
     assert lines[0].startswith("moonrun: error: "), result.stderr
     return lines[0]
 
@@ -411,3 +420,133 @@ def test_sigkill_while_serving_loses_no_acknowledged_job(tmp_path: Path) -> None
         store.close()
     assert acknowledged, "no create was ever acknowledged"
     assert missing == []
+
+
+# -- the bootstrap admin -----------------------------------------------------------------------
+
+
+def json_lines(text: str) -> list[dict[str, Any]]:
+    """The JSON log lines of a platform's output (other lines skipped)."""
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+def test_a_different_bootstrap_token_at_restart_rotates_the_admins_token(tmp_path: Path) -> None:
+    """Restarted with another bootstrap token, the platform answers it and 401s the old one,
+    with one log line saying so that holds neither token."""
+    store_url = f"file:{tmp_path / 'platform.db'}"
+    old_token, new_token = ADMIN_TOKEN, "mra_" + secrets.token_urlsafe(32)
+    with platform_process(tmp_path, store_url, tmp_path / "platform.secret") as platform:
+        platform.start()
+        platform.kill()
+        platform.admin_token = new_token
+        platform.start()
+        assert platform.client is not None
+        answers = [
+            platform.client.get("/api/v1/me", headers={"Authorization": f"Bearer {token}"})
+            for token in (old_token, new_token)
+        ]
+        platform.kill()
+        platform.start()
+        again = platform.api("GET", "/api/v1/me").status_code
+        output = platform.log.read_text()
+    assert [answer.status_code for answer in answers] == [401, 200]
+    assert answers[1].json()["name"] == "admin"
+    assert again == 200
+    rotated = [line for line in json_lines(output) if "rotated" in line["msg"]]
+    assert [(line["level"], line["user"]) for line in rotated] == [("warning", "admin")]
+    assert (old_token.removeprefix("mra_") in output, new_token.removeprefix("mra_") in output) == (
+        False,
+        False,
+    )
+
+
+@pytest.mark.parametrize("token", ["x", "mra_" + "a" * 31, "b" * 31])
+def test_serve_refuses_a_bootstrap_token_shorter_than_32_characters(
+    tmp_path: Path, token: str
+) -> None:
+    """A bootstrap token under 32 characters after `mra_` stops the start: one line, exit 2."""
+    result = serve_until_it_exits(tmp_path, tmp_path / "platform.secret", admin_token=token)
+    line = one_error_line(result, exit_code=2)
+    assert "MOONRUN_BOOTSTRAP_ADMIN_TOKEN" in line
+    assert "32 characters" in line
+
+
+def test_a_platform_without_an_admin_says_how_to_make_one(tmp_path: Path) -> None:
+    """Started on a new store without a bootstrap token, the platform serves and warns, on
+    stderr and in its JSON log, that no admin exists, naming `moonrun admin bootstrap`."""
+    store_url = f"file:{tmp_path / 'platform.db'}"
+    with platform_process(tmp_path, store_url, tmp_path / "platform.secret", "") as platform:
+        platform.start()
+        output = platform.log.read_text()
+    warnings = [line for line in output.splitlines() if line.startswith("moonrun: warning:")]
+    logged = [line for line in json_lines(output) if "no platform admin" in line["msg"]]
+    assert len(warnings) == 1
+    assert "moonrun admin bootstrap --store URL" in warnings[0]
+    assert [line["level"] for line in logged] == ["warning"]
+
+
+def admin_bootstrap(
+    tmp_path: Path, store_url: str, *arguments: str, stdin: str = ""
+) -> subprocess.CompletedProcess[str]:
+    """`moonrun admin bootstrap` against the store, with no platform running."""
+    return subprocess.run(
+        [sys.executable, "-m", "moonrun", "admin", "bootstrap", "--store", store_url, *arguments],
+        cwd=tmp_path,
+        env=command_env(""),
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_admin_bootstrap_offline_gives_a_token_and_a_console_password(tmp_path: Path) -> None:
+    """`moonrun admin bootstrap --password-stdin` on a store prints a token the platform then
+    accepts, and the admin signs in to the console with the password."""
+    store_url = f"file:{tmp_path / 'platform.db'}"
+    made = admin_bootstrap(tmp_path, store_url, "--password-stdin", stdin="moon-over-water\n")
+    assert made.returncode == 0, made.stderr
+    token = made.stdout.strip()
+    assert re.fullmatch(r"mra_[A-Za-z0-9_-]{43}", token), made.stdout
+    with platform_process(tmp_path, store_url, tmp_path / "platform.secret", "") as platform:
+        platform.admin_token = token
+        platform.start()
+        me = platform.api("GET", "/api/v1/me")
+        assert platform.client is not None
+        signed = sign_in(platform.client, "admin", "moon-over-water")  # type: ignore[arg-type]
+        jobs = platform.client.get("/jobs")
+        output = platform.log.read_text()
+    assert (me.status_code, me.json()["platform_admin"]) == (200, True)
+    assert (signed.status_code, signed.headers.get("location")) == (303, "/jobs")
+    assert jobs.status_code == 200
+    assert "no platform admin" not in output
+
+
+def test_admin_bootstrap_again_rotates_the_token(tmp_path: Path) -> None:
+    """A second `moonrun admin bootstrap` gives a new token; the first stops working."""
+    store_url = f"file:{tmp_path / 'platform.db'}"
+    first, second = (admin_bootstrap(tmp_path, store_url) for _ in range(2))
+    assert (first.returncode, second.returncode) == (0, 0), first.stderr + second.stderr
+    store = open_store(store_url)
+    try:
+        holders = [store.user_by_api_token(token_hash(r.stdout.strip())) for r in (first, second)]
+    finally:
+        store.close()
+    assert [holder.name if holder else None for holder in holders] == [None, "admin"]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "stdin"),
+    [
+        (("--name", "no spaces"), ""),
+        (("--password-stdin",), "short\n"),
+        (("--password-stdin",), ""),
+    ],
+    ids=["bad-name", "short-password", "no-password"],
+)
+def test_admin_bootstrap_refuses_bad_usage_with_exit_code_2(
+    tmp_path: Path, arguments: tuple[str, ...], stdin: str
+) -> None:
+    """A bad name or password is one error line and exit code 2, and prints no token."""
+    result = admin_bootstrap(tmp_path, f"file:{tmp_path / 'platform.db'}", *arguments, stdin=stdin)
+    one_error_line(result, exit_code=2)

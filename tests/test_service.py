@@ -23,10 +23,12 @@ from moonrun.errors import (
     TooLarge,
     Unauthenticated,
 )
+from moonrun.platform.directory import Bootstrap, Directory, check_bootstrap_token
 from moonrun.platform.service import SchedulingService
 from moonrun.scheduling.jobs import JobState
 from moonrun.scheduling.messages import Evidence
 from moonrun.security.tokens import SeededTokenSource
+from moonrun.store.memory import MemoryStore
 from tests.harness import World, public_key
 
 SECOND = 1000
@@ -381,6 +383,62 @@ def test_bootstrap_admin_is_created_once(world: World) -> None:
     again = world.directory.ensure_bootstrap_admin("mra_bootstrap-admin-token")
     assert world.admin == again
     assert sum(1 for user in world.store.list_users() if user.name == "admin") == 1
+
+
+ROTATED_TOKEN = "mra_" + "r" * 43
+
+
+def test_another_bootstrap_token_rotates_the_admins_token(world: World) -> None:
+    """A different bootstrap token replaces the admin's token: the old one stops working."""
+    admin, outcome = world.directory.bootstrap_admin(ROTATED_TOKEN)
+    assert (admin.id, outcome) == (world.admin.id, Bootstrap.ROTATED)
+    assert world.directory.authenticate(ROTATED_TOKEN) == admin
+    with pytest.raises(Unauthenticated):
+        world.directory.authenticate("mra_bootstrap-admin-token")
+
+
+def test_the_same_bootstrap_token_again_changes_nothing(world: World) -> None:
+    """Bootstrapping with the token the admin already holds leaves it as it was."""
+    admin, outcome = world.directory.bootstrap_admin("mra_bootstrap-admin-token")
+    assert (admin, outcome) == (world.admin, Bootstrap.UNCHANGED)
+    assert world.directory.authenticate("mra_bootstrap-admin-token") == world.admin
+
+
+def test_bootstrap_with_a_password_lets_the_admin_sign_in(world: World) -> None:
+    """A bootstrap password is set on the admin, who can then sign in with it."""
+    world.directory.bootstrap_admin(ROTATED_TOKEN, password="correct horse")
+    signed_in = world.directory.sign_in("admin", "correct horse")
+    assert (signed_in.id if signed_in else None) == world.admin.id
+
+
+def test_bootstrap_refuses_a_name_that_is_not_a_platform_admin(world: World) -> None:
+    """Bootstrapping a name held by an ordinary user is refused and changes nothing."""
+    world.directory.create_user(world.admin, "dora")
+    with pytest.raises(InvalidRequest):
+        world.directory.bootstrap_admin(ROTATED_TOKEN, name="dora")
+    with pytest.raises(Unauthenticated):
+        world.directory.authenticate(ROTATED_TOKEN)
+
+
+def test_a_new_store_has_no_platform_admin_until_bootstrap(world: World) -> None:
+    """`has_platform_admin` is false on an empty store and true once an admin exists."""
+    empty = Directory(MemoryStore(), world.clock, world.tokens)
+    assert (empty.has_platform_admin(), world.directory.has_platform_admin()) == (False, True)
+
+
+@pytest.mark.parametrize(
+    ("token", "accepted"),
+    [("x", False), ("mra_" + "a" * 31, False), ("a" * 32, True), ("mra_" + "a" * 32, True)],
+)
+def test_bootstrap_tokens_need_32_characters_after_the_prefix(token: str, accepted: bool) -> None:
+    """Tokens shorter than 32 characters after an optional `mra_` are refused."""
+    try:
+        check_bootstrap_token(token)
+    except InvalidRequest:
+        refused = True
+    else:
+        refused = False
+    assert (not refused) == accepted
 
 
 def test_only_owner_or_platform_admin_adds_server_admins(world: World) -> None:

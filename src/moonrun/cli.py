@@ -30,6 +30,8 @@ platform_app = typer.Typer(no_args_is_help=True, help="Run the moonrun platform.
 app.add_typer(platform_app, name="platform")
 run_app = typer.Typer(no_args_is_help=True, help="Run, the agent on each host.")
 app.add_typer(run_app, name="run")
+admin_app = typer.Typer(no_args_is_help=True, help="Platform administration on the store itself.")
+app.add_typer(admin_app, name="admin")
 usercli.register(app)
 
 StoreOption = Annotated[
@@ -41,6 +43,16 @@ StoreOption = Annotated[
         show_default=True,
     ),
 ]
+
+
+USAGE_EXIT_CODE = 2
+BOOTSTRAP_HINT = "moonrun admin bootstrap --store URL [--name admin] [--password-stdin]"
+
+
+def usage_error(message: str) -> typer.Exit:
+    """One `moonrun: error:` line and the usage exit code (a value the operator must change)."""
+    typer.echo(f"moonrun: error: {message}", err=True)
+    return typer.Exit(USAGE_EXIT_CODE)
 
 
 def one_line_errors(command: Callable[P, R]) -> Callable[P, R]:
@@ -202,10 +214,12 @@ def platform_serve(
 ) -> None:
     """Serve the Run API, the user API, /healthz and /metrics, and run the sweeper.
 
-    MOONRUN_BOOTSTRAP_ADMIN_TOKEN=<token> creates a platform admin named `admin` holding that
-    token at start, unless some user already holds it.
+    MOONRUN_BOOTSTRAP_ADMIN_TOKEN=<token> (at least 32 characters after an optional `mra_`)
+    makes platform admin `admin` hold that token at start: it is created, or its API token is
+    rotated to this one (the old one stops working).
     """
     import ipaddress
+    import logging
     import resource
 
     import uvicorn
@@ -213,6 +227,7 @@ def platform_serve(
     from moonrun import jsonlog
     from moonrun.platform.app import create_app
     from moonrun.platform.config import ArtifactLimits, LogLimits, SchedulingSettings
+    from moonrun.platform.directory import check_bootstrap_token
     from moonrun.platform.edge import (
         EdgeLimits,
         ServeSettings,
@@ -222,12 +237,18 @@ def platform_serve(
     from moonrun.settings import PlatformConfig, build_platform
 
     jsonlog.configure(log_level)
+    bootstrap_token = os.environ.get("MOONRUN_BOOTSTRAP_ADMIN_TOKEN") or None
+    if bootstrap_token is not None:
+        try:
+            check_bootstrap_token(bootstrap_token)
+        except InvalidRequest as error:
+            raise usage_error(f"MOONRUN_BOOTSTRAP_ADMIN_TOKEN: {error.message}") from None
     config = PlatformConfig(
         store_url=store,
         listen=listen,
         secret_file=secret_file,
         data_dir=data_dir,
-        bootstrap_admin_token=os.environ.get("MOONRUN_BOOTSTRAP_ADMIN_TOKEN") or None,
+        bootstrap_admin_token=bootstrap_token,
         scheduling=SchedulingSettings(
             ack_timeout_s=ack_timeout_s,
             lease_ttl_s=lease_ttl_s,
@@ -268,12 +289,71 @@ def platform_serve(
     )
     platform = build_platform(config)
     try:
+        if not platform.directory.has_platform_admin():
+            warning = (
+                "the store has no platform admin, so nobody can manage this platform; make one "
+                f"with: {BOOTSTRAP_HINT} (or set MOONRUN_BOOTSTRAP_ADMIN_TOKEN)"
+            )
+            typer.echo(f"moonrun: warning: {warning}", err=True)
+            logging.getLogger("moonrun.platform").warning(warning)
         app = create_app(platform, api_docs=api_docs)
         server = uvicorn.Server(server_config(app, host, port, serving))
         server.run()
     finally:
         platform.close()
         platform.store.close()
+
+
+@admin_app.command("bootstrap")
+@one_line_errors
+def admin_bootstrap(
+    store: StoreOption = DEFAULT_STORE_URL,
+    name: Annotated[
+        str, typer.Option("--name", help="The platform admin to create or give a new token")
+    ] = "admin",
+    password_stdin: Annotated[
+        bool,
+        typer.Option(
+            "--password-stdin",
+            help="Also set the admin's console password, read from the first line of stdin",
+        ),
+    ] = False,
+) -> None:
+    """Create a platform admin, or rotate its API token, directly in the store (no platform
+    needs to run); print the new API token once.
+
+    Exit codes: 0 done; 1 an error (e.g. the store cannot be opened); 2 bad usage (a bad name
+    or password, a name held by a user who is not a platform admin, a memory:// store).
+    """
+    from moonrun.clock import SystemClock
+    from moonrun.platform.directory import Directory
+    from moonrun.security.tokens import API_PREFIX, SystemTokenSource
+    from moonrun.store import open_store
+
+    if store.startswith("memory:"):
+        raise usage_error("a memory:// store is gone when this command exits; give --store")
+    password = None
+    if password_stdin:
+        password = sys.stdin.readline().rstrip("\r\n")
+        if not password:
+            raise usage_error("--password-stdin: stdin's first line is empty")
+    opened = open_store(store)
+    try:
+        tokens = SystemTokenSource()
+        directory = Directory(opened, SystemClock(), tokens)
+        api_token = tokens.token(API_PREFIX)
+        try:
+            admin, outcome = directory.bootstrap_admin(api_token, name, password)
+        except InvalidRequest as error:
+            raise usage_error(error.message) from None
+    finally:
+        opened.close()
+    said = {"created": "created", "rotated": "has a new API token", "unchanged": "is unchanged"}
+    signs_in = "; it can sign in to the console" if password is not None else ""
+    typer.echo(
+        f"platform admin {admin.name} ({admin.id}) {said[outcome.value]}{signs_in}", err=True
+    )
+    typer.echo(api_token)
 
 
 PlatformOption = Annotated[

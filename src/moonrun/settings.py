@@ -6,6 +6,7 @@ module opens the store, loads the secret and builds the `Platform` the HTTP app 
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from moonrun.clock import SystemClock
 from moonrun.platform.artifacts import FileArtifactStore
 from moonrun.platform.channels import Channels
 from moonrun.platform.config import ArtifactLimits, LogLimits, SchedulingSettings
-from moonrun.platform.directory import Directory
+from moonrun.platform.directory import Bootstrap, Directory
 from moonrun.platform.http import HttpSettings, Platform
 from moonrun.platform.logstore import MemoryLogStore
 from moonrun.platform.service import SchedulingService
@@ -70,7 +71,20 @@ def build_platform(config: PlatformConfig) -> Platform:
         service = SchedulingService(store, clock, tokens, config.scheduling)
         directory = Directory(store, clock, tokens)
         if config.bootstrap_admin_token:
-            directory.ensure_bootstrap_admin(config.bootstrap_admin_token)
+            admin, outcome = directory.bootstrap_admin(config.bootstrap_admin_token)
+            # Never the token itself: the log goes where operators and collectors read it.
+            fields = {"fields": {"user": admin.name, "user_id": admin.id}}
+            if outcome is Bootstrap.ROTATED:
+                logging.getLogger("moonrun.platform").warning(
+                    f"bootstrap admin token rotated: {admin.name}'s API token is now "
+                    "MOONRUN_BOOTSTRAP_ADMIN_TOKEN; its previous tokens no longer work",
+                    extra=fields,
+                )
+            elif outcome is Bootstrap.CREATED:
+                logging.getLogger("moonrun.platform").info(
+                    f"bootstrap admin {admin.name} created, holding MOONRUN_BOOTSTRAP_ADMIN_TOKEN",
+                    extra=fields,
+                )
         return Platform(
             store=store,
             service=service,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from enum import Enum
 
 from moonrun.clock import Clock
 from moonrun.errors import Contention, InvalidRequest, NotFound, Unauthenticated
@@ -20,6 +21,27 @@ from moonrun.security.tokens import API_PREFIX, TokenSource
 from moonrun.store.protocol import Store
 
 BOOTSTRAP_ADMIN_NAME = "admin"
+BOOTSTRAP_TOKEN_MIN_LENGTH = 32
+"""Characters a bootstrap token needs after its optional `mra_` prefix (a guessable admin
+token is the whole platform)."""
+
+
+class Bootstrap(Enum):
+    """What making sure of the bootstrap admin did."""
+
+    CREATED = "created"
+    ROTATED = "rotated"
+    UNCHANGED = "unchanged"
+
+
+def check_bootstrap_token(api_token: str) -> None:
+    """Refuse a bootstrap token shorter than `BOOTSTRAP_TOKEN_MIN_LENGTH` (after `mra_`)."""
+    if len(api_token.removeprefix(API_PREFIX)) < BOOTSTRAP_TOKEN_MIN_LENGTH:
+        raise InvalidRequest(
+            f"the bootstrap admin token must be at least {BOOTSTRAP_TOKEN_MIN_LENGTH} characters "
+            f"after an optional {API_PREFIX} prefix; make one with: python3 -c 'import secrets; "
+            f'print("{API_PREFIX}" + secrets.token_urlsafe(32))\''
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,15 +71,42 @@ class Directory:
         return user
 
     def ensure_bootstrap_admin(self, api_token: str) -> User:
-        """Create platform admin `admin` holding `api_token` unless some user already holds it."""
-        existing = self._store.user_by_api_token(token_hash(api_token))
-        if existing is not None:
-            return existing
+        """Platform admin `admin`, holding `api_token` (see `bootstrap_admin`)."""
+        return self.bootstrap_admin(api_token)[0]
+
+    def bootstrap_admin(
+        self, api_token: str, name: str = BOOTSTRAP_ADMIN_NAME, password: str | None = None
+    ) -> tuple[User, Bootstrap]:
+        """Make platform admin `name` hold `api_token` as its only API token: create it, or
+        rotate its token (the old ones stop working); a token it already holds changes nothing.
+        A `password` is set too, so the admin can sign in to the console. The edge checks the
+        token's length (`check_bootstrap_token`)."""
+        _check_name(name)
+        password_hash = None if password is None else hash_password(password)
+        hashed = token_hash(api_token)
+        holder = self._store.user_by_api_token(hashed)
+        if holder is not None and holder.name != name:
+            raise InvalidRequest(f"user {holder.name!r} already holds that token, not {name!r}")
+        admin = holder or self._store.user_by_name(name)
         now = self._clock.now()
-        admin = User(self._tokens.identifier("usr_"), BOOTSTRAP_ADMIN_NAME, True, now)
-        self._store.insert_user(admin)
-        self._store.insert_api_token(token_hash(api_token), admin.id, now)
-        return admin
+        if admin is None:
+            admin = User(self._tokens.identifier("usr_"), name, True, now, password_hash)
+            self._store.insert_user(admin)
+            self._store.insert_api_token(hashed, admin.id, now)
+            return admin, Bootstrap.CREATED
+        if not admin.platform_admin:
+            raise InvalidRequest(f"user {name!r} exists and is not a platform admin")
+        outcome = Bootstrap.UNCHANGED
+        if holder is None:
+            self._store.replace_api_tokens(admin.id, hashed, now)
+            outcome = Bootstrap.ROTATED
+        if password_hash is not None:
+            self._store.set_password_hash(admin.id, password_hash)
+            admin = replace(admin, password_hash=password_hash)
+        return admin, outcome
+
+    def has_platform_admin(self) -> bool:
+        return any(user.platform_admin for user in self._store.list_users())
 
     def create_user(
         self,

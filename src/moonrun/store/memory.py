@@ -308,6 +308,21 @@ class MemoryStore:
         user_id = self._tokens.get(token_hash)
         return None if user_id is None else self._users.get(user_id)
 
+    def replace_api_tokens(self, user_id: str, token_hash: str, created_at: Instant) -> None:
+        with self._lock:
+            holder = self._tokens.get(token_hash)
+            if holder is not None and holder != user_id:
+                raise AlreadyExists("that API token already exists")
+            for held in [key for key, owner in self._tokens.items() if owner == user_id]:
+                del self._tokens[held]
+            self._tokens[token_hash] = user_id
+
+    def set_password_hash(self, user_id: str, password_hash: str | None) -> None:
+        with self._lock:
+            stored = self._users.get(user_id)
+            if stored is not None:
+                self._users[user_id] = replace(stored, password_hash=password_hash)
+
     def insert_web_session(
         self, token_hash: str, user_id: str, created_at: Instant, expires_at: Instant
     ) -> None:

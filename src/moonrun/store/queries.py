@@ -149,6 +149,10 @@ class Queries:
             "JOIN api_tokens @pk_api_tokens ON api_tokens.user_id = users.id "
             "WHERE api_tokens.token_hash = :token_hash"
         )
+        self.delete_api_tokens = render("DELETE FROM api_tokens WHERE user_id = :user_id")
+        self.set_password_hash = render(
+            "UPDATE users SET password_hash = :password_hash WHERE id = :id"
+        )
         self.insert_web_session = render(
             "INSERT INTO web_sessions (token_hash, user_id, created_at, expires_at) "
             "VALUES (:token_hash, :user_id, :created_at, :expires_at)"

@@ -433,6 +433,19 @@ class SqlStore:
     def user_by_api_token(self, token_hash: str) -> User | None:
         return self._one(self._sql.user_by_api_token, {"token_hash": token_hash}, _user)
 
+    def replace_api_tokens(self, user_id: str, token_hash: str, created_at: Instant) -> None:
+        row = {"token_hash": token_hash, "user_id": user_id, "created_at": created_at}
+
+        def work(cursor: Cursor) -> None:
+            cursor.execute(self._sql.delete_api_tokens, {"user_id": user_id})
+            cursor.execute(self._sql.insert_api_token, row)
+
+        self._write(work)
+
+    def set_password_hash(self, user_id: str, password_hash: str | None) -> None:
+        parameters = {"id": user_id, "password_hash": password_hash}
+        self._write(lambda cursor: cursor.execute(self._sql.set_password_hash, parameters))
+
     def insert_web_session(
         self, token_hash: str, user_id: str, created_at: Instant, expires_at: Instant
     ) -> None:

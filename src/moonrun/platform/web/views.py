@@ -19,7 +19,7 @@ from moonrun.errors import (
     Unauthenticated,
 )
 from moonrun.platform.http import on_user_channel, platform_of
-from moonrun.platform.web import logview
+from moonrun.platform.web import logview, progressview
 from moonrun.platform.web.sessions import SESSION_COOKIE, SIGN_IN_COOKIE
 from moonrun.scheduling.jobs import JobState
 from moonrun.scheduling.records import User
@@ -42,12 +42,14 @@ NOT_CONSOLE = ("/api/", "/run/", "/healthz", "/metrics", "/openapi.json", "/docs
 
 
 def environment() -> Environment:
-    return Environment(
+    templates = Environment(
         loader=PackageLoader("moonrun.platform.web", "templates"),
         autoescape=select_autoescape(["html"]),
         trim_blocks=True,
         lstrip_blocks=True,
     )
+    templates.globals["progress_shown"] = progressview.progress_shown
+    return templates
 
 
 def is_console(path: str) -> bool:
