@@ -941,6 +941,32 @@ def test_insert_api_token_with_duplicate_hash_raises(store: Store) -> None:
     assert ada == store.user_by_api_token("token-hash-1")
 
 
+def test_replace_api_tokens_leaves_the_new_token_the_users_only_one(store: Store) -> None:
+    """The user's old tokens lead nowhere; the new one leads to them; others' are untouched."""
+    ada, grace = make_user("user-1", name="ada"), make_user("user-2", name="grace")
+    store.insert_user(ada)
+    store.insert_user(grace)
+    store.insert_api_token("token-hash-1", ada.id, T0)
+    store.insert_api_token("token-hash-2", ada.id, T0 + 1)
+    store.insert_api_token("token-hash-3", grace.id, T0 + 2)
+    store.replace_api_tokens(ada.id, "token-hash-4", T0 + 3)
+    found = [store.user_by_api_token(f"token-hash-{n}") for n in range(1, 5)]
+    assert found == [None, None, grace, ada]
+
+
+def test_set_password_hash_sets_and_clears_a_users_password(store: Store) -> None:
+    """A stored password hash is read back with the user; None clears it."""
+    ada = make_user("user-1", name="ada")
+    store.insert_user(ada)
+    store.set_password_hash(ada.id, "$argon2id$v=19$hash")
+    with_password = store.get_user(ada.id)
+    store.set_password_hash(ada.id, None)
+    assert (with_password, store.get_user(ada.id)) == (
+        replace(ada, password_hash="$argon2id$v=19$hash"),
+        ada,
+    )
+
+
 # -- servers -------------------------------------------------------------------------------------
 
 
