@@ -135,6 +135,11 @@ async def heartbeat(call: Call) -> dict[str, Any]:
     }
 
 
+async def end_session(call: Call) -> None:
+    """End the session: Run is shutting down cleanly, its endpoint shows offline at once."""
+    await call.lane.run(call.platform.service.end_session, call.subject)
+
+
 # -- jobs channel --------------------------------------------------------------------------------
 
 
@@ -361,6 +366,7 @@ ROUTES: tuple[Route, ...] = (
         RegisterRequest, RegisterAnswer, 201, register, no_store=True,
     ),
     Route("POST", "/run/v1/heartbeat", "control", "session", None, HeartbeatAnswer, 200, heartbeat),
+    Route("POST", "/run/v1/sessions/end", "control", "session", None, None, 204, end_session),
     # jobs channel
     Route(
         "POST", "/run/v1/reconcile", "jobs", "session",

@@ -287,6 +287,7 @@ class ServerModel(Answer):
     owner_id: str
     admin_ids: list[str]
     created_at: str
+    endpoint_online: bool
 
 
 class ServersAnswer(Answer):
