@@ -42,6 +42,7 @@ from moonrun.platform.schemas import (
     ResultAnswerModel,
     ResultBatchRequest,
     ResultRequest,
+    SessionEndAnswer,
 )
 from moonrun.platform.watch import wait_for
 from moonrun.scheduling.messages import (
@@ -135,9 +136,10 @@ async def heartbeat(call: Call) -> dict[str, Any]:
     }
 
 
-async def end_session(call: Call) -> None:
+async def end_session(call: Call) -> dict[str, Any]:
     """End the session: Run is shutting down cleanly, its endpoint shows offline at once."""
-    await call.lane.run(call.platform.service.end_session, call.subject)
+    session = await call.lane.run(call.platform.service.end_session, call.subject)
+    return {"session_id": session.id, "generation": session.generation}
 
 
 # -- jobs channel --------------------------------------------------------------------------------
@@ -366,7 +368,10 @@ ROUTES: tuple[Route, ...] = (
         RegisterRequest, RegisterAnswer, 201, register, no_store=True,
     ),
     Route("POST", "/run/v1/heartbeat", "control", "session", None, HeartbeatAnswer, 200, heartbeat),
-    Route("POST", "/run/v1/sessions/end", "control", "session", None, None, 204, end_session),
+    Route(
+        "POST", "/run/v1/sessions/end", "control", "session",
+        None, SessionEndAnswer, 200, end_session,
+    ),
     # jobs channel
     Route(
         "POST", "/run/v1/reconcile", "jobs", "session",

@@ -74,6 +74,11 @@ class HeartbeatAnswer(Answer):
     server_time: str
 
 
+class SessionEndAnswer(Answer):
+    session_id: str
+    generation: int
+
+
 # -- Run: jobs channel ---------------------------------------------------------------------------
 
 

@@ -284,11 +284,11 @@ class SchedulingService:
         session = self.authenticate_session(session_id)
         return Heartbeat(session.expires_at, self._clock.now())
 
-    def end_session(self, session_id: str) -> None:
+    def end_session(self, session_id: str) -> Session:
         """Run is shutting down cleanly: the session is no longer current, so its endpoint
         shows offline at once (not when the session would have expired). Its held attempts
         keep their leases; the next registration reconciles them."""
-        self.authenticate_session(session_id)
+        session = self.authenticate_session(session_id)
         for _ in range(self._settings.cas_retries):
             found = self._store.session_with_endpoint(session_id)
             endpoint = found[1] if found is not None else None
@@ -296,7 +296,7 @@ class SchedulingService:
                 raise SessionRotated()
             ended = replace(endpoint, current_session_id=None, version=endpoint.version + 1)
             if self._store.replace_endpoint(ended, endpoint.version):
-                return
+                return session
         raise Contention()
 
     def endpoints_online(self, endpoint_ids: Iterable[str]) -> dict[str, bool]:
