@@ -44,9 +44,9 @@ def test_ending_the_session_shows_the_endpoint_and_its_servers_offline_at_once(
     ended = cast.run.post("/run/v1/sessions/end", {})
     after = online_of(cast)
 
-    assert (True, True) == before
+    assert before == (True, True)
     assert (200, cast.run.generation) == (ended.status_code, ended.json()["generation"])
-    assert (False, False) == after
+    assert after == (False, False)
 
 
 def test_an_ended_session_is_refused_like_a_rotated_one(cast: Cast) -> None:
@@ -56,7 +56,7 @@ def test_an_ended_session_is_refused_like_a_rotated_one(cast: Cast) -> None:
 
     heartbeat = cast.run.heartbeat()
 
-    assert (401, "session_rotated") == error_of(heartbeat)[:2]
+    assert error_of(heartbeat)[:2] == (401, "session_rotated")
 
 
 def test_registering_after_ending_the_session_shows_the_endpoint_online_again(
@@ -68,7 +68,7 @@ def test_registering_after_ending_the_session_shows_the_endpoint_online_again(
 
     cast.run.start()
 
-    assert (True, True) == online_of(cast)
+    assert online_of(cast) == (True, True)
 
 
 @pytest.mark.parametrize(
@@ -80,5 +80,5 @@ def test_an_unknown_query_parameter_is_refused_by_name(cast: Cast, path: str) ->
     response = cast.world.api("GET", path)
 
     status, code, message = error_of(response)
-    assert (422, "invalid_request") == (status, code)
+    assert (status, code) == (422, "invalid_request")
     assert "query.kind" in message
