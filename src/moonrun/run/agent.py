@@ -135,15 +135,19 @@ class Agent:
         self._stop = stop
         self._draining = drain or asyncio.Event()
         async with self.client:
-            await self._renew_session(None)
+            # Watching for the drain from the start: a signal during the first registration
+            # (a platform that does not answer) stops Run at once, nothing being held yet.
+            drainer = asyncio.create_task(self._drain_loop())
             try:
+                await self._renew_session(None)
                 async with asyncio.TaskGroup() as loops:
                     loops.create_task(self._control_loop())
                     loops.create_task(self._jobs_loop())
-                    loops.create_task(self._drain_loop())
                     loops.create_task(self.logs.run(stop))
                     loops.create_task(self.artifacts.run(stop))
             finally:
+                drainer.cancel()
+                await asyncio.gather(drainer, return_exceptions=True)
                 supervisors = list(self._running.values())
                 for task in supervisors:
                     task.cancel()
