@@ -155,8 +155,17 @@ class Process:
 
     def stop(self) -> int:
         """SIGTERM (graceful shutdown), wait with a bound, and reap; returns the exit code."""
+        self.terminate()
+        return self.wait_exit()
+
+    def terminate(self) -> None:
+        """SIGTERM, without waiting."""
         assert self.process is not None, f"{self.name} is not running"
         self.process.send_signal(signal.SIGTERM)
+
+    def wait_exit(self) -> int:
+        """Wait with a bound for the process to exit, and reap; returns the exit code."""
+        assert self.process is not None, f"{self.name} is not running"
         try:
             code = self.process.wait(timeout=30)
         finally:

@@ -94,6 +94,18 @@ def run_once_then_succeed(cl: Cluster, tmp_path: Path) -> tuple[list[str], Path]
     return ["sh", "-c", script], pidfile
 
 
+DRAINING = "stopping: no more claims, waiting for held attempts"
+"""Run's log line once a first SIGTERM started its graceful stop."""
+
+
+def host_online(cl: Cluster, server: Server) -> tuple[bool, bool]:
+    """(the endpoint's `online`, the server's `endpoint_online`) as the platform says now."""
+    response = cl.api("GET", f"/api/v1/servers/{server.id}")
+    assert response.status_code == 200, response.text
+    online: bool = cl.endpoint(server.endpoint_id)["online"]
+    return online, response.json()["endpoint_online"]
+
+
 def one_host(cl: Cluster, **options: Any) -> tuple[Run, Server]:
     run = cl.add_run(**options)
     return run, cl.create_server("web-1", run.endpoint_id)
@@ -370,8 +382,11 @@ def test_run_restart_stops_the_command_of_the_attempt_it_gives_up(tmp_path: Path
     )
 
 
-def test_run_stop_ends_its_command_and_restart_retries_it(tmp_path: Path) -> None:
-    """SIGTERM stops Run and its command's process; the restarted Run reports run_restarted."""
+def test_run_stops_at_once_on_a_second_sigterm_and_restart_retries_its_command(
+    tmp_path: Path,
+) -> None:
+    """A second SIGTERM stops Run and its command's process without waiting for the grace;
+    the restarted Run reports run_restarted."""
     with cluster(tmp_path) as cl:
         run, server = one_host(cl)
         argv, pidfile = run_once_then_succeed(cl, tmp_path)
@@ -379,6 +394,8 @@ def test_run_stop_ends_its_command_and_restart_retries_it(tmp_path: Path) -> Non
         wait_running(cl, run, job["id"])
         pid = cl.wait_pid(pidfile)
 
+        run.terminate()
+        wait_for(lambda: run.events(DRAINING), "Run to start its graceful stop")
         exit_code = run.stop()
         first_attempt_alive = alive(pid)
         run.start()
@@ -388,6 +405,42 @@ def test_run_stop_ends_its_command_and_restart_retries_it(tmp_path: Path) -> Non
     assert stopped_cleanly == (exit_code, first_attempt_alive)
     retried = (("succeeded", 2, 2, None), ("failed", "run_restarted", 1))
     assert retried == (ending(done), last_failure(done))
+
+
+def test_sigterm_lets_a_running_command_finish_and_shows_the_host_offline(
+    tmp_path: Path,
+) -> None:
+    """On SIGTERM Run claims nothing more, lets its 5 s command succeed on attempt 1, delivers
+    the result and ends its session: endpoint and server say offline as soon as Run exits."""
+    with cluster(tmp_path) as cl:
+        run, server = one_host(cl)
+        pidfile = cl.pidfile("graceful")
+        script = f'echo $$ > "{pidfile}"; sleep 5; echo finished'
+        job = cl.submit(server, "command", {"argv": ["sh", "-c", script]}, max_attempts=3)
+        wait_running(cl, run, job["id"])
+        cl.wait_pid(pidfile)
+        online_before = host_online(cl, server)
+
+        exit_code = run.stop()
+        online_after = host_online(cl, server)
+        done = cl.job(job["id"])
+
+    assert online_before == (True, True)
+    assert (exit_code, online_after) == (0, (False, False))
+    assert ending(done) == ("succeeded", 1, 1, None)
+
+
+def test_an_unknown_query_filter_is_refused_by_the_platform(
+    shared: tuple[Cluster, Server],
+) -> None:
+    """`GET /api/v1/jobs?kind=sleep` is 422 invalid_request naming `kind`, not every job."""
+    cl, _ = shared
+
+    response = cl.api("GET", "/api/v1/jobs?kind=sleep")
+
+    error = response.json()["error"]
+    assert (response.status_code, error["code"]) == (422, "invalid_request")
+    assert "query.kind" in error["message"]
 
 
 def test_run_restart_delivers_a_journaled_result(tmp_path: Path) -> None:

@@ -407,7 +407,8 @@ def test_user_view_never_includes_the_password_hash() -> None:
 
 
 def test_server_view_lists_its_admins() -> None:
-    """A server's view carries its endpoint, owner and admins, without the record version."""
+    """A server's view carries its endpoint (and whether it is online), owner and admins,
+    without the record version."""
     server = Server("srv-1", "web-1", "ep-1", "u-1", T0, admin_ids=("u-2", "u-3"), version=9)
     expected = {
         "id": "srv-1",
@@ -416,5 +417,6 @@ def test_server_view_lists_its_admins() -> None:
         "owner_id": "u-1",
         "admin_ids": ["u-2", "u-3"],
         "created_at": "2026-05-28T20:26:40.000Z",
+        "endpoint_online": True,
     }
-    assert expected == server_view(server)
+    assert expected == server_view(server, endpoint_online=True)

@@ -424,6 +424,16 @@ def run_start(
             help="SIGTERM-to-SIGKILL grace for cancelled commands",
         ),
     ] = 10.0,
+    grace_s: Annotated[
+        float,
+        typer.Option(
+            "--grace",
+            envvar="MOONRUN_GRACE_S",
+            min=0,
+            help="On SIGTERM, seconds held attempts may take to finish before they are stopped "
+            "(a second SIGTERM stops at once)",
+        ),
+    ] = 30.0,
     max_artifact_bytes: int = _bytes(
         "max-artifact-bytes",
         1_073_741_824,
@@ -476,6 +486,7 @@ def run_start(
         data_dir,
         capacity,
         cancel_grace_s=cancel_grace_s,
+        grace_s=grace_s,
         max_artifact_bytes=max_artifact_bytes,
     )
     agent = Agent(config, held, journal, load_handlers(confinement))
@@ -487,11 +498,16 @@ def run_start(
         )
 
     async def serve() -> None:
-        stop = asyncio.Event()
+        stop, drain = asyncio.Event(), asyncio.Event()
+
+        def on_signal() -> None:
+            # The first signal drains (held attempts may finish); a second one stops at once.
+            (stop if drain.is_set() else drain).set()
+
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, stop.set)
-        await agent.run(stop)
+            loop.add_signal_handler(signum, on_signal)
+        await agent.run(stop, drain)
 
     try:
         # uvloop cannot start a child under another uid: asyncio does (setuid in the child).

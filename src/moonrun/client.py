@@ -176,6 +176,7 @@ class Server:
     owner_id: str
     admin_ids: tuple[str, ...]
     created_at: datetime
+    endpoint_online: bool
     data: dict[str, Any]
 
     @classmethod
@@ -187,6 +188,7 @@ class Server:
             owner_id=data["owner_id"],
             admin_ids=tuple(data["admin_ids"]),
             created_at=_instant(data["created_at"]),
+            endpoint_online=data["endpoint_online"],
             data=data,
         )
 

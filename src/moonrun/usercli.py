@@ -671,7 +671,15 @@ def user_list(
         print_table(("id", "name", "platform_admin", "created_at"), (user.data for user in users))
 
 
-SERVER_FIELDS: Final = ("id", "name", "endpoint_id", "owner_id", "admin_ids", "created_at")
+SERVER_FIELDS: Final = (
+    "id",
+    "name",
+    "endpoint_id",
+    "endpoint_online",
+    "owner_id",
+    "admin_ids",
+    "created_at",
+)
 
 
 @server_app.command("create")

@@ -353,6 +353,8 @@ class Api:
                     params[name] = _int_param(name, params[name])
                 if route.query is not None:
                     call.query = _parse_query(route.query, scope.get("query_string", b""))
+                elif not route.run:
+                    _refuse_query(scope.get("query_string", b""))
                 if route.body is not None:
                     call.body = _parse_body(route.body, data)
             except InvalidRequest:
@@ -418,6 +420,15 @@ def _parse_query(model: type[BaseModel], query_string: bytes) -> BaseModel:
         return model.model_validate(values)
     except ValidationError as error:
         raise InvalidRequest(_problems(error, "query.")) from None
+
+
+def _refuse_query(query_string: bytes) -> None:
+    """A user route without query parameters refuses any, rather than ignore them."""
+    names = dict(parse_qsl(query_string.decode("latin-1"), keep_blank_values=True))
+    if names:
+        # Names only (never values), cut short: they are echoed back.
+        problems = [f"query.{name[:100]}: Extra inputs are not permitted" for name in names]
+        raise InvalidRequest("; ".join(problems[:5]))
 
 
 def _int_param(name: str, text: str) -> int:

@@ -42,6 +42,7 @@ from moonrun.platform.schemas import (
     ResultAnswerModel,
     ResultBatchRequest,
     ResultRequest,
+    SessionEndAnswer,
 )
 from moonrun.platform.watch import wait_for
 from moonrun.scheduling.messages import (
@@ -133,6 +134,12 @@ async def heartbeat(call: Call) -> dict[str, Any]:
         "session_expires_at": format_instant(beat.session_expires_at),
         "server_time": format_instant(beat.server_time),
     }
+
+
+async def end_session(call: Call) -> dict[str, Any]:
+    """End the session: Run is shutting down cleanly, its endpoint shows offline at once."""
+    session = await call.lane.run(call.platform.service.end_session, call.subject)
+    return {"session_id": session.id, "generation": session.generation}
 
 
 # -- jobs channel --------------------------------------------------------------------------------
@@ -361,6 +368,10 @@ ROUTES: tuple[Route, ...] = (
         RegisterRequest, RegisterAnswer, 201, register, no_store=True,
     ),
     Route("POST", "/run/v1/heartbeat", "control", "session", None, HeartbeatAnswer, 200, heartbeat),
+    Route(
+        "POST", "/run/v1/sessions/end", "control", "session",
+        None, SessionEndAnswer, 200, end_session,
+    ),
     # jobs channel
     Route(
         "POST", "/run/v1/reconcile", "jobs", "session",

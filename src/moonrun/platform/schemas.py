@@ -74,6 +74,11 @@ class HeartbeatAnswer(Answer):
     server_time: str
 
 
+class SessionEndAnswer(Answer):
+    session_id: str
+    generation: int
+
+
 # -- Run: jobs channel ---------------------------------------------------------------------------
 
 
@@ -287,6 +292,7 @@ class ServerModel(Answer):
     owner_id: str
     admin_ids: list[str]
     created_at: str
+    endpoint_online: bool
 
 
 class ServersAnswer(Answer):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeVar
 
@@ -283,6 +283,32 @@ class SchedulingService:
     def heartbeat(self, session_id: str) -> Heartbeat:
         session = self.authenticate_session(session_id)
         return Heartbeat(session.expires_at, self._clock.now())
+
+    def end_session(self, session_id: str) -> Session:
+        """Run is shutting down cleanly: the session is no longer current, so its endpoint
+        shows offline at once (not when the session would have expired). Its held attempts
+        keep their leases; the next registration reconciles them."""
+        session = self.authenticate_session(session_id)
+        for _ in range(self._settings.cas_retries):
+            found = self._store.session_with_endpoint(session_id)
+            endpoint = found[1] if found is not None else None
+            if endpoint is None or endpoint.current_session_id != session_id:
+                raise SessionRotated()
+            ended = replace(endpoint, current_session_id=None, version=endpoint.version + 1)
+            if self._store.replace_endpoint(ended, endpoint.version):
+                return session
+        raise Contention()
+
+    def endpoints_online(self, endpoint_ids: Iterable[str]) -> dict[str, bool]:
+        """Whether each endpoint's Run holds a current, unexpired session (as EndpointView's
+        `online`)."""
+        now, online = self._clock.now(), {}
+        for endpoint_id in set(endpoint_ids):
+            endpoint = self._store.get_endpoint(endpoint_id)
+            sid = endpoint.current_session_id if endpoint is not None else None
+            session = self._store.get_session(sid) if sid else None
+            online[endpoint_id] = session is not None and now < session.expires_at
+        return online
 
     def endpoint_views(self, actor: User) -> list[EndpointView]:
         """Every endpoint, as a platform admin sees it."""

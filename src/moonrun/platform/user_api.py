@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -44,9 +44,15 @@ from moonrun.platform.schemas import (
 from moonrun.platform.service import JobSpec
 from moonrun.platform.watch import wait_for
 from moonrun.scheduling.jobs import Job
-from moonrun.scheduling.records import User
+from moonrun.scheduling.records import Server, User
 from moonrun.scheduling.time import format_instant, parse_instant
-from moonrun.scheduling.views import endpoint_view, job_view, server_view, user_view
+from moonrun.scheduling.views import (
+    ServerView,
+    endpoint_view,
+    job_view,
+    server_view,
+    user_view,
+)
 
 T = TypeVar("T")
 
@@ -74,7 +80,8 @@ def _as_caller(
 
 
 class _Query(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    # An unknown parameter is refused, never ignored: a misspelt filter would list everything.
+    model_config = ConfigDict(extra="forbid")
 
 
 class JobsQuery(_Query):
@@ -131,6 +138,17 @@ async def list_users(call: Call) -> Any:
 # -- servers -----------------------------------------------------------------------------------
 
 
+async def server_views(call: Call, servers: Sequence[Server]) -> list[ServerView]:
+    """The servers as their owners see them, with whether each one's host is online."""
+    service = call.platform.service
+    online = await call.lane.run(service.endpoints_online, [s.endpoint_id for s in servers])
+    return [server_view(server, online[server.endpoint_id]) for server in servers]
+
+
+async def one_server_view(call: Call, server: Server) -> ServerView:
+    return (await server_views(call, [server]))[0]
+
+
 async def create_server(call: Call) -> Any:
     """Create a server on an endpoint, owned by a user (platform admins)."""
     body: CreateServerRequest = call.body
@@ -141,19 +159,19 @@ async def create_server(call: Call) -> Any:
         endpoint_id=body.endpoint_id,
         owner_id=body.owner_id,
     )
-    return server_view(server)
+    return await one_server_view(call, server)
 
 
 async def list_servers(call: Call) -> Any:
     """The servers the caller owns or administers (every server for platform admins)."""
     servers = await as_caller(call, call.platform.directory.list_servers)
-    return {"servers": [server_view(server) for server in servers]}
+    return {"servers": await server_views(call, servers)}
 
 
 async def get_server(call: Call) -> Any:
     """A server the caller owns or administers (any server for platform admins)."""
     server = await as_caller(call, call.platform.directory.get_server, call.params["server_id"])
-    return server_view(server)
+    return await one_server_view(call, server)
 
 
 async def add_server_admin(call: Call) -> Any:
@@ -162,7 +180,7 @@ async def add_server_admin(call: Call) -> Any:
     server = await as_caller(
         call, call.platform.directory.add_server_admin, call.params["server_id"], body.user_id
     )
-    return server_view(server)
+    return await one_server_view(call, server)
 
 
 async def remove_server_admin(call: Call) -> Any:
@@ -173,7 +191,7 @@ async def remove_server_admin(call: Call) -> Any:
         call.params["server_id"],
         call.params["user_id"],
     )
-    return server_view(server)
+    return await one_server_view(call, server)
 
 
 # -- endpoints ---------------------------------------------------------------------------------

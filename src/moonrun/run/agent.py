@@ -75,6 +75,9 @@ class RunConfig:
     """The least time between two claims that both came back empty at once."""
     log_interval_s: float = 1.0
     cancel_grace_s: float = 10.0
+    grace_s: float = 30.0
+    """On a graceful stop, how long held attempts may take to finish before they are stopped."""
+    end_session_timeout_s: float = 5.0
     max_artifact_bytes: int = MAX_ARTIFACT_BYTES
     """A bigger artifact is not uploaded (a line in its job's logs says so)."""
     min_backoff_s: float = 0.5
@@ -116,29 +119,77 @@ class Agent:
         self._renew_lock = asyncio.Lock()
         self._slot_freed = asyncio.Event()
         self._stop = asyncio.Event()
+        self._draining = asyncio.Event()
         self._background: set[asyncio.Task[None]] = set()
         self.self_fenced = 0
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    async def run(self, stop: asyncio.Event) -> None:
-        """Run until `stop` is set; held attempts stay in the journal for the next start."""
+    async def run(self, stop: asyncio.Event, drain: asyncio.Event | None = None) -> None:
+        """Run until `stop` is set; held attempts stay in the journal for the next start.
+
+        Once `drain` is set (a first SIGTERM), Run claims nothing more and gives its held
+        attempts `grace_s` to finish and deliver their results, then stops by itself.
+        Stopping ends the session, so the endpoint shows offline at once.
+        """
         self._stop = stop
+        self._draining = drain or asyncio.Event()
         async with self.client:
-            await self._renew_session(None)
+            # Watching for the drain from the start: a signal during the first registration
+            # (a platform that does not answer) stops Run at once, nothing being held yet.
+            drainer = asyncio.create_task(self._drain_loop())
             try:
+                await self._renew_session(None)
                 async with asyncio.TaskGroup() as loops:
                     loops.create_task(self._control_loop())
                     loops.create_task(self._jobs_loop())
                     loops.create_task(self.logs.run(stop))
                     loops.create_task(self.artifacts.run(stop))
             finally:
+                drainer.cancel()
+                await asyncio.gather(drainer, return_exceptions=True)
                 supervisors = list(self._running.values())
                 for task in supervisors:
                     task.cancel()
                 await asyncio.gather(*supervisors, return_exceptions=True)
                 await self.logs.flush()
                 await self.journal.close()
+                await self._end_session()
+
+    async def _drain_loop(self) -> None:
+        """After `drain`: no more claims; wait (up to grace_s) for held attempts, then stop."""
+        await self._until(self._draining)
+        if self._stop.is_set():
+            return
+        log.info(
+            "stopping: no more claims, waiting for held attempts",
+            extra={"fields": {"held": len(self._running), "grace_s": self.config.grace_s}},
+        )
+        self._slot_freed.set()  # wake the jobs loop, so that it sees the drain
+        deadline = time.monotonic() + self.config.grace_s
+        while self._running and not self._stop.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                log.warning(
+                    "grace over: stopping held attempts",
+                    extra={"fields": {"held": len(self._running)}},
+                )
+                break
+            self._slot_freed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._until(self._slot_freed), timeout=remaining)
+        self._stop.set()
+
+    async def _end_session(self) -> None:
+        """Tell the platform this session is over; a failure only leaves it to expire."""
+        if self.client.session is None:
+            return
+        try:
+            await self.client.end_session(self.config.end_session_timeout_s)
+        except MoonrunError as error:
+            log.warning("ending the session failed", extra={"fields": {"code": error.code}})
+            return
+        log.info("session ended")
 
     async def _pause(self, seconds: float) -> None:
         """Wait, but wake at once when Run stops."""
@@ -287,7 +338,7 @@ class Agent:
         it has work, and an idle Run's claim is answered the moment a job comes). One claim at
         a time."""
         delay = self.config.min_backoff_s
-        while not self._stop.is_set():
+        while not self._stop.is_set() and not self._draining.is_set():
             if not self._session_ok.is_set():
                 await self._until(self._session_ok)
                 continue
@@ -320,10 +371,12 @@ class Agent:
         first."""
         claim = asyncio.ensure_future(self.client.claim(free, self.config.claim_wait_s))
         stopping = asyncio.ensure_future(self._stop.wait())
+        draining = asyncio.ensure_future(self._draining.wait())
         try:
-            await asyncio.wait({claim, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({claim, stopping, draining}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             stopping.cancel()
+            draining.cancel()
             if not claim.done():  # abandoned: whatever it might still grant waits for its
                 claim.cancel()  # ack deadline, as for any Run that stops
         return claim.result() if claim.done() else []

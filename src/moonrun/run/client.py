@@ -247,6 +247,11 @@ class PlatformClient:
     async def heartbeat(self) -> Any:
         return await self._signed("control", "/run/v1/heartbeat", {})
 
+    async def end_session(self, timeout_s: float) -> None:
+        """End the session (a clean shutdown): the endpoint shows offline at once."""
+        await self._signed("control", "/run/v1/sessions/end", {}, timeout_s=timeout_s)
+        self.session = None
+
     # -- jobs channel --------------------------------------------------------------------------
 
     async def reconcile(self, entries: list[dict[str, Any]]) -> Any:

@@ -47,6 +47,8 @@ class ServerView(TypedDict):
     owner_id: str
     admin_ids: list[str]
     created_at: str
+    endpoint_online: bool
+    """Whether the Run of the server's endpoint holds a live session now."""
 
 
 class UserView(TypedDict):
@@ -139,7 +141,7 @@ def endpoint_view(endpoint: Endpoint, session: Session | None, now: Instant) -> 
     }
 
 
-def server_view(server: Server) -> ServerView:
+def server_view(server: Server, endpoint_online: bool) -> ServerView:
     return {
         "id": server.id,
         "name": server.name,
@@ -147,6 +149,7 @@ def server_view(server: Server) -> ServerView:
         "owner_id": server.owner_id,
         "admin_ids": list(server.admin_ids),
         "created_at": format_instant(server.created_at),
+        "endpoint_online": endpoint_online,
     }
 
 

@@ -273,6 +273,9 @@ async def jobs_page(
         cursor=cursor,
     )
     servers = await on_user_channel(request, platform.directory.list_servers, user)
+    online = await on_user_channel(
+        request, platform.service.endpoints_online, [s.endpoint_id for s in servers]
+    )
     names = {server.id: server.name for server in servers}
     filters = {k: v for k, v in {"server_id": server_id, "state": state}.items() if v}
     older = (
@@ -281,7 +284,7 @@ async def jobs_page(
     context: dict[str, Any] = {
         "jobs": [job_view(job) for job in page.jobs],
         "server_names": names,
-        "servers": [server_view(server) for server in servers],
+        "servers": [server_view(server, online[server.endpoint_id]) for server in servers],
         "states": [s.value for s in JobState],
         "filters": filters,
         "older": older,
@@ -353,9 +356,12 @@ async def servers_page(request: Request, message: str | None = None) -> Response
     servers = await on_user_channel(request, platform.directory.list_servers, user)
     ids = {s.owner_id for s in servers} | {a for s in servers for a in s.admin_ids}
     names = await on_user_channel(request, platform.directory.names_of, ids)
+    online = await on_user_channel(
+        request, platform.service.endpoints_online, [s.endpoint_id for s in servers]
+    )
     rows = [
         {
-            **server_view(server),
+            **server_view(server, online[server.endpoint_id]),
             "owner": names.get(server.owner_id, "?"),
             "admins": [{"id": admin, "name": names.get(admin, "?")} for admin in server.admin_ids],
             "can_manage_admins": user.platform_admin or user.id == server.owner_id,
