@@ -31,6 +31,7 @@ BOGUS_TOKEN = "mra_no-user-holds-this-token-00000000000000000"
 MISSING_SERVER = "srv_doesnotexist0000"
 MISSING_JOB = "job_doesnotexist0000"
 MISSING_USER = "usr_doesnotexist0000"
+MISSING_ENDPOINT = "ep_doesnotexist0000"
 
 OK, CREATED, ACCEPTED = "200", "201", "202"
 FORBIDDEN = "403 forbidden"
@@ -139,6 +140,64 @@ ROWS: tuple[Row, ...] = (
         lambda s: "/api/v1/users",
         (CREATED, FORBIDDEN, FORBIDDEN, FORBIDDEN, UNAUTH, UNAUTH),
         body=lambda s: {"name": unique_name("user"), "platform_admin": False},
+        writes=True,
+    ),
+    Row(
+        "disable owner",
+        "POST",
+        "/api/v1/users/{user_id}/disable",
+        lambda s: f"/api/v1/users/{s.cast.owner[0]}/disable",
+        (OK, FORBIDDEN, FORBIDDEN, FORBIDDEN, UNAUTH, UNAUTH),
+        writes=True,
+    ),
+    Row(
+        "disable missing user",
+        "POST",
+        "/api/v1/users/{user_id}/disable",
+        lambda s: f"/api/v1/users/{MISSING_USER}/disable",
+        (NOT_FOUND, FORBIDDEN, FORBIDDEN, FORBIDDEN, UNAUTH, UNAUTH),
+        writes=True,
+    ),
+    Row(
+        "enable owner",
+        "POST",
+        "/api/v1/users/{user_id}/enable",
+        lambda s: f"/api/v1/users/{s.cast.owner[0]}/enable",
+        (OK, FORBIDDEN, FORBIDDEN, FORBIDDEN, UNAUTH, UNAUTH),
+        writes=True,
+    ),
+    Row(
+        "rotate owner's token",
+        "POST",
+        "/api/v1/users/{user_id}/token",
+        lambda s: f"/api/v1/users/{s.cast.owner[0]}/token",
+        (OK, OK, FORBIDDEN, FORBIDDEN, UNAUTH, UNAUTH),
+        writes=True,
+    ),
+    Row(
+        "rotate missing user's token",
+        "POST",
+        "/api/v1/users/{user_id}/token",
+        lambda s: f"/api/v1/users/{MISSING_USER}/token",
+        (NOT_FOUND, FORBIDDEN, FORBIDDEN, FORBIDDEN, UNAUTH, UNAUTH),
+        writes=True,
+    ),
+    Row(
+        "set owner's password",
+        "PUT",
+        "/api/v1/users/{user_id}/password",
+        lambda s: f"/api/v1/users/{s.cast.owner[0]}/password",
+        (OK, OK, FORBIDDEN, FORBIDDEN, UNAUTH, UNAUTH),
+        body=lambda s: {"password": "correct horse"},
+        writes=True,
+    ),
+    Row(
+        "set missing user's password",
+        "PUT",
+        "/api/v1/users/{user_id}/password",
+        lambda s: f"/api/v1/users/{MISSING_USER}/password",
+        (NOT_FOUND, FORBIDDEN, FORBIDDEN, FORBIDDEN, UNAUTH, UNAUTH),
+        body=lambda s: {"password": "correct horse"},
         writes=True,
     ),
     # -- servers -------------------------------------------------------------------------------
@@ -271,6 +330,30 @@ ROWS: tuple[Row, ...] = (
         lambda s: "/api/v1/endpoints",
         (CREATED, FORBIDDEN, FORBIDDEN, FORBIDDEN, UNAUTH, UNAUTH),
         body=lambda s: {"name": unique_name("host")},
+        writes=True,
+    ),
+    Row(
+        "drain host-a",
+        "POST",
+        "/api/v1/endpoints/{endpoint_id}/drain",
+        lambda s: f"/api/v1/endpoints/{s.cast.run.endpoint_id}/drain",
+        (OK, FORBIDDEN, FORBIDDEN, FORBIDDEN, UNAUTH, UNAUTH),
+        writes=True,
+    ),
+    Row(
+        "drain missing endpoint",
+        "POST",
+        "/api/v1/endpoints/{endpoint_id}/drain",
+        lambda s: f"/api/v1/endpoints/{MISSING_ENDPOINT}/drain",
+        (NOT_FOUND, FORBIDDEN, FORBIDDEN, FORBIDDEN, UNAUTH, UNAUTH),
+        writes=True,
+    ),
+    Row(
+        "undrain host-a",
+        "POST",
+        "/api/v1/endpoints/{endpoint_id}/undrain",
+        lambda s: f"/api/v1/endpoints/{s.cast.run.endpoint_id}/undrain",
+        (OK, FORBIDDEN, FORBIDDEN, FORBIDDEN, UNAUTH, UNAUTH),
         writes=True,
     ),
     # -- jobs ----------------------------------------------------------------------------------

@@ -10,9 +10,10 @@ successful, 401, 403, 404, 409 and 422 answers. No marker may appear in any resp
 header: raw, hex, base64 (standard and urlsafe, padded or not, at any byte offset) or
 URL-encoded. Neither may the SHA-256 hashes the store keeps of leases, join and API tokens.
 
-Two answers return a secret once, by design, and only their own freshly created one is excused:
-POST /api/v1/users returns the new user's `api_token`; POST /api/v1/endpoints returns the new
-endpoint's `join_token`. Every other marker is still checked in those answers.
+Three answers return a secret once, by design, and only their own freshly created one is excused:
+POST /api/v1/users returns the new user's `api_token`; POST /api/v1/users/{user_id}/token the
+user's rotated `api_token`; POST /api/v1/endpoints returns the new endpoint's `join_token`.
+Every other marker is still checked in those answers.
 
 An Idempotency-Key is not a secret (a client-chosen request name); it is used but not a marker.
 
@@ -102,7 +103,7 @@ class Canary:
         ids = {
             key: kwargs.pop(key)
             for key in list(kwargs)
-            if key in ("server_id", "job_id", "user_id", "name")
+            if key in ("server_id", "job_id", "user_id", "endpoint_id", "name")
         }
         path = route.format(**ids) + (f"?{query}" if query else "")
         response = self.world.api(method, path, token=token, **kwargs)
@@ -319,11 +320,50 @@ def build_canary(world: HttpWorld) -> Canary:
     read_everything(c, jobs, web1, (ADMIN_TOKEN, helper))
     assert run.result(running, third[running], "cancelled").status_code == 200
     read_everything(c, jobs, web1, (owner,))
+    access_lifecycle(c, host_a, owner)
 
     for path in ("/healthz", "/metrics", "/openapi.json", "/docs"):
         response = world.client.get(path)
         c.seen.append(Seen(f"GET {path} (no token) -> {response.status_code}", response))
     return c
+
+
+def access_lifecycle(c: Canary, endpoint_id: str, other: str) -> None:
+    """Drain and undrain; for a new user, a new password, a rotated token, disable and enable;
+    and the refusals of each."""
+    user_id, token = c.create_user("leaver", "pw-canary-leaver-0d7e3a5c1b94")
+    for verb in ("drain", "undrain"):
+        c.call("POST", f"/api/v1/endpoints/{{endpoint_id}}/{verb}", endpoint_id=endpoint_id)
+        c.call(
+            "POST",
+            f"/api/v1/endpoints/{{endpoint_id}}/{verb}",
+            token=other,
+            endpoint_id=endpoint_id,
+        )
+    password = "pw-canary-leaver-new-4f8a1c2e9b60"
+    c.secret("new password of leaver", password)
+    for caller in (token, other):
+        c.call(
+            "PUT",
+            "/api/v1/users/{user_id}/password",
+            token=caller,
+            user_id=user_id,
+            json={"password": password},
+        )
+    c.call("PUT", "/api/v1/users/{user_id}/password", user_id=user_id, json={"password": "x"})
+    c.call("POST", "/api/v1/users/{user_id}/token", token=other, user_id=user_id)
+    rotated = c.call(
+        "POST",
+        "/api/v1/users/{user_id}/token",
+        token=token,
+        user_id=user_id,
+        fresh="API token of leaver (rotated)",
+    )
+    assert rotated.status_code == 200, rotated.text
+    c.secret("API token of leaver (rotated)", rotated.json()["api_token"], hashed=True)
+    for verb in ("disable", "enable"):
+        c.call("POST", f"/api/v1/users/{{user_id}}/{verb}", token=other, user_id=user_id)
+        c.call("POST", f"/api/v1/users/{{user_id}}/{verb}", user_id=user_id)
 
 
 def read_everything(c: Canary, jobs: list[str], server_id: str, tokens: tuple[str, ...]) -> None:
@@ -547,7 +587,7 @@ def test_creation_answers_return_their_own_new_secret_once(canary: Canary) -> No
         (field_name,) = [name for name in fields if name in body]
         assert seen.fresh.startswith(fields[field_name])
         assert canary.markers[seen.fresh] == body[field_name]
-    assert len(excused) == 7
+    assert len(excused) == 9  # 5 users, 3 endpoints, 1 rotated token
 
 
 @pytest.mark.parametrize("secret", ["mrl_" + "x" * 43, b"\x00\x01binary-key-material\xff\xfe"])

@@ -202,6 +202,28 @@ def test_admin_verbs_create_and_list_endpoints_users_and_servers(shell: Shell) -
     assert shell.printed(ADMIN_TOKEN) == []
 
 
+def test_access_verbs_disable_rotate_set_passwords_and_drain(shell: Shell) -> None:
+    """user disable/enable, user token rotate, user password and endpoint drain/undrain."""
+    made = shell.json("user", "create", "cli-leaver")
+    user, old_token = made["user"], made["api_token"]
+    shell.ok("user", "disable", user["id"])
+    refused = shell("whoami", env={"MOONRUN_TOKEN": old_token})
+    shell.ok("user", "enable", user["id"])
+    flags = {u["name"]: u["disabled"] for u in shell.json("user", "list")}
+    rotated = shell.json("user", "token", "rotate", user["id"])
+    refused_after_rotation = shell("whoami", env={"MOONRUN_TOKEN": old_token})
+    me = json.loads(shell("whoami", "--json", env={"MOONRUN_TOKEN": rotated["api_token"]}).out)
+    shell.ok("user", "password", user["id"], stdin="a long enough password\n")
+    endpoint = shell.json("endpoint", "create", "cli-drained")["endpoint"]
+    shell.ok("endpoint", "drain", endpoint["id"])
+    draining = {e["id"]: e["draining"] for e in shell.json("endpoint", "list")}[endpoint["id"]]
+    shell.ok("endpoint", "undrain", endpoint["id"])
+    after = {e["id"]: e["draining"] for e in shell.json("endpoint", "list")}[endpoint["id"]]
+    one_error_line(refused, "unauthenticated")
+    one_error_line(refused_after_rotation, "unauthenticated")
+    assert (flags["cli-leaver"], me["id"], draining, after) == (False, user["id"], True, False)
+
+
 def test_submit_after_double_dash_runs_that_command(shell: Shell, server_id: str) -> None:
     """`job submit SERVER -- CMD ARG...` is a `command` job; show, list and logs find it."""
     job = shell.json("job", "submit", server_id, "--", "echo", "hello", "--not-an-option")

@@ -773,6 +773,15 @@ def test_replace_endpoint_is_compare_and_swap(store: Store) -> None:
     assert joined == store.get_endpoint(endpoint.id)
 
 
+def test_replace_endpoint_stores_draining(store: Store) -> None:
+    """An endpoint's draining flag is stored by replace and read back everywhere."""
+    endpoint = make_endpoint()
+    store.insert_endpoint(endpoint)
+    draining = replace(endpoint, draining=True, version=2)
+    assert store.replace_endpoint(draining, expected_version=1) is True
+    assert (store.get_endpoint(endpoint.id), store.list_endpoints()) == (draining, [draining])
+
+
 def test_replace_endpoint_of_unknown_id_returns_false(store: Store) -> None:
     """Replacing an endpoint that was never inserted returns False and creates nothing."""
     assert store.replace_endpoint(make_endpoint("ep-ghost"), expected_version=1) is False
@@ -965,6 +974,26 @@ def test_set_password_hash_sets_and_clears_a_users_password(store: Store) -> Non
         replace(ada, password_hash="$argon2id$v=19$hash"),
         ada,
     )
+
+
+def test_set_user_disabled_marks_and_clears_a_user(store: Store) -> None:
+    """A disabled user reads back disabled, by id, name, token and listing; enabling clears
+    it; an unknown id changes nothing."""
+    ada = make_user("user-1", name="ada")
+    store.insert_user(ada)
+    store.insert_api_token("token-hash-1", ada.id, T0)
+    store.set_user_disabled(ada.id, True)
+    store.set_user_disabled("user-unknown", True)
+    disabled = replace(ada, disabled=True)
+    seen = (
+        store.get_user(ada.id),
+        store.user_by_name("ada"),
+        store.user_by_api_token("token-hash-1"),
+        store.list_users(),
+    )
+    store.set_user_disabled(ada.id, False)
+    assert seen == (disabled, disabled, disabled, [disabled])
+    assert store.get_user(ada.id) == ada
 
 
 # -- servers -------------------------------------------------------------------------------------

@@ -135,11 +135,17 @@ class User:
     platform_admin: bool
     created_at: datetime
     data: dict[str, Any]
+    disabled: bool = False
 
     @classmethod
     def of(cls, data: dict[str, Any]) -> User:
         return cls(
-            data["id"], data["name"], data["platform_admin"], _instant(data["created_at"]), data
+            data["id"],
+            data["name"],
+            data["platform_admin"],
+            _instant(data["created_at"]),
+            data,
+            bool(data.get("disabled", False)),
         )
 
 
@@ -153,6 +159,7 @@ class Endpoint:
     capacity: int | None
     run_version: str | None
     data: dict[str, Any]
+    draining: bool = False
 
     @classmethod
     def of(cls, data: dict[str, Any]) -> Endpoint:
@@ -165,6 +172,7 @@ class Endpoint:
             capacity=data.get("capacity"),
             run_version=data.get("run_version"),
             data=data,
+            draining=bool(data.get("draining", False)),
         )
 
 
@@ -410,6 +418,27 @@ class Client:
         answer = self._request("POST", "/api/v1/users", json=body)
         return User.of(answer["user"]), answer["api_token"]
 
+    def disable_user(self, user_id: str) -> User:
+        """Disable a user (platform admins): their tokens and console sessions stop working."""
+        return User.of(self._request("POST", f"/api/v1/users/{user_id}/disable"))
+
+    def enable_user(self, user_id: str) -> User:
+        """Enable a disabled user again (platform admins)."""
+        return User.of(self._request("POST", f"/api/v1/users/{user_id}/enable"))
+
+    def rotate_token(self, user_id: str | None = None) -> tuple[User, str]:
+        """A new API token for the user (yourself unless given), shown only now; the old ones
+        stop working."""
+        user_id = user_id if user_id is not None else self.whoami().id
+        answer = self._request("POST", f"/api/v1/users/{user_id}/token")
+        return User.of(answer["user"]), answer["api_token"]
+
+    def set_password(self, password: str, user_id: str | None = None) -> User:
+        """Set the user's console password (yourself unless given)."""
+        user_id = user_id if user_id is not None else self.whoami().id
+        path = f"/api/v1/users/{user_id}/password"
+        return User.of(self._request("PUT", path, json={"password": password}))
+
     # -- endpoints -----------------------------------------------------------------------------
 
     def endpoints(self) -> list[Endpoint]:
@@ -420,6 +449,14 @@ class Client:
         """Create an endpoint (platform admins): it and its one-time join token."""
         answer = self._request("POST", "/api/v1/endpoints", json={"name": name})
         return Endpoint.of(answer["endpoint"]), answer["join_token"]
+
+    def drain_endpoint(self, endpoint_id: str) -> Endpoint:
+        """Grant the endpoint no new claims; its running attempts finish (platform admins)."""
+        return Endpoint.of(self._request("POST", f"/api/v1/endpoints/{endpoint_id}/drain"))
+
+    def undrain_endpoint(self, endpoint_id: str) -> Endpoint:
+        """Grant the endpoint claims again (platform admins)."""
+        return Endpoint.of(self._request("POST", f"/api/v1/endpoints/{endpoint_id}/undrain"))
 
     # -- servers -------------------------------------------------------------------------------
 

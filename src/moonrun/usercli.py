@@ -579,7 +579,9 @@ def job_download(
 # -- endpoints, users, servers -------------------------------------------------------------
 
 endpoint_app = typer.Typer(no_args_is_help=True, help="Create and list endpoints (hosts).")
-user_app = typer.Typer(no_args_is_help=True, help="Create and list users.")
+user_app = typer.Typer(no_args_is_help=True, help="Create, list and manage users' access.")
+user_token_app = typer.Typer(no_args_is_help=True, help="Manage a user's API token.")
+user_app.add_typer(user_token_app, name="token")
 server_app = typer.Typer(no_args_is_help=True, help="Create, list and administer servers.")
 server_admin_app = typer.Typer(no_args_is_help=True, help="Give or take a server's administration.")
 server_app.add_typer(server_admin_app, name="admin")
@@ -622,9 +624,38 @@ def endpoint_list(
         print_json([endpoint.data for endpoint in endpoints])
     else:
         print_table(
-            ("id", "name", "online", "generation", "capacity", "last_seen_at"),
+            ("id", "name", "online", "draining", "generation", "capacity", "last_seen_at"),
             (endpoint.data for endpoint in endpoints),
         )
+
+
+EndpointIdArgument = Annotated[str, typer.Argument(help="The endpoint's id")]
+
+
+@endpoint_app.command("drain")
+@user_errors
+def endpoint_drain(
+    ctx: typer.Context,
+    endpoint_id: EndpointIdArgument,
+    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+) -> None:
+    """Grant the endpoint no new jobs; its running ones finish (platform admins)."""
+    with connect(ctx, profile) as client:
+        client.drain_endpoint(endpoint_id)
+    typer.echo(f"endpoint {endpoint_id} is draining")
+
+
+@endpoint_app.command("undrain")
+@user_errors
+def endpoint_undrain(
+    ctx: typer.Context,
+    endpoint_id: EndpointIdArgument,
+    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+) -> None:
+    """Grant the endpoint jobs again (platform admins)."""
+    with connect(ctx, profile) as client:
+        client.undrain_endpoint(endpoint_id)
+    typer.echo(f"endpoint {endpoint_id} takes jobs again")
 
 
 @user_app.command("create")
@@ -668,7 +699,70 @@ def user_list(
     if as_json:
         print_json([user.data for user in users])
     else:
-        print_table(("id", "name", "platform_admin", "created_at"), (user.data for user in users))
+        print_table(
+            ("id", "name", "platform_admin", "disabled", "created_at"), (u.data for u in users)
+        )
+
+
+@user_app.command("disable")
+@user_errors
+def user_disable(
+    ctx: typer.Context,
+    user_id: Annotated[str, typer.Argument(help="The user's id")],
+    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+) -> None:
+    """Disable a user: their API tokens and console sessions stop working (platform admins)."""
+    with connect(ctx, profile) as client:
+        client.disable_user(user_id)
+    typer.echo(f"user {user_id} is disabled")
+
+
+@user_app.command("enable")
+@user_errors
+def user_enable(
+    ctx: typer.Context,
+    user_id: Annotated[str, typer.Argument(help="The user's id")],
+    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+) -> None:
+    """Enable a disabled user again (platform admins)."""
+    with connect(ctx, profile) as client:
+        client.enable_user(user_id)
+    typer.echo(f"user {user_id} is enabled")
+
+
+@user_token_app.command("rotate")
+@user_errors
+def user_token_rotate(
+    ctx: typer.Context,
+    user_id: Annotated[str | None, typer.Argument(help="The user's id (default: you)")] = None,
+    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+    as_json: JsonOption = False,
+) -> None:
+    """Give a user a new API token, shown only this once; their old ones stop working (your
+    own, or anyone's for platform admins). A rotated profile token must be saved again with
+    `moonrun login`."""
+    with connect(ctx, profile) as client:
+        user, api_token = client.rotate_token(user_id)
+    if as_json:
+        print_json({"user": user.data, "api_token": api_token})
+        return
+    print_fields(user.data, ("id", "name"))
+    typer.echo(f"API token (shown once): {api_token}")
+
+
+@user_app.command("password")
+@user_errors
+def user_password(
+    ctx: typer.Context,
+    user_id: Annotated[str | None, typer.Argument(help="The user's id (default: you)")] = None,
+    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+) -> None:
+    """Set a console password, read from a hidden prompt or stdin's first line (your own, or
+    anyone's for platform admins)."""
+    password = _read_secret("Password")
+    with connect(ctx, profile) as client:
+        user = client.set_password(password, user_id)
+    typer.echo(f"password of {user.name} is set")
 
 
 SERVER_FIELDS: Final = (

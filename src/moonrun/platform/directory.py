@@ -66,7 +66,7 @@ class Directory:
         if not api_token:
             raise Unauthenticated()
         user = self._store.user_by_api_token(token_hash(api_token))
-        if user is None:
+        if user is None or user.disabled:
             raise Unauthenticated()
         return user
 
@@ -136,7 +136,14 @@ class Directory:
         """The user with that name and password, or None (same work either way)."""
         user = self._store.user_by_name(name) if isinstance(name, str) else None
         stored = user.password_hash if user is not None else None
-        return user if password_matches(password, stored) and user is not None else None
+        matches = password_matches(password, stored) and user is not None
+        return user if matches and user is not None and not user.disabled else None
+
+    def user_by_id(self, user_id: str) -> User:
+        user = self._store.get_user(user_id)
+        if user is None:
+            raise NotFound("no such user")
+        return user
 
     def user_named(self, name: str) -> User | None:
         return self._store.user_by_name(name)
@@ -149,6 +156,43 @@ class Directory:
     def list_users(self, actor: User) -> list[User]:
         require_platform_admin(actor)
         return self._store.list_users()
+
+    def _own_or_admin(self, actor: User, user_id: str) -> User:
+        """The user `user_id`, when the actor is that user or a platform admin (anyone else is
+        forbidden whether or not the user exists: no oracle of user ids)."""
+        require(actor.platform_admin or actor.id == user_id)
+        user = self._store.get_user(user_id) if isinstance(user_id, str) else None
+        if user is None:
+            raise NotFound("no such user")
+        return user
+
+    def rotate_api_token(self, actor: User, user_id: str) -> str:
+        """A new API token for the user, who holds only it from now (its old ones stop
+        working); the user themself or a platform admin."""
+        user = self._own_or_admin(actor, user_id)
+        token = self._tokens.token(API_PREFIX)
+        self._store.replace_api_tokens(user.id, token_hash(token), self._clock.now())
+        return token
+
+    def set_password(self, actor: User, user_id: str, password: str) -> User:
+        """Set the user's console password (the user themself or a platform admin)."""
+        user = self._own_or_admin(actor, user_id)
+        password_hash = hash_password(password)
+        self._store.set_password_hash(user.id, password_hash)
+        return replace(user, password_hash=password_hash)
+
+    def set_disabled(self, actor: User, user_id: str, disabled: bool) -> User:
+        """A platform admin disables (or enables) a user: a disabled user's API tokens and
+        console sessions are refused, as if they did not exist. An admin cannot disable
+        themself, so that a platform always keeps a way in."""
+        require_platform_admin(actor)
+        user = self._store.get_user(user_id) if isinstance(user_id, str) else None
+        if user is None:
+            raise NotFound("no such user")
+        if disabled and user.id == actor.id:
+            raise InvalidRequest("you cannot disable yourself")
+        self._store.set_user_disabled(user.id, disabled)
+        return replace(user, disabled=disabled)
 
     def list_servers(self, actor: User) -> list[Server]:
         """The servers the actor may see: all for platform admins, else owned or administered."""

@@ -265,6 +265,8 @@ class UserModel(Answer):
     name: str
     platform_admin: bool
     created_at: str
+    disabled: bool
+    """Its API tokens and console sessions are refused (docs/protocol.md 77)."""
 
 
 NAME = Field(pattern=NAME_PATTERN.pattern)
@@ -279,6 +281,16 @@ class CreateUserRequest(Strict):
 class CreatedUserAnswer(Answer):
     user: UserModel
     api_token: str
+
+
+class RotatedTokenAnswer(Answer):
+    user: UserModel
+    api_token: str
+    """The user's only API token from now, shown once."""
+
+
+class SetPasswordRequest(Strict):
+    password: str
 
 
 class UsersAnswer(Answer):
@@ -317,6 +329,8 @@ class EndpointModel(Answer):
     last_seen_at: str | None
     capacity: int | None
     run_version: str | None
+    draining: bool
+    """No new claims are granted to it (docs/protocol.md 80)."""
 
 
 class EndpointsAnswer(Answer):

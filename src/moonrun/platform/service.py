@@ -228,6 +228,10 @@ class SchedulingService:
 
     def authenticate_session(self, session_id: str) -> Session:
         """The caller's current, unexpired session; each call counts as activity."""
+        return self._session_and_endpoint(session_id)[0]
+
+    def _session_and_endpoint(self, session_id: str) -> tuple[Session, Endpoint]:
+        """`authenticate_session`, and the session's endpoint as read with it."""
         now = self._clock.now()
         found = self._store.session_with_endpoint(session_id)
         if found is None:
@@ -242,7 +246,7 @@ class SchedulingService:
         if expires_at - session.expires_at >= granularity:
             self._store.extend_session(session.id, now, expires_at)
             session = replace(session, last_seen_at=now, expires_at=expires_at)
-        return session
+        return session, endpoint
 
     def identity_key(self, endpoint_id: str) -> bytes:
         """The Ed25519 public key a joined endpoint signs its registrations with."""
@@ -321,6 +325,24 @@ class SchedulingService:
             views.append(endpoint_view(endpoint, session, now))
         return views
 
+    def set_draining(self, actor: User, endpoint_id: str, draining: bool) -> EndpointView:
+        """A platform admin drains an endpoint (no new claims are granted to it; its running
+        attempts finish) or undrains it."""
+        require_platform_admin(actor)
+        for _ in range(self._settings.cas_retries):
+            endpoint = self._store.get_endpoint(endpoint_id)
+            if endpoint is None:
+                raise NotFound("no such endpoint")
+            updated = endpoint
+            if endpoint.draining != draining:
+                updated = replace(endpoint, draining=draining, version=endpoint.version + 1)
+                if not self._store.replace_endpoint(updated, endpoint.version):
+                    continue
+            sid = updated.current_session_id
+            session = self._store.get_session(sid) if sid else None
+            return endpoint_view(updated, session, self._clock.now())
+        raise Contention()
+
     # -- jobs channel ------------------------------------------------------------------------
 
     def reconcile(self, session_id: str, entries: Sequence[ReconcileEntry]) -> ReconcileReport:
@@ -395,10 +417,12 @@ class SchedulingService:
 
     def claim_or_wait(self, session_id: str, max_jobs: int) -> Claim:
         """`claim`, and when nothing is granted, what a waiting claim should wait for."""
-        session = self.authenticate_session(session_id)
+        session, endpoint = self._session_and_endpoint(session_id)
         check_int("max_jobs", max_jobs, 1, 2**31)
         if session.reconciled_at is None:
             raise ReconcileRequired("reconcile after registering, before claiming")
+        if endpoint.draining:
+            return Claim([], session.endpoint_id, None)
         now = self._clock.now()
         busy = sum(
             1

@@ -32,12 +32,15 @@ from moonrun.platform.schemas import (
     CreateJobsRequest,
     CreateServerRequest,
     CreateUserRequest,
+    EndpointModel,
     EndpointsAnswer,
     JobsAnswer,
     JobViewModel,
     LogsAnswer,
+    RotatedTokenAnswer,
     ServerModel,
     ServersAnswer,
+    SetPasswordRequest,
     UserModel,
     UsersAnswer,
 )
@@ -135,6 +138,42 @@ async def list_users(call: Call) -> Any:
     return {"users": [user_view(u) for u in users]}
 
 
+async def disable_user(call: Call) -> Any:
+    """Disable a user (platform admins): their API tokens and console sessions are refused."""
+    directory, user_id = call.platform.directory, call.params["user_id"]
+    return user_view(await as_caller(call, directory.set_disabled, user_id, True))
+
+
+async def enable_user(call: Call) -> Any:
+    """Enable a disabled user again (platform admins)."""
+    directory, user_id = call.platform.directory, call.params["user_id"]
+    return user_view(await as_caller(call, directory.set_disabled, user_id, False))
+
+
+async def rotate_token(call: Call) -> Any:
+    """A new API token for the user, shown once; their old ones stop working (the user
+    themself or a platform admin)."""
+    directory, user_id = call.platform.directory, call.params["user_id"]
+
+    def rotate(actor: User) -> tuple[User, str]:
+        token = directory.rotate_api_token(actor, user_id)
+        user = directory.user_by_id(user_id)
+        return user, token
+
+    user, token = await as_caller(call, rotate)
+    return {"user": user_view(user), "api_token": token}
+
+
+async def set_password(call: Call) -> Any:
+    """Set the user's console password (the user themself or a platform admin)."""
+    body: SetPasswordRequest = call.body
+    directory = call.platform.directory
+    user = await as_caller_on_a_thread(
+        call, directory.set_password, call.params["user_id"], body.password
+    )
+    return user_view(user)
+
+
 # -- servers -----------------------------------------------------------------------------------
 
 
@@ -212,6 +251,18 @@ async def create_endpoint(call: Call) -> Any:
         "join_token": enrolled.join_token,
         "join_token_expires_at": format_instant(enrolled.join_token_expires_at),
     }
+
+
+async def drain_endpoint(call: Call) -> Any:
+    """Grant the endpoint no new claims; its running attempts finish (platform admins)."""
+    service, endpoint_id = call.platform.service, call.params["endpoint_id"]
+    return await as_caller(call, service.set_draining, endpoint_id, True)
+
+
+async def undrain_endpoint(call: Call) -> Any:
+    """Grant the endpoint claims again (platform admins)."""
+    service, endpoint_id = call.platform.service, call.params["endpoint_id"]
+    return await as_caller(call, service.set_draining, endpoint_id, False)
 
 
 # -- jobs --------------------------------------------------------------------------------------
@@ -479,6 +530,22 @@ ROUTES: tuple[Route, ...] = (
     ),
     Route("GET", "/api/v1/users", "user", "user", None, UsersAnswer, 200, list_users),
     Route(
+        "POST", "/api/v1/users/{user_id}/disable", "user", "user",
+        None, UserModel, 200, disable_user,
+    ),
+    Route(
+        "POST", "/api/v1/users/{user_id}/enable", "user", "user",
+        None, UserModel, 200, enable_user,
+    ),
+    Route(
+        "POST", "/api/v1/users/{user_id}/token", "user", "user",
+        None, RotatedTokenAnswer, 200, rotate_token, no_store=True,
+    ),
+    Route(
+        "PUT", "/api/v1/users/{user_id}/password", "user", "user",
+        SetPasswordRequest, UserModel, 200, set_password,
+    ),
+    Route(
         "POST", "/api/v1/servers", "user", "user",
         CreateServerRequest, ServerModel, 201, create_server,
     ),
@@ -496,6 +563,14 @@ ROUTES: tuple[Route, ...] = (
     Route(
         "POST", "/api/v1/endpoints", "user", "user",
         CreateEndpointRequest, CreatedEndpointAnswer, 201, create_endpoint, no_store=True,
+    ),
+    Route(
+        "POST", "/api/v1/endpoints/{endpoint_id}/drain", "user", "user",
+        None, EndpointModel, 200, drain_endpoint,
+    ),
+    Route(
+        "POST", "/api/v1/endpoints/{endpoint_id}/undrain", "user", "user",
+        None, EndpointModel, 200, undrain_endpoint,
     ),
     Route(
         "POST", "/api/v1/servers/{server_id}/jobs", "user", "user",

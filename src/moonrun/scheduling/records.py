@@ -23,6 +23,8 @@ class Endpoint:
     generation: int = 0
     """The generation of the latest session registration; never decreases."""
     current_session_id: str | None = None
+    draining: bool = False
+    """No new claims are granted to it; its running attempts finish."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +53,8 @@ class User:
     platform_admin: bool
     created_at: Instant
     password_hash: str | None = None
+    disabled: bool = False
+    """Its API tokens and console sessions are refused."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,6 +38,7 @@ class EndpointView(TypedDict):
     last_seen_at: str | None
     capacity: int | None
     run_version: str | None
+    draining: bool
 
 
 class ServerView(TypedDict):
@@ -56,6 +57,7 @@ class UserView(TypedDict):
     name: str
     platform_admin: bool
     created_at: str
+    disabled: bool
 
 
 def job_view(job: Job) -> JobView:
@@ -138,6 +140,7 @@ def endpoint_view(endpoint: Endpoint, session: Session | None, now: Instant) -> 
         "last_seen_at": format_optional(live.last_seen_at if live else None),
         "capacity": live.capacity if live else None,
         "run_version": live.run_version if live else None,
+        "draining": endpoint.draining,
     }
 
 
@@ -159,4 +162,5 @@ def user_view(user: User) -> UserView:
         "name": user.name,
         "platform_admin": user.platform_admin,
         "created_at": format_instant(user.created_at),
+        "disabled": user.disabled,
     }

@@ -202,6 +202,7 @@ def endpoint_to_row(endpoint: Endpoint) -> dict[str, Any]:
         "joined_at": endpoint.joined_at,
         "generation": endpoint.generation,
         "current_session_id": endpoint.current_session_id,
+        "draining": endpoint.draining,
     }
 
 
@@ -217,6 +218,7 @@ def row_to_endpoint(row: Row) -> Endpoint:
         joined_at=row["joined_at"],
         generation=row["generation"],
         current_session_id=row["current_session_id"],
+        draining=bool(row["draining"]),
     )
 
 
@@ -257,6 +259,7 @@ def user_to_row(user: User) -> dict[str, Any]:
         "platform_admin": user.platform_admin,
         "created_at": user.created_at,
         "password_hash": user.password_hash,
+        "disabled": user.disabled,
     }
 
 
@@ -267,6 +270,7 @@ def row_to_user(row: Row) -> User:
         platform_admin=bool(row["platform_admin"]),
         created_at=row["created_at"],
         password_hash=row["password_hash"],
+        disabled=bool(row["disabled"]),
     )
 
 

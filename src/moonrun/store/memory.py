@@ -323,6 +323,12 @@ class MemoryStore:
             if stored is not None:
                 self._users[user_id] = replace(stored, password_hash=password_hash)
 
+    def set_user_disabled(self, user_id: str, disabled: bool) -> None:
+        with self._lock:
+            stored = self._users.get(user_id)
+            if stored is not None:
+                self._users[user_id] = replace(stored, disabled=disabled)
+
     def insert_web_session(
         self, token_hash: str, user_id: str, created_at: Instant, expires_at: Instant
     ) -> None:

@@ -160,6 +160,10 @@ class Store(Protocol):
 
     def set_password_hash(self, user_id: str, password_hash: str | None) -> None: ...
 
+    def set_user_disabled(self, user_id: str, disabled: bool) -> None:
+        """Mark the user disabled (or enabled again); an unknown id changes nothing."""
+        ...
+
     def insert_web_session(
         self, token_hash: str, user_id: str, created_at: Instant, expires_at: Instant
     ) -> None: ...

@@ -153,6 +153,7 @@ class Queries:
         self.set_password_hash = render(
             "UPDATE users SET password_hash = :password_hash WHERE id = :id"
         )
+        self.set_user_disabled = render("UPDATE users SET disabled = :disabled WHERE id = :id")
         self.insert_web_session = render(
             "INSERT INTO web_sessions (token_hash, user_id, created_at, expires_at) "
             "VALUES (:token_hash, :user_id, :created_at, :expires_at)"

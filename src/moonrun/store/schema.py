@@ -126,6 +126,7 @@ endpoints = Table(
     Column("joined_at", BigInteger),
     Column("generation", BigInteger, nullable=False),
     Column("current_session_id", ID),
+    Column("draining", Boolean, nullable=False, server_default=text("0")),
     **TABLE_OPTIONS,
 )
 
@@ -154,6 +155,7 @@ users = Table(
     Column("platform_admin", Boolean, nullable=False),
     Column("created_at", BigInteger, nullable=False),
     Column("password_hash", String(255)),
+    Column("disabled", Boolean, nullable=False, server_default=text("0")),
     **TABLE_OPTIONS,
 )
 
@@ -279,11 +281,23 @@ statement per write). MySQL stores count in the same transaction instead (`SqlSt
 since creating triggers there needs privileges an operator may not grant."""
 
 
+def _access_v5(connection: Connection) -> None:
+    """Disabled users and draining endpoints (docs/protocol.md 77-84): a flag column each,
+    false for every existing row."""
+    inspector = inspect(connection)
+    for table, column in (("users", "disabled"), ("endpoints", "draining")):
+        if column not in {c["name"] for c in inspector.get_columns(table)}:
+            connection.execute(
+                text(f"ALTER TABLE {table} ADD COLUMN {column} BOOLEAN NOT NULL DEFAULT 0")
+            )
+
+
 MIGRATIONS: Final[Sequence[Callable[[Connection], None]]] = (
     _create_v1,
     _idempotency_keys_v2,
     _web_sessions_v3,
     _scale_v4,
+    _access_v5,
 )
 """Migration n (1-based) brings the schema from version n-1 to n; never edit a shipped one.
 

@@ -446,6 +446,10 @@ class SqlStore:
         parameters = {"id": user_id, "password_hash": password_hash}
         self._write(lambda cursor: cursor.execute(self._sql.set_password_hash, parameters))
 
+    def set_user_disabled(self, user_id: str, disabled: bool) -> None:
+        parameters = {"id": user_id, "disabled": disabled}
+        self._write(lambda cursor: cursor.execute(self._sql.set_user_disabled, parameters))
+
     def insert_web_session(
         self, token_hash: str, user_id: str, created_at: Instant, expires_at: Instant
     ) -> None:

@@ -38,7 +38,8 @@ class WebSessions:
     def user(self, token: str | None) -> User | None:
         if not token:
             return None
-        return self._store.web_session_user(token_hash(token), self._clock.now())
+        user = self._store.web_session_user(token_hash(token), self._clock.now())
+        return None if user is None or user.disabled else user
 
     def close(self, token: str | None) -> None:
         if token:
