@@ -62,7 +62,16 @@ TERMINAL_KEYS = {"outcome", "attempt", "at", "error"}
 ERROR_KEYS = {"code", "message"}
 RECONCILE_KEYS = {"outcome", "at"}
 HISTORY_KEYS = {"attempt", "claimed_at", "ended_at", "outcome", "code"}
-ENDPOINT_KEYS = {"id", "name", "online", "generation", "last_seen_at", "capacity", "run_version"}
+ENDPOINT_KEYS = {
+    "id",
+    "name",
+    "online",
+    "draining",
+    "generation",
+    "last_seen_at",
+    "capacity",
+    "run_version",
+}
 
 GENERATION_MARKER = 918_273_645
 ENDPOINT_MARKER = "ENDPOINT-ID-MARKER"
@@ -351,6 +360,7 @@ def test_endpoint_with_a_live_current_session_is_online() -> None:
         "id": "ep-1",
         "name": "host-a",
         "online": True,
+        "draining": False,
         "generation": 4,
         "last_seen_at": "2026-05-28T20:26:42.500Z",
         "capacity": 8,
@@ -395,13 +405,14 @@ def test_endpoint_view_leaks_no_session_or_key_material(marker: str) -> None:
 
 
 def test_user_view_never_includes_the_password_hash() -> None:
-    """A user's view is id, name, admin flag and creation time only."""
+    """A user's view is id, name, admin flag, creation time and disabled flag only."""
     user = User("u-1", "alice", False, T0, password_hash="PASSWORD-HASH-MARKER")
     expected = {
         "id": "u-1",
         "name": "alice",
         "platform_admin": False,
         "created_at": "2026-05-28T20:26:40.000Z",
+        "disabled": False,
     }
     assert expected == user_view(user)
 

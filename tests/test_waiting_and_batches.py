@@ -110,6 +110,12 @@ def test_a_waiting_claim_holds_no_place_on_the_jobs_channel(tmp_path: Path) -> N
             lambda: run.post("/run/v1/jobs/claim", {"max_jobs": 1, "wait_s": 30})
         )
         until_waiting(cast.world)
+        # Registered as waiting a moment before it gives up its place: wait for that too.
+        jobs_channel = cast.world.platform.channels.jobs
+        for _ in range(10_000):
+            if jobs_channel.in_flight == 0:
+                break
+            time.sleep(0.001)
         acked = run.ack(job["id"], granted["attempt"])
         submit(cast)
         assert (acked.status_code, len(waiting.result(timeout=LONG_S).json()["jobs"])) == (200, 1)
