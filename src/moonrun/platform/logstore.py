@@ -1,4 +1,4 @@
-"""The log store: bounded, in-memory log lines per attempt (not durable, by design).
+"""The log store: bounded, in-memory log lines per attempt (`filelogstore.py` makes them durable).
 
 Every bound is a constructor argument (`settings.py` sets them from `LogLimits`). A line's
 text is cut to `line_bytes` of UTF-8 with a visible marker. An attempt keeps its newest lines
