@@ -4,6 +4,7 @@ stored text that can break a page or pose as another line (issue 10: findings 3,
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -218,6 +219,29 @@ def test_a_file_log_store_rewrites_a_growing_file_to_its_kept_lines(tmp_path: Pa
     assert (tmp_path / "job" / "1.jsonl").stat().st_size < 200_000
     assert pages(again) == pages(store)
     assert pages(again)[1] == 1990
+
+
+def test_a_file_log_store_written_from_many_threads_reads_back_the_same(tmp_path: Path) -> None:
+    """Appends to several attempts at once (as the logs channel's threads make them) are all
+    on disk, each attempt's in seq order, with the same drops."""
+    store = FileLogStore(tmp_path, attempt_lines=50)
+
+    def write(attempt: int) -> None:
+        for seq in range(1, 41):
+            store.append(
+                "job", attempt, seq, lines(seq, f"{attempt}.{seq}.a", f"{attempt}.{seq}.b")
+            )
+
+    threads = [threading.Thread(target=write, args=(attempt,)) for attempt in range(1, 9)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    again = FileLogStore(tmp_path, attempt_lines=50)
+    assert [pages(again, "job", n) for n in range(1, 9)] == [
+        pages(store, "job", n) for n in range(1, 9)
+    ]
+    assert (pages(again, "job", 8)[1], texts(again, "job", 8)[-1]) == (30, "8.40.b")
 
 
 def test_a_record_cut_short_by_a_crash_is_cut_off_and_the_file_goes_on(tmp_path: Path) -> None:

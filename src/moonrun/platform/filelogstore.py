@@ -16,7 +16,8 @@ file holds about twice its attempt's kept lines at most.
 
 The files are read back lazily, all of them on the store's first call: the index is the same
 as the memory store's (bounded by the same caps), the most recently modified files last.
-Appends wait for the disk under one lock: `on_threads` keeps them on the logs channel's threads.
+Appends wait for the disk holding one of `STRIPES` locks, not the index's: `on_threads` keeps
+them on the logs channel's threads, and readers never wait for an fsync.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import threading
 from collections import deque
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,8 @@ from moonrun.security.files import open_private, private_directory
 
 COMPACT_SLACK = 64 * 1024
 """Bytes an attempt's file may grow beyond twice its last rewritten size before a rewrite."""
+STRIPES = 64
+"""Locks that attempts' appends share by hash: at most this many wait for the disk at once."""
 _PLAIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
@@ -47,6 +51,7 @@ class FileLogStore(MemoryLogStore):
         super().__init__(**limits)
         self._root = root
         self._loaded = False
+        self._stripes = [threading.Lock() for _ in range(STRIPES)]
         self._file_bytes: dict[tuple[str, int], int] = {}
         self._compacted: dict[tuple[str, int], int] = {}
         """An attempt file's size when last rewritten: it is rewritten at twice that (and
@@ -54,19 +59,30 @@ class FileLogStore(MemoryLogStore):
 
     def append(self, job_id: str, attempt: int, seq: int, lines: list[LogLine]) -> int:
         stored = self._prepare(seq, lines)
-        with self._lock:
-            self._load()
-            key = (job_id, attempt)
-            log = self._attempt_log(key)
-            if seq in log.batches or seq <= log.floor:
-                return log.highest
-            record = {"seq": seq, "lines": [[ln.ts, ln.stream, ln.text] for ln, _ in stored]}
-            self._journal(key, record, sync=True)  # before memory: a failed write stores nothing
-            self._store(log, seq, stored)
-            self._keep_total()
-            if self._file_bytes[key] > 2 * self._compacted.get(key, 0) + COMPACT_SLACK:
-                self._compact(key, log)
-            return log.highest
+        key = (job_id, attempt)
+        record = {"seq": seq, "lines": [[ln.ts, ln.stream, ln.text] for ln, _ in stored]}
+        # An attempt's batches wait for the disk one at a time, holding only its stripe: other
+        # attempts' batches and readers (the user channel reads on the event loop) go on.
+        with self._stripes[hash(key) % len(self._stripes)]:
+            with self._lock:
+                self._load()
+                log = self._attempt_log(key)
+                if seq in log.batches or seq <= log.floor:
+                    return log.highest
+                new = key not in self._file_bytes
+            # On disk before in memory: a batch whose write fails is not stored at all.
+            written = self._write(key, record, new=new, sync=True)
+            with self._lock:
+                self._file_bytes[key] = self._file_bytes.get(key, 0) + written
+                log = self._attempt_log(key)
+                self._store(log, seq, stored)
+                self._keep_total()
+                highest = log.highest
+                compact = self._file_bytes[key] > 2 * self._compacted.get(key, 0) + COMPACT_SLACK
+                kept = _state(log) if compact else []
+            if kept:
+                self._rewrite(key, kept)
+            return highest
 
     def read(self, job_id: str, attempt: int, after_seq: int, limit: int = 1000) -> LogPage:
         with self._lock:
@@ -91,49 +107,35 @@ class FileLogStore(MemoryLogStore):
         name = job_id if _PLAIN.match(job_id) else "~" + job_id.encode().hex()
         return self._root / name / f"{attempt}.jsonl"
 
-    def _journal(self, key: tuple[str, int], record: dict[str, Any], *, sync: bool) -> None:
-        """Append one record to the attempt's file (under the lock)."""
+    def _write(self, key: tuple[str, int], record: dict[str, Any], *, new: bool, sync: bool) -> int:
+        """Append one record to the attempt's file; returns its size in bytes."""
         path = self._path(key)
-        new = key not in self._file_bytes and not path.exists()
+        new = new and not path.exists()
         if new:
             private_directory(path.parent)
         data = orjson.dumps(record) + b"\n"
-        descriptor = open_private(path, os.O_WRONLY | os.O_APPEND)
-        try:
-            os.write(descriptor, data)
-            if sync:
-                os.fsync(descriptor)
-        finally:
-            os.close(descriptor)
+        _append(path, data, sync=sync)
         if new and sync:
             _sync_directory(path.parent)  # the file's name must survive a crash as its bytes do
-        self._file_bytes[key] = self._file_bytes.get(key, 0) + len(data)
+        return len(data)
 
-    def _compact(self, key: tuple[str, int], log: _AttemptLog) -> None:
-        """Rewrite the attempt's file as its state and kept batches (under the lock)."""
-        records: list[dict[str, Any]] = [
-            {
-                "floor": log.floor,
-                "highest": log.highest,
-                "dropped_lines": log.dropped_lines,
-                "dropped_bytes": log.dropped_bytes,
-            }
-        ]
-        for seq in log.order:
-            batch = log.batches[seq]
-            records.append({"seq": seq, "lines": [[ln.ts, ln.stream, ln.text] for ln, _ in batch]})
+    def _rewrite(self, key: tuple[str, int], records: list[dict[str, Any]]) -> None:
+        """Replace the attempt's file by `records` (under its stripe, not the lock). A drop
+        record another append adds to the old file meanwhile is lost: that only brings back,
+        after a restart, lines the store-wide bound will drop again."""
         data = b"".join(orjson.dumps(record) + b"\n" for record in records)
         path = self._path(key)
         temporary = path.with_suffix(".tmp")
         descriptor = open_private(temporary, os.O_WRONLY | os.O_TRUNC)
         try:
-            os.write(descriptor, data)
+            _write_all(descriptor, data)
             os.fsync(descriptor)
         finally:
             os.close(descriptor)
         os.replace(temporary, path)
         _sync_directory(path.parent)
-        self._file_bytes[key] = self._compacted[key] = len(data)
+        with self._lock:
+            self._file_bytes[key] = self._compacted[key] = len(data)
 
     def _forget(self, key: tuple[str, int]) -> None:
         self._file_bytes.pop(key, None)
@@ -144,7 +146,8 @@ class FileLogStore(MemoryLogStore):
     def _dropped_for_total(self, key: tuple[str, int], count: int) -> None:
         if self._loaded:
             # Unsynced: losing it in a crash only brings back lines the cap would drop again.
-            self._journal(key, {"drop": count}, sync=False)
+            written = self._write(key, {"drop": count}, new=key not in self._file_bytes, sync=False)
+            self._file_bytes[key] = self._file_bytes.get(key, 0) + written
 
     def _load(self) -> None:
         """Replay every attempt's file, least recently modified first (under the lock)."""
@@ -196,6 +199,45 @@ class FileLogStore(MemoryLogStore):
                 log.dropped_lines = record["dropped_lines"]
                 log.dropped_bytes = record["dropped_bytes"]
         self._file_bytes[key] = len(whole)
+
+
+def _state(log: _AttemptLog) -> list[dict[str, Any]]:
+    """The records a rewritten file holds: the attempt's state, then its kept batches."""
+    records: list[dict[str, Any]] = [
+        {
+            "floor": log.floor,
+            "highest": log.highest,
+            "dropped_lines": log.dropped_lines,
+            "dropped_bytes": log.dropped_bytes,
+        }
+    ]
+    for seq in log.order:
+        batch = log.batches[seq]
+        records.append({"seq": seq, "lines": [[ln.ts, ln.stream, ln.text] for ln, _ in batch]})
+    return records
+
+
+def _append(path: Path, data: bytes, *, sync: bool) -> None:
+    descriptor = open_private(path, os.O_WRONLY | os.O_APPEND)
+    try:
+        size = os.fstat(descriptor).st_size
+        try:
+            _write_all(descriptor, data)
+            if sync:
+                os.fsync(descriptor)
+        except OSError:
+            # Half a record (a full disk) would swallow the next one: take it back if we can.
+            with contextlib.suppress(OSError):
+                os.ftruncate(descriptor, size)
+            raise
+    finally:
+        os.close(descriptor)
+
+
+def _write_all(descriptor: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(descriptor, view) :]
 
 
 def _job_id(name: str) -> str | None:
