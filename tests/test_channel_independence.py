@@ -58,6 +58,8 @@ class Gate:
 class BlockingLogStore:
     """A MemoryLogStore whose appends wait at a gate; reads never wait."""
 
+    on_threads = False
+
     def __init__(self) -> None:
         self.gate = Gate()
         self._inner = MemoryLogStore()

@@ -4,14 +4,16 @@ stored text that can break a page or pose as another line (issue 10: findings 3,
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from moonrun.platform.config import LogLimits
-from moonrun.platform.logstore import LogLine, MemoryLogStore
+from moonrun.platform.filelogstore import FileLogStore
+from moonrun.platform.logstore import LogLine, LogStore, MemoryLogStore
 from moonrun.settings import PlatformConfig, build_platform
 from tests.console_kit import Console, cheap_passwords, console
 from tests.http_harness import Cast, SignedRun, http_world
@@ -24,8 +26,19 @@ def lines(seq: int, *texts: str) -> list[LogLine]:
     return [LogLine(seq, TS, "stdout", text) for text in texts]
 
 
-def texts(store: MemoryLogStore, job_id: str = "job", attempt: int = 1) -> list[str]:
+def texts(store: LogStore, job_id: str = "job", attempt: int = 1) -> list[str]:
     return [line.text for line in store.read(job_id, attempt, -1).lines]
+
+
+MakeStore = Callable[..., LogStore]
+
+
+@pytest.fixture(params=["memory", "file"])
+def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> MakeStore:
+    """Each store-level test runs against both log stores: they keep the same bounds."""
+    if request.param == "memory":
+        return MemoryLogStore
+    return lambda **limits: FileLogStore(tmp_path / "logs", **limits)
 
 
 @pytest.fixture
@@ -56,10 +69,12 @@ def log_batch(run: SignedRun, job_id: str, attempt: int, seq: Any, **line: Any) 
 # -- the store's bounds ------------------------------------------------------------------------
 
 
-def test_a_line_over_the_line_cap_is_cut_with_a_marker_naming_the_bytes_cut() -> None:
+def test_a_line_over_the_line_cap_is_cut_with_a_marker_naming_the_bytes_cut(
+    make_store: MakeStore,
+) -> None:
     """Beyond `line_bytes` a line keeps its head (never half a character) and says how much
     went; shorter lines are kept whole."""
-    store = MemoryLogStore(line_bytes=10)
+    store = make_store(line_bytes=10)
     store.append("job", 1, 1, lines(1, "0123456789", "0123456789abc", "ééééééé"))
     assert texts(store) == [
         "0123456789",
@@ -68,10 +83,12 @@ def test_a_line_over_the_line_cap_is_cut_with_a_marker_naming_the_bytes_cut() ->
     ]
 
 
-def test_an_attempt_over_its_byte_cap_drops_its_oldest_lines_and_counts_them() -> None:
+def test_an_attempt_over_its_byte_cap_drops_its_oldest_lines_and_counts_them(
+    make_store: MakeStore,
+) -> None:
     """An attempt keeps its newest lines within `attempt_bytes`; the reader learns how many
     lines and bytes went."""
-    store = MemoryLogStore(attempt_bytes=10)
+    store = make_store(attempt_bytes=10)
     store.append("job", 1, 1, lines(1, "aaaa", "bbbb"))
     store.append("job", 1, 2, lines(2, "cccc"))
     page = store.read("job", 1, -1)
@@ -82,9 +99,11 @@ def test_an_attempt_over_its_byte_cap_drops_its_oldest_lines_and_counts_them() -
     ) == (["bbbb", "cccc"], 1, 4)
 
 
-def test_an_attempt_over_its_line_cap_drops_its_oldest_lines_and_counts_them() -> None:
+def test_an_attempt_over_its_line_cap_drops_its_oldest_lines_and_counts_them(
+    make_store: MakeStore,
+) -> None:
     """`attempt_lines` bounds an attempt of many small lines the same way."""
-    store = MemoryLogStore(attempt_lines=2)
+    store = make_store(attempt_lines=2)
     store.append("job", 1, 1, lines(1, "a", "b", "c"))
     page = store.read("job", 1, -1)
     assert (
@@ -94,19 +113,21 @@ def test_an_attempt_over_its_line_cap_drops_its_oldest_lines_and_counts_them() -
     ) == (["b", "c"], 1, 1)
 
 
-def test_a_batch_already_dropped_is_not_stored_again_when_resent() -> None:
+def test_a_batch_already_dropped_is_not_stored_again_when_resent(make_store: MakeStore) -> None:
     """Idempotency per seq outlives the lines: a resent old batch does not come back."""
-    store = MemoryLogStore(attempt_lines=1)
+    store = make_store(attempt_lines=1)
     store.append("job", 1, 1, lines(1, "old"))
     store.append("job", 1, 2, lines(2, "new"))
     assert store.append("job", 1, 1, lines(1, "old")) == 2
     assert texts(store) == ["new"]
 
 
-def test_the_store_wide_cap_evicts_the_least_recently_written_attempts_first() -> None:
+def test_the_store_wide_cap_evicts_the_least_recently_written_attempts_first(
+    make_store: MakeStore,
+) -> None:
     """Over `total_bytes`, the oldest lines of the attempt written longest ago go first, and
     that attempt counts them."""
-    store = MemoryLogStore(total_bytes=3 * (100 + 4))  # three 4-byte lines and their records
+    store = make_store(total_bytes=3 * (100 + 4))  # three 4-byte lines and their records
     store.append("old", 1, 1, lines(1, "o1..", "o2.."))
     store.append("new", 1, 1, lines(1, "n1..", "n2.."))
     old = store.read("old", 1, -1)
@@ -114,17 +135,19 @@ def test_the_store_wide_cap_evicts_the_least_recently_written_attempts_first() -
     assert texts(store, "new") == ["n1..", "n2.."]
 
 
-def test_a_lone_surrogate_reaching_the_store_is_kept_as_a_replacement_character() -> None:
+def test_a_lone_surrogate_reaching_the_store_is_kept_as_a_replacement_character(
+    make_store: MakeStore,
+) -> None:
     """The store never holds text that cannot be encoded, whoever calls it."""
-    store = MemoryLogStore()
+    store = make_store()
     store.append("job", 1, 1, lines(1, "a\ud800b", "\udc00"))
     assert texts(store) == ["a\ufffdb", "\ufffd"]
 
 
-def test_pages_follow_batch_seq_and_end_on_a_batch() -> None:
+def test_pages_follow_batch_seq_and_end_on_a_batch(make_store: MakeStore) -> None:
     """A page holds whole batches in seq order (whatever order they came in) up to `limit`
     lines, at least one batch; `next_after_seq` continues it."""
-    store = MemoryLogStore()
+    store = make_store()
     store.append("job", 1, 3, lines(3, "c1"))
     store.append("job", 1, 1, lines(1, "a1", "a2"))
     store.append("job", 1, 2, lines(2, "b1", "b2", "b3"))
@@ -135,9 +158,9 @@ def test_pages_follow_batch_seq_and_end_on_a_batch() -> None:
     assert seen == [(["a1", "a2"], 1, True), (["b1", "b2", "b3"], 2, True), (["c1"], 3, False)]
 
 
-def test_a_tail_answers_the_last_lines_and_where_to_follow_from() -> None:
+def test_a_tail_answers_the_last_lines_and_where_to_follow_from(make_store: MakeStore) -> None:
     """`tail` is the newest lines, across batches, with the seq to follow after."""
-    store = MemoryLogStore()
+    store = make_store()
     store.append("job", 1, 1, lines(1, "a1", "a2"))
     store.append("job", 1, 2, lines(2, "b1", "b2"))
     tail = store.tail("job", 1, 3)
@@ -160,6 +183,104 @@ def test_the_platforms_log_store_takes_its_bounds_from_the_configuration(tmp_pat
         platform.close()
         platform.store.close()
     assert ([ln.text for ln in page.lines], page.dropped_lines) == (["gh", "ij"], 1)
+
+
+# -- on disk ---------------------------------------------------------------------------------
+
+
+def pages(store: LogStore, job_id: str = "job", attempt: int = 1) -> tuple[Any, ...]:
+    page, tail = store.read(job_id, attempt, -1), store.tail(job_id, attempt, 2)
+    return (page.lines, page.dropped_lines, page.dropped_bytes, tail.lines, tail.next_after_seq)
+
+
+def test_a_file_log_store_opened_again_holds_every_line_seq_and_dropped_count(
+    tmp_path: Path,
+) -> None:
+    """What a FileLogStore acknowledged is all there when it is opened again on its directory:
+    the same lines under the same seqs, the same dropped counts and the same seq-once."""
+    first = FileLogStore(tmp_path, attempt_lines=3, total_bytes=5 * (100 + 2))
+    first.append("job", 1, 2, lines(2, "b1", "b2"))
+    first.append("job", 1, 1, lines(1, "a1", "a2"))
+    first.append("job", 1, 3, lines(3, "c1", "c2"))
+    first.append("job", 1, 4, [])
+    first.append("other", 2, 1, lines(1, *[f"o{n}" for n in range(8)]))
+    again = FileLogStore(tmp_path, attempt_lines=3, total_bytes=5 * (100 + 2))
+    assert [pages(again), pages(again, "other", 2)] == [pages(first), pages(first, "other", 2)]
+    assert (again.attempts("job"), again.append("job", 1, 1, lines(1, "again"))) == ([1], 4)
+    assert pages(again) == pages(first)
+
+
+def test_a_file_log_store_rewrites_a_growing_file_to_its_kept_lines(tmp_path: Path) -> None:
+    """An attempt's file stays near what the attempt keeps, and reads back the same."""
+    store = FileLogStore(tmp_path, attempt_lines=10)
+    for seq in range(1, 2001):
+        store.append("job", 1, seq, lines(seq, f"line {seq:04d} " + "x" * 100))
+    again = FileLogStore(tmp_path, attempt_lines=10)
+    assert (tmp_path / "job" / "1.jsonl").stat().st_size < 200_000
+    assert pages(again) == pages(store)
+    assert pages(again)[1] == 1990
+
+
+def test_a_file_log_store_written_from_many_threads_reads_back_the_same(tmp_path: Path) -> None:
+    """Appends to several attempts at once (as the logs channel's threads make them) are all
+    on disk, each attempt's in seq order, with the same drops."""
+    store = FileLogStore(tmp_path, attempt_lines=50)
+
+    def write(attempt: int) -> None:
+        for seq in range(1, 41):
+            store.append(
+                "job", attempt, seq, lines(seq, f"{attempt}.{seq}.a", f"{attempt}.{seq}.b")
+            )
+
+    threads = [threading.Thread(target=write, args=(attempt,)) for attempt in range(1, 9)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    again = FileLogStore(tmp_path, attempt_lines=50)
+    assert [pages(again, "job", n) for n in range(1, 9)] == [
+        pages(store, "job", n) for n in range(1, 9)
+    ]
+    assert (pages(again, "job", 8)[1], texts(again, "job", 8)[-1]) == (30, "8.40.b")
+
+
+def test_a_record_cut_short_by_a_crash_is_cut_off_and_the_file_goes_on(tmp_path: Path) -> None:
+    """A half-written last record (never acknowledged) is ignored and the next batch is kept."""
+    FileLogStore(tmp_path).append("job", 1, 1, lines(1, "whole"))
+    with open(tmp_path / "job" / "1.jsonl", "ab") as handle:
+        handle.write(b'{"seq":2,"lines":[["2026')
+    store = FileLogStore(tmp_path)
+    store.append("job", 1, 3, lines(3, "after"))
+    assert texts(FileLogStore(tmp_path)) == ["whole", "after"]
+
+
+def test_log_files_are_0600_in_0700_directories(tmp_path: Path) -> None:
+    """Job output is nobody else's to read, whatever the umask."""
+    FileLogStore(tmp_path / "logs").append("job", 1, 1, lines(1, "secret"))
+    modes = [
+        (tmp_path / "logs").stat().st_mode & 0o777,
+        (tmp_path / "logs" / "job").stat().st_mode & 0o777,
+        (tmp_path / "logs" / "job" / "1.jsonl").stat().st_mode & 0o777,
+    ]
+    assert modes == [0o700, 0o700, 0o600]
+
+
+def test_a_platform_with_a_durable_store_keeps_its_logs_under_its_data_dir(
+    tmp_path: Path,
+) -> None:
+    """Beside a file store the platform's logs are a FileLogStore under `<data dir>/logs`."""
+    config = PlatformConfig(
+        store_url=f"file://{tmp_path / 'store.db'}",
+        secret_file=tmp_path / "platform.secret",
+        data_dir=tmp_path / "data",
+    )
+    platform = build_platform(config)
+    try:
+        platform.logs.append("job", 1, 1, lines(1, "kept"))
+    finally:
+        platform.close()
+        platform.store.close()
+    assert texts(FileLogStore(tmp_path / "data" / "logs")) == ["kept"]
 
 
 # -- over HTTP ---------------------------------------------------------------------------------

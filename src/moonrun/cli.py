@@ -136,7 +136,8 @@ def platform_serve(
         typer.Option(
             "--data-dir",
             envvar="MOONRUN_DATA_DIR",
-            help="where artifacts are kept [default: beside a file store, else .moonrun]",
+            help="where artifacts and log lines are kept "
+            "[default: beside a file store, else .moonrun]",
         ),
     ] = None,
     ack_timeout_s: float = _seconds("ack-timeout-s", 30, "Ack deadline after a claim"),

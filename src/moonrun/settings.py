@@ -15,8 +15,9 @@ from moonrun.platform.artifacts import FileArtifactStore
 from moonrun.platform.channels import Channels
 from moonrun.platform.config import ArtifactLimits, LogLimits, SchedulingSettings
 from moonrun.platform.directory import Bootstrap, Directory
+from moonrun.platform.filelogstore import FileLogStore
 from moonrun.platform.http import HttpSettings, Platform
-from moonrun.platform.logstore import MemoryLogStore
+from moonrun.platform.logstore import LogStore, MemoryLogStore
 from moonrun.platform.service import SchedulingService
 from moonrun.security.keys import load_or_create_secret
 from moonrun.security.tokens import SystemTokenSource
@@ -61,6 +62,25 @@ class PlatformConfig:
     def artifacts_dir(self) -> Path:
         return (self.data_dir or self.state_dir) / "artifacts"
 
+    @property
+    def logs_dir(self) -> Path:
+        return (self.data_dir or self.state_dir) / "logs"
+
+
+def log_store(config: PlatformConfig, store: object) -> LogStore:
+    """Logs on disk beside a durable store (`<data dir>/logs`), in memory beside memory://."""
+    limits = config.logs
+    bounds = {
+        "line_bytes": limits.line_bytes,
+        "attempt_bytes": limits.attempt_bytes,
+        "attempt_lines": limits.attempt_lines,
+        "total_bytes": limits.total_bytes,
+        "max_attempts": limits.max_attempts,
+    }
+    if isinstance(store, MemoryStore):
+        return MemoryLogStore(**bounds)
+    return FileLogStore(config.logs_dir, **bounds)
+
 
 def build_platform(config: PlatformConfig) -> Platform:
     """Open everything the platform needs; errors are `MoonrunError`s with one clear line."""
@@ -91,13 +111,7 @@ def build_platform(config: PlatformConfig) -> Platform:
             directory=directory,
             clock=clock,
             secret=secret,
-            logs=MemoryLogStore(
-                line_bytes=config.logs.line_bytes,
-                attempt_bytes=config.logs.attempt_bytes,
-                attempt_lines=config.logs.attempt_lines,
-                total_bytes=config.logs.total_bytes,
-                max_attempts=config.logs.max_attempts,
-            ),
+            logs=log_store(config, store),
             artifacts=FileArtifactStore(
                 config.artifacts_dir, attempt_bytes=config.artifacts.attempt_bytes
             ),

@@ -62,8 +62,8 @@ class SchedulingSettings:
 
 @dataclass(frozen=True, slots=True)
 class LogLimits:
-    """Bounds of the in-memory log store (docs/protocol.md 50-59); `settings.py` hands them to
-    `MemoryLogStore`."""
+    """Bounds of the log store (docs/protocol.md 50-59, 85-86); `settings.py` hands them to
+    `MemoryLogStore` or `FileLogStore`."""
 
     line_bytes: int = 16 * 1024
     """A longer line is cut to this many bytes of UTF-8, with a marker naming what went."""

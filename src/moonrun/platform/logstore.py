@@ -1,4 +1,4 @@
-"""The log store: bounded, in-memory log lines per attempt (not durable, by design).
+"""The log store: bounded, in-memory log lines per attempt (`filelogstore.py` makes them durable).
 
 Every bound is a constructor argument (`settings.py` sets them from `LogLimits`). A line's
 text is cut to `line_bytes` of UTF-8 with a visible marker. An attempt keeps its newest lines
@@ -44,6 +44,9 @@ class LogPage:
 
 
 class LogStore(Protocol):
+    on_threads: bool
+    """Appends wait for the disk: run them on the logs channel's threads, never inline."""
+
     def append(self, job_id: str, attempt: int, seq: int, lines: list[LogLine]) -> int:
         """Store a batch once; returns the highest batch seq accepted for the attempt."""
         ...
@@ -107,6 +110,8 @@ class _AttemptLog:
 class MemoryLogStore:
     """Bounded log lines in memory; what a restart loses is only logs (docs/roadmap.md)."""
 
+    on_threads = False
+
     def __init__(
         self,
         *,
@@ -128,34 +133,51 @@ class MemoryLogStore:
         self._lock = threading.Lock()
 
     def append(self, job_id: str, attempt: int, seq: int, lines: list[LogLine]) -> int:
+        stored = self._prepare(seq, lines)
+        with self._lock:
+            log = self._attempt_log((job_id, attempt))
+            if seq in log.batches or seq <= log.floor:
+                return log.highest
+            self._store(log, seq, stored)
+            self._keep_total()
+            return log.highest
+
+    def _prepare(self, seq: int, lines: list[LogLine]) -> deque[tuple[LogLine, int]]:
+        """The batch's lines as stored: text cut and cleaned, each with its size in bytes."""
         stored: deque[tuple[LogLine, int]] = deque()
         for line in lines:
             text, size = cut_text(line.text, self._line_bytes)
             ts, stream = clean_text(line.ts), clean_text(line.stream)
             stored.append((LogLine(seq, ts, stream, text), size))
-        with self._lock:
-            key = (job_id, attempt)
-            log = self._logs.get(key)
-            if log is None:
-                log = self._logs[key] = _AttemptLog()
-                while len(self._logs) > self._max_attempts:
-                    _, forgotten = self._logs.popitem(last=False)
-                    self._bytes -= forgotten.bytes + forgotten.lines * LINE_RECORD_BYTES
-            self._logs.move_to_end(key)
-            if seq in log.batches or seq <= log.floor:
-                return log.highest
-            log.highest = max(log.highest, seq)
-            if stored:
-                bisect.insort(log.order, seq)
-                log.batches[seq] = stored
-                size = sum(s for _, s in stored)
-                log.lines += len(stored)
-                log.bytes += size
-                self._bytes += size + len(stored) * LINE_RECORD_BYTES
-                while log.lines > self._attempt_lines or log.bytes > self._attempt_bytes:
-                    self._drop_oldest(log)
-                self._keep_total()
-            return log.highest
+        return stored
+
+    def _attempt_log(self, key: tuple[str, int]) -> _AttemptLog:
+        """The attempt's log, made most recently written (under the lock)."""
+        log = self._logs.get(key)
+        if log is None:
+            log = self._logs[key] = _AttemptLog()
+            while len(self._logs) > self._max_attempts:
+                forgotten_key, forgotten = self._logs.popitem(last=False)
+                self._bytes -= forgotten.bytes + forgotten.lines * LINE_RECORD_BYTES
+                self._forget(forgotten_key)
+        self._logs.move_to_end(key)
+        return log
+
+    def _forget(self, key: tuple[str, int]) -> None:
+        """An attempt left the store for `max_attempts` (a durable store deletes its file)."""
+
+    def _store(self, log: _AttemptLog, seq: int, stored: deque[tuple[LogLine, int]]) -> None:
+        """Keep a new batch within the attempt's caps (under the lock)."""
+        log.highest = max(log.highest, seq)
+        if stored:
+            bisect.insort(log.order, seq)
+            log.batches[seq] = stored
+            size = sum(s for _, s in stored)
+            log.lines += len(stored)
+            log.bytes += size
+            self._bytes += size + len(stored) * LINE_RECORD_BYTES
+            while log.lines > self._attempt_lines or log.bytes > self._attempt_bytes:
+                self._drop_oldest(log)
 
     def read(self, job_id: str, attempt: int, after_seq: int, limit: int = 1000) -> LogPage:
         with self._lock:
@@ -220,8 +242,16 @@ class MemoryLogStore:
 
     def _keep_total(self) -> None:
         """Drop the oldest lines of the least recently written attempts until within bounds."""
-        for log in self._logs.values():
+        for key, log in self._logs.items():
+            dropped = 0
             while self._bytes > self._total_bytes and log.lines:
                 self._drop_oldest(log)
+                dropped += 1
+            if dropped:
+                self._dropped_for_total(key, dropped)
             if self._bytes <= self._total_bytes:
                 return
+
+    def _dropped_for_total(self, key: tuple[str, int], count: int) -> None:
+        """The store-wide cap took `count` oldest lines of an attempt (a durable store notes it:
+        unlike the attempt's own caps, replaying its batches would not take them again)."""

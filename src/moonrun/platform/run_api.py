@@ -334,7 +334,9 @@ async def append_logs(call: Call) -> dict[str, Any]:
     evidence = Evidence(body.attempt, body.lease)
     await call.lane.run(platform.service.check_transfer, call.subject, body.job_id, evidence)
     lines = [LogLine(body.seq, line.ts, line.stream, line.text) for line in body.lines]
-    through = await call.lane.run(platform.logs.append, body.job_id, body.attempt, body.seq, lines)
+    # A durable log store waits for an fsync: on the logs channel's threads, not the event loop.
+    work = call.lane.thread if platform.logs.on_threads else call.lane.run
+    through = await work(platform.logs.append, body.job_id, body.attempt, body.seq, lines)
     return {"accepted_through_seq": through}
 
 
