@@ -1,4 +1,4 @@
-"""Access lifecycle over HTTP (docs/protocol.md 77-84): disabling users, rotating tokens,
+"""Access lifecycle over HTTP (docs/protocol.md 75-78): disabling users, rotating tokens,
 setting passwords, draining endpoints."""
 
 from __future__ import annotations

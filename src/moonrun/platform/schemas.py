@@ -266,7 +266,7 @@ class UserModel(Answer):
     platform_admin: bool
     created_at: str
     disabled: bool
-    """Its API tokens and console sessions are refused (docs/protocol.md 77)."""
+    """Its API tokens and console sessions are refused (docs/protocol.md 75)."""
 
 
 NAME = Field(pattern=NAME_PATTERN.pattern)
@@ -330,7 +330,7 @@ class EndpointModel(Answer):
     capacity: int | None
     run_version: str | None
     draining: bool
-    """No new claims are granted to it (docs/protocol.md 80)."""
+    """No new claims are granted to it (docs/protocol.md 78)."""
 
 
 class EndpointsAnswer(Answer):

@@ -282,7 +282,7 @@ since creating triggers there needs privileges an operator may not grant."""
 
 
 def _access_v5(connection: Connection) -> None:
-    """Disabled users and draining endpoints (docs/protocol.md 77-84): a flag column each,
+    """Disabled users and draining endpoints (docs/protocol.md 75-78): a flag column each,
     false for every existing row."""
     inspector = inspect(connection)
     for table, column in (("users", "disabled"), ("endpoints", "draining")):
