@@ -796,6 +796,34 @@ def test_list_endpoints_contains_all(store: Store) -> None:
     assert endpoints == by_id(store.list_endpoints())
 
 
+def test_delete_endpoint_is_refused_while_servers_point_at_it(store: Store) -> None:
+    """An endpoint with servers stays; the answer is how many servers point at it."""
+    store.insert_endpoint(make_endpoint())
+    store.insert_server(make_server("srv-1", name="one"))
+    store.insert_server(make_server("srv-2", name="two"))
+    assert store.delete_endpoint("ep-1") == 2
+    assert store.get_endpoint("ep-1") == make_endpoint()
+
+
+def test_delete_endpoint_removes_it_and_its_sessions(store: Store) -> None:
+    """An endpoint no server points at is deleted with its sessions; other endpoints stay."""
+    store.insert_endpoint(make_endpoint())
+    store.insert_endpoint(make_endpoint("ep-2", name="beta"))
+    store.insert_session(make_session())
+    store.insert_session(make_session("sess-2", endpoint_id="ep-2"))
+    assert store.delete_endpoint("ep-1") == 0
+    assert store.get_endpoint("ep-1") is None
+    assert store.get_session("sess-1") is None
+    assert store.session_with_endpoint("sess-1") is None
+    assert [make_endpoint("ep-2", name="beta")] == store.list_endpoints()
+    assert store.get_session("sess-2") == make_session("sess-2", endpoint_id="ep-2")
+
+
+def test_delete_endpoint_of_unknown_id_answers_zero(store: Store) -> None:
+    """Deleting an endpoint that does not exist changes nothing."""
+    assert store.delete_endpoint("ep-ghost") == 0
+
+
 # -- sessions ------------------------------------------------------------------------------------
 
 
@@ -1064,6 +1092,35 @@ def test_servers_of_user_follow_administrator_changes(store: Store) -> None:
     demoted = replace(promoted, version=3, admin_ids=())
     assert store.replace_server(demoted, expected_version=2)
     assert store.servers_of_user("user-2") == []
+
+
+def test_delete_server_is_refused_while_any_of_its_jobs_is_not_terminal(store: Store) -> None:
+    """A server with waiting or active jobs stays; the answer is how many are not terminal."""
+    store.insert_server(make_server())
+    queued = make_job("job-queued")
+    active = running(accepted(make_job("job-running"), at=T0 + 1), at=T0 + 2)
+    other = make_job("job-other", server_id="srv-2")
+    insert_jobs(store, queued, active, other, with_state(make_job("job-done"), JobState.FAILED))
+    assert store.delete_server("srv-1") == 2
+    assert store.get_server("srv-1") == make_server()
+
+
+def test_delete_server_removes_it_and_keeps_its_ended_jobs(store: Store) -> None:
+    """A server whose jobs all ended is deleted (gone from every listing); its jobs stay."""
+    server = make_server(owner_id="user-1", admin_ids=("user-2",))
+    store.insert_server(server)
+    done = with_state(make_job(), JobState.SUCCEEDED)
+    store.insert_job(done)
+    assert store.delete_server("srv-1") == 0
+    assert store.get_server("srv-1") is None
+    assert store.list_servers() == []
+    assert store.servers_of_user("user-2") == []
+    assert store.get_job(done.id) == done
+
+
+def test_delete_server_of_unknown_id_answers_zero(store: Store) -> None:
+    """Deleting a server that does not exist changes nothing."""
+    assert store.delete_server("srv-ghost") == 0
 
 
 # -- console sessions --------------------------------------------------------------------------

@@ -250,6 +250,16 @@ class MemoryStore:
         with self._lock:
             return sorted(self._endpoints.values(), key=lambda e: (e.created_at, e.id))
 
+    def delete_endpoint(self, endpoint_id: str) -> int:
+        with self._lock:
+            using = sum(1 for s in self._servers.values() if s.endpoint_id == endpoint_id)
+            if using == 0 and self._endpoints.pop(endpoint_id, None) is not None:
+                for session_id in [
+                    sid for sid, s in self._sessions.items() if s.endpoint_id == endpoint_id
+                ]:
+                    del self._sessions[session_id]
+            return using
+
     def insert_session(self, session: Session) -> None:
         with self._lock:
             if session.id in self._sessions:
@@ -370,6 +380,17 @@ class MemoryStore:
 
     def servers_of_user(self, user_id: str) -> list[Server]:
         return [s for s in self.list_servers() if s.owner_id == user_id or user_id in s.admin_ids]
+
+    def delete_server(self, server_id: str) -> int:
+        with self._lock:
+            live = sum(
+                1
+                for job in self._jobs.values()
+                if job.server_id == server_id and not job.state.is_terminal
+            )
+            if live == 0:
+                self._servers.pop(server_id, None)
+            return live
 
     def close(self) -> None:
         """Nothing to release."""

@@ -126,6 +126,11 @@ class Store(Protocol):
 
     def list_endpoints(self) -> list[Endpoint]: ...
 
+    def delete_endpoint(self, endpoint_id: str) -> int:
+        """Delete the endpoint and its sessions, unless servers still point at it: answers how
+        many do (0: it was deleted, or never existed)."""
+        ...
+
     def insert_session(self, session: Session) -> None: ...
 
     def get_session(self, session_id: str) -> Session | None: ...
@@ -184,6 +189,11 @@ class Store(Protocol):
 
     def servers_of_user(self, user_id: str) -> list[Server]:
         """Servers the user owns or administers."""
+        ...
+
+    def delete_server(self, server_id: str) -> int:
+        """Delete the server and its administrators, unless any of its jobs is not terminal:
+        answers how many are not (0: it was deleted, or never existed). Its jobs stay."""
         ...
 
     def close(self) -> None: ...

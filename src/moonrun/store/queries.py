@@ -120,6 +120,11 @@ class Queries:
             + " WHERE id = :id AND version = :expected_version"
         )
         self.list_endpoints = render(f"SELECT {_ENDPOINT} FROM endpoints ORDER BY created_at, id")
+        self.servers_on_endpoint = render(
+            "SELECT COUNT(*) FROM servers WHERE endpoint_id = :endpoint_id"
+        )
+        self.delete_endpoint = render("DELETE FROM endpoints WHERE id = :endpoint_id")
+        self.delete_sessions = render("DELETE FROM sessions WHERE endpoint_id = :endpoint_id")
 
         self.insert_session = self._insert("sessions", SESSION_COLUMNS)
         self.get_session = render(f"SELECT {_SESSION} FROM sessions WHERE id = :id")
@@ -179,6 +184,11 @@ class Queries:
             "ORDER BY created_at, id"
         )
         self.delete_admins = render("DELETE FROM server_admins WHERE server_id = :server_id")
+        self.live_jobs_of_server = render(
+            "SELECT COUNT(*) FROM jobs WHERE server_id = :server_id "
+            "AND state NOT IN ('succeeded', 'failed', 'cancelled')"
+        )
+        self.delete_server = render("DELETE FROM servers WHERE id = :server_id")
         self.insert_admin = render(
             "INSERT INTO server_admins (server_id, user_id, position) "
             "VALUES (:server_id, :user_id, :position)"

@@ -381,6 +381,19 @@ class SqlStore:
     def list_endpoints(self) -> list[Endpoint]:
         return [_endpoint(row) for row in self._rows(self._sql.list_endpoints, {})]
 
+    def delete_endpoint(self, endpoint_id: str) -> int:
+        parameters = {"endpoint_id": endpoint_id}
+
+        def work(cursor: Cursor) -> int:
+            cursor.execute(self._sql.servers_on_endpoint, parameters)
+            using = int(cursor.fetchall()[0][0])
+            if using == 0:
+                cursor.execute(self._sql.delete_sessions, parameters)
+                cursor.execute(self._sql.delete_endpoint, parameters)
+            return using
+
+        return self._write(work)
+
     def insert_session(self, session: Session) -> None:
         row = codec.session_to_row(session)
         self._write(lambda cursor: cursor.execute(self._sql.insert_session, row))
@@ -526,6 +539,19 @@ class SqlStore:
 
     def servers_of_user(self, user_id: str) -> list[Server]:
         return self._servers(self._sql.servers_of_user, {"user_id": user_id})
+
+    def delete_server(self, server_id: str) -> int:
+        parameters = {"server_id": server_id}
+
+        def work(cursor: Cursor) -> int:
+            cursor.execute(self._sql.live_jobs_of_server, parameters)
+            live = int(cursor.fetchall()[0][0])
+            if live == 0:
+                cursor.execute(self._sql.delete_admins, parameters)
+                cursor.execute(self._sql.delete_server, parameters)
+            return live
+
+        return self._write(work)
 
 
 def _idempotency_row(record: IdempotencyRecord) -> dict[str, Any]:
