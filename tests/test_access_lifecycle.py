@@ -162,3 +162,77 @@ def test_draining_a_missing_endpoint_is_not_found(cast: Cast) -> None:
     """404 not_found for an endpoint that does not exist."""
     response = cast.world.api("POST", "/api/v1/endpoints/ep_doesnotexist0000/drain")
     assert status_and_code(response) == (404, "not_found")
+
+
+# -- removing servers and endpoints ------------------------------------------------------------
+
+
+def test_a_server_with_jobs_not_ended_cannot_be_removed(cast: Cast) -> None:
+    """409 server_busy naming how many jobs; the server stays."""
+    world, owner_token = cast.world, cast.owner[1]
+    world.submit(cast.server_id, owner_token)
+    world.submit(cast.server_id, owner_token)
+    response = world.api("DELETE", f"/api/v1/servers/{cast.server_id}", token=owner_token)
+    assert status_and_code(response) == (409, "server_busy")
+    assert "2 jobs" in response.json()["error"]["message"]
+    assert ok(world.api("GET", f"/api/v1/servers/{cast.server_id}"))["id"] == cast.server_id
+
+
+def test_the_owner_removes_a_server_once_its_jobs_are_cancelled(cast: Cast) -> None:
+    """After cancelling, DELETE answers the server; it is gone from the list and 404."""
+    world, owner_token = cast.world, cast.owner[1]
+    job = world.submit(cast.server_id, owner_token)
+    ok(world.api("POST", f"/api/v1/jobs/{job['id']}/cancel", token=owner_token))
+    removed = ok(world.api("DELETE", f"/api/v1/servers/{cast.server_id}", token=owner_token))
+    listed = ok(world.api("GET", "/api/v1/servers"))["servers"]
+    again = world.api("GET", f"/api/v1/servers/{cast.server_id}")
+    assert removed["id"] == cast.server_id
+    assert cast.server_id not in {server["id"] for server in listed}
+    assert status_and_code(again) == (404, "not_found")
+
+
+def test_a_removed_servers_ended_jobs_stay_readable_by_platform_admins_only(cast: Cast) -> None:
+    """The job record stays: a platform admin reads it, the former owner is refused."""
+    world, owner_token = cast.world, cast.owner[1]
+    job = world.submit(cast.server_id, owner_token)
+    ok(world.api("POST", f"/api/v1/jobs/{job['id']}/cancel", token=owner_token))
+    ok(world.api("DELETE", f"/api/v1/servers/{cast.server_id}", token=owner_token))
+    by_admin = ok(world.api("GET", f"/api/v1/jobs/{job['id']}"))
+    by_owner = world.api("GET", f"/api/v1/jobs/{job['id']}", token=owner_token)
+    assert by_admin["state"] == "cancelled"
+    assert by_owner.status_code == 403
+
+
+def test_a_server_administrator_cannot_remove_the_server(cast: Cast) -> None:
+    """Only the owner or a platform admin removes a server: 403 for its administrators."""
+    response = cast.world.api("DELETE", f"/api/v1/servers/{cast.server_id}", token=cast.helper[1])
+    assert status_and_code(response) == (403, "forbidden")
+
+
+def test_an_endpoint_servers_point_at_cannot_be_removed(cast: Cast) -> None:
+    """409 endpoint_in_use while a server points at the endpoint."""
+    response = cast.world.api("DELETE", f"/api/v1/endpoints/{cast.run.endpoint_id}")
+    assert status_and_code(response) == (409, "endpoint_in_use")
+    assert "1 server" in response.json()["error"]["message"]
+
+
+def test_a_removed_endpoints_run_is_refused(cast: Cast) -> None:
+    """Once its servers are gone, the endpoint is removed and its Run's requests are 401."""
+    world, run, owner_token = cast.world, cast.run.start(), cast.owner[1]
+    ok(world.api("DELETE", f"/api/v1/servers/{cast.server_id}", token=owner_token))
+    removed = ok(world.api("DELETE", f"/api/v1/endpoints/{run.endpoint_id}"))
+    listed = ok(world.api("GET", "/api/v1/endpoints"))["endpoints"]
+    heartbeat = run.heartbeat()
+    registration = run.register()
+    assert removed["id"] == run.endpoint_id
+    assert run.endpoint_id not in {endpoint["id"] for endpoint in listed}
+    assert heartbeat.status_code == 401
+    assert registration.status_code == 401
+
+
+def test_removing_a_missing_server_or_endpoint_is_not_found(cast: Cast) -> None:
+    """404 not_found for a server or endpoint that does not exist."""
+    server = cast.world.api("DELETE", "/api/v1/servers/srv_doesnotexist0000")
+    endpoint = cast.world.api("DELETE", "/api/v1/endpoints/ep_doesnotexist0000")
+    assert status_and_code(server) == (404, "not_found")
+    assert status_and_code(endpoint) == (404, "not_found")

@@ -61,6 +61,14 @@ class ArtifactIncomplete(MoonrunError):
     """That artifact is not complete yet: its final chunk has not arrived."""
 
 
+class ServerBusy(MoonrunError):
+    """The server has jobs that have not ended; cancel them first."""
+
+
+class EndpointInUse(MoonrunError):
+    """Servers still point at this endpoint; remove them first."""
+
+
 class IdempotencyConflict(MoonrunError):
     """That Idempotency-Key was already used with a different request."""
 
@@ -207,6 +215,8 @@ ERROR_TABLE: Final[Mapping[type[MoonrunError], tuple[int, str]]] = {
     TooLarge: (413, "too_large"),
     AlreadyExists: (409, "already_exists"),
     IdempotencyConflict: (409, "idempotency_conflict"),
+    ServerBusy: (409, "server_busy"),
+    EndpointInUse: (409, "endpoint_in_use"),
     ArtifactConflict: (409, "artifact_conflict"),
     ArtifactTooLarge: (413, "artifact_too_large"),
     ArtifactIncomplete: (409, "artifact_incomplete"),

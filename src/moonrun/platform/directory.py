@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 
 from moonrun.clock import Clock
-from moonrun.errors import Contention, InvalidRequest, NotFound, Unauthenticated
+from moonrun.errors import Contention, InvalidRequest, NotFound, ServerBusy, Unauthenticated
 from moonrun.platform.checks import NAME_PATTERN
 from moonrun.scheduling.fingerprint import token_hash
 from moonrun.scheduling.records import Server, User
@@ -223,6 +223,19 @@ class Directory:
         if server is None:
             raise NotFound("no such server")
         require(can_manage_jobs(actor, server))
+        return server
+
+    def remove_server(self, actor: User, server_id: str) -> Server:
+        """The owner (or a platform admin) removes a server none of whose jobs is still
+        waiting or running; its ended jobs stay, readable by platform admins only."""
+        server = self._store.get_server(server_id) if isinstance(server_id, str) else None
+        if server is None:
+            raise NotFound("no such server")
+        require(can_manage_admins(actor, server))
+        live = self._store.delete_server(server.id)
+        if live:
+            jobs = "1 job has" if live == 1 else f"{live} jobs have"
+            raise ServerBusy(f"{jobs} not ended on server {server.id}; cancel them first")
         return server
 
     def add_server_admin(self, actor: User, server_id: str, user_id: str) -> Server:

@@ -18,6 +18,7 @@ from moonrun.errors import (
     AckDeadlineExpired,
     AlreadyExists,
     Contention,
+    EndpointInUse,
     IdempotencyConflict,
     InvalidRequest,
     JobNotFound,
@@ -342,6 +343,21 @@ class SchedulingService:
             session = self._store.get_session(sid) if sid else None
             return endpoint_view(updated, session, self._clock.now())
         raise Contention()
+
+    def remove_endpoint(self, actor: User, endpoint_id: str) -> EndpointView:
+        """A platform admin removes an endpoint no server points at; its sessions go with it,
+        so its Run's signed requests are refused from then on."""
+        require_platform_admin(actor)
+        endpoint = self._store.get_endpoint(endpoint_id) if isinstance(endpoint_id, str) else None
+        if endpoint is None:
+            raise NotFound("no such endpoint")
+        sid = endpoint.current_session_id
+        session = self._store.get_session(sid) if sid else None
+        using = self._store.delete_endpoint(endpoint.id)
+        if using:
+            servers = "1 server points" if using == 1 else f"{using} servers point"
+            raise EndpointInUse(f"{servers} at endpoint {endpoint.id}; remove them first")
+        return endpoint_view(replace(endpoint, current_session_id=None), session, self._clock.now())
 
     # -- jobs channel ------------------------------------------------------------------------
 
@@ -850,7 +866,8 @@ class SchedulingService:
         if job is None:
             raise NotFound("no such job")
         server = self._store.get_server(job.server_id)
-        require(server is not None and can_manage_jobs(actor, server))
+        # The jobs of a removed server stay, for platform admins only (docs/protocol.md 81).
+        require(actor.platform_admin or (server is not None and can_manage_jobs(actor, server)))
         return job
 
     def _server_for(self, actor: User, server_id: str) -> Server:

@@ -233,6 +233,14 @@ async def remove_server_admin(call: Call) -> Any:
     return await one_server_view(call, server)
 
 
+async def remove_server(call: Call) -> Any:
+    """Remove a server none of whose jobs is still waiting or running (its owner or a
+    platform admin); the answer is the server as it was."""
+    directory = call.platform.directory
+    server = await as_caller(call, directory.remove_server, call.params["server_id"])
+    return await one_server_view(call, server)
+
+
 # -- endpoints ---------------------------------------------------------------------------------
 
 
@@ -263,6 +271,12 @@ async def undrain_endpoint(call: Call) -> Any:
     """Grant the endpoint claims again (platform admins)."""
     service, endpoint_id = call.platform.service, call.params["endpoint_id"]
     return await as_caller(call, service.set_draining, endpoint_id, False)
+
+
+async def remove_endpoint(call: Call) -> Any:
+    """Remove an endpoint no server points at, ending its session (platform admins)."""
+    service, endpoint_id = call.platform.service, call.params["endpoint_id"]
+    return await as_caller(call, service.remove_endpoint, endpoint_id)
 
 
 # -- jobs --------------------------------------------------------------------------------------
@@ -552,6 +566,10 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/api/v1/servers", "user", "user", None, ServersAnswer, 200, list_servers),
     Route("GET", "/api/v1/servers/{server_id}", "user", "user", None, ServerModel, 200, get_server),
     Route(
+        "DELETE", "/api/v1/servers/{server_id}", "user", "user",
+        None, ServerModel, 200, remove_server,
+    ),
+    Route(
         "POST", "/api/v1/servers/{server_id}/admins", "user", "user",
         AddAdminRequest, ServerModel, 200, add_server_admin,
     ),
@@ -571,6 +589,10 @@ ROUTES: tuple[Route, ...] = (
     Route(
         "POST", "/api/v1/endpoints/{endpoint_id}/undrain", "user", "user",
         None, EndpointModel, 200, undrain_endpoint,
+    ),
+    Route(
+        "DELETE", "/api/v1/endpoints/{endpoint_id}", "user", "user",
+        None, EndpointModel, 200, remove_endpoint,
     ),
     Route(
         "POST", "/api/v1/servers/{server_id}/jobs", "user", "user",
