@@ -37,6 +37,7 @@ OK, CREATED, ACCEPTED = "200", "201", "202"
 FORBIDDEN = "403 forbidden"
 UNAUTH = "401 unauthenticated"
 NOT_FOUND = "404 not_found"
+SERVER_BUSY = "409 server_busy"
 
 _unique = itertools.count(1)
 
@@ -114,6 +115,16 @@ def web1(s: Scene) -> str:
 
 def db1(s: Scene) -> str:
     return s.cast.other_server_id
+
+
+def idle_server(s: Scene) -> str:
+    """A new server of web-1's owner, on host-a, with no jobs."""
+    return s.cast.world.create_server(unique_name("idle"), s.cast.run.endpoint_id, s.cast.owner[0])
+
+
+def unused_endpoint(s: Scene) -> str:
+    """A new endpoint no server points at."""
+    return s.cast.world.create_endpoint(unique_name("spare")).endpoint_id
 
 
 ROWS: tuple[Row, ...] = (
@@ -315,6 +326,30 @@ ROWS: tuple[Row, ...] = (
         (NOT_FOUND, NOT_FOUND, NOT_FOUND, NOT_FOUND, UNAUTH, UNAUTH),
         writes=True,
     ),
+    Row(
+        "remove web-1 (a job not ended)",
+        "DELETE",
+        "/api/v1/servers/{server_id}",
+        lambda s: f"/api/v1/servers/{web1(s)}",
+        (SERVER_BUSY, SERVER_BUSY, FORBIDDEN, FORBIDDEN, UNAUTH, UNAUTH),
+        writes=True,
+    ),
+    Row(
+        "remove an idle server of web-1's owner",
+        "DELETE",
+        "/api/v1/servers/{server_id}",
+        lambda s: f"/api/v1/servers/{idle_server(s)}",
+        (OK, OK, FORBIDDEN, FORBIDDEN, UNAUTH, UNAUTH),
+        writes=True,
+    ),
+    Row(
+        "remove missing server",
+        "DELETE",
+        "/api/v1/servers/{server_id}",
+        lambda s: f"/api/v1/servers/{MISSING_SERVER}",
+        (NOT_FOUND, NOT_FOUND, NOT_FOUND, NOT_FOUND, UNAUTH, UNAUTH),
+        writes=True,
+    ),
     # -- endpoints: platform admins only -------------------------------------------------------
     Row(
         "list endpoints",
@@ -354,6 +389,30 @@ ROWS: tuple[Row, ...] = (
         "/api/v1/endpoints/{endpoint_id}/undrain",
         lambda s: f"/api/v1/endpoints/{s.cast.run.endpoint_id}/undrain",
         (OK, FORBIDDEN, FORBIDDEN, FORBIDDEN, UNAUTH, UNAUTH),
+        writes=True,
+    ),
+    Row(
+        "remove host-a (web-1 points at it)",
+        "DELETE",
+        "/api/v1/endpoints/{endpoint_id}",
+        lambda s: f"/api/v1/endpoints/{s.cast.run.endpoint_id}",
+        ("409 endpoint_in_use", FORBIDDEN, FORBIDDEN, FORBIDDEN, UNAUTH, UNAUTH),
+        writes=True,
+    ),
+    Row(
+        "remove an unused endpoint",
+        "DELETE",
+        "/api/v1/endpoints/{endpoint_id}",
+        lambda s: f"/api/v1/endpoints/{unused_endpoint(s)}",
+        (OK, FORBIDDEN, FORBIDDEN, FORBIDDEN, UNAUTH, UNAUTH),
+        writes=True,
+    ),
+    Row(
+        "remove missing endpoint",
+        "DELETE",
+        "/api/v1/endpoints/{endpoint_id}",
+        lambda s: f"/api/v1/endpoints/{MISSING_ENDPOINT}",
+        (NOT_FOUND, FORBIDDEN, FORBIDDEN, FORBIDDEN, UNAUTH, UNAUTH),
         writes=True,
     ),
     # -- jobs ----------------------------------------------------------------------------------
