@@ -314,13 +314,14 @@ def build_canary(world: HttpWorld) -> Canary:
     )
     assert web2.status_code == 201, web2.text
     c.create_user("late-user", "pw-canary-late-8c4e2b7f1d93")
-    c.create_endpoint("host-c")
+    host_c, _ = c.create_endpoint("host-c")
     for job_id in jobs:
         c.call("POST", "/api/v1/jobs/{job_id}/cancel", token=owner, job_id=job_id)
     read_everything(c, jobs, web1, (ADMIN_TOKEN, helper))
     assert run.result(running, third[running], "cancelled").status_code == 200
     read_everything(c, jobs, web1, (owner,))
     access_lifecycle(c, host_a, owner)
+    removals(c, (web1, web2.json()["id"]), (host_a, host_c), helper)
 
     for path in ("/healthz", "/metrics", "/openapi.json", "/docs"):
         response = world.client.get(path)
@@ -364,6 +365,16 @@ def access_lifecycle(c: Canary, endpoint_id: str, other: str) -> None:
     for verb in ("disable", "enable"):
         c.call("POST", f"/api/v1/users/{{user_id}}/{verb}", token=other, user_id=user_id)
         c.call("POST", f"/api/v1/users/{{user_id}}/{verb}", user_id=user_id)
+
+
+def removals(c: Canary, servers: tuple[str, str], endpoints: tuple[str, str], owner: str) -> None:
+    """Remove a busy server and an idle one (as its owner), an endpoint in use and an unused
+    one."""
+    for server_id in servers:
+        c.call("DELETE", "/api/v1/servers/{server_id}", token=owner, server_id=server_id)
+    for endpoint_id in endpoints:
+        c.call("DELETE", "/api/v1/endpoints/{endpoint_id}", endpoint_id=endpoint_id)
+    assert [e.id for e in c.world.store.list_endpoints()].count(endpoints[1]) == 0
 
 
 def read_everything(c: Canary, jobs: list[str], server_id: str, tokens: tuple[str, ...]) -> None:
