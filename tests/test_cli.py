@@ -224,6 +224,21 @@ def test_access_verbs_disable_rotate_set_passwords_and_drain(shell: Shell) -> No
     assert (flags["cli-leaver"], me["id"], draining, after) == (False, user["id"], True, False)
 
 
+def test_server_remove_and_endpoint_remove(shell: Shell) -> None:
+    """`server remove` then `endpoint remove`; an endpoint still in use is endpoint_in_use."""
+    endpoint = shell.json("endpoint", "create", "cli-removed")["endpoint"]
+    owner = shell.json("user", "create", "cli-remover")["user"]
+    server = shell.json(
+        "server", "create", "cli-gone", "--endpoint", endpoint["id"], "--owner", owner["id"]
+    )
+    in_use = shell("endpoint", "remove", endpoint["id"])
+    shell.ok("server", "remove", server["id"])
+    shell.ok("endpoint", "remove", endpoint["id"])
+    one_error_line(in_use, "endpoint_in_use")
+    assert server["id"] not in {s["id"] for s in shell.json("server", "list")}
+    assert endpoint["id"] not in {e["id"] for e in shell.json("endpoint", "list")}
+
+
 def test_submit_after_double_dash_runs_that_command(shell: Shell, server_id: str) -> None:
     """`job submit SERVER -- CMD ARG...` is a `command` job; show, list and logs find it."""
     job = shell.json("job", "submit", server_id, "--", "echo", "hello", "--not-an-option")

@@ -458,6 +458,11 @@ class Client:
         """Grant the endpoint claims again (platform admins)."""
         return Endpoint.of(self._request("POST", f"/api/v1/endpoints/{endpoint_id}/undrain"))
 
+    def remove_endpoint(self, endpoint_id: str) -> Endpoint:
+        """Remove an endpoint no server points at (platform admins); its Run is refused from
+        then on. `EndpointInUse` while servers point at it."""
+        return Endpoint.of(self._request("DELETE", f"/api/v1/endpoints/{endpoint_id}"))
+
     # -- servers -------------------------------------------------------------------------------
 
     def servers(self) -> list[Server]:
@@ -478,6 +483,11 @@ class Client:
 
     def remove_server_admin(self, server_id: str, user_id: str) -> None:
         self._request("DELETE", f"/api/v1/servers/{server_id}/admins/{user_id}")
+
+    def remove_server(self, server_id: str) -> Server:
+        """Remove a server (its owner or a platform admin); `ServerBusy` while any of its jobs
+        has not ended: cancel them first."""
+        return Server.of(self._request("DELETE", f"/api/v1/servers/{server_id}"))
 
     # -- jobs ----------------------------------------------------------------------------------
 

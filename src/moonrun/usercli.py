@@ -658,6 +658,19 @@ def endpoint_undrain(
     typer.echo(f"endpoint {endpoint_id} takes jobs again")
 
 
+@endpoint_app.command("remove")
+@user_errors
+def endpoint_remove(
+    ctx: typer.Context,
+    endpoint_id: EndpointIdArgument,
+    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+) -> None:
+    """Remove an endpoint no server points at; its Run is refused (platform admins)."""
+    with connect(ctx, profile) as client:
+        client.remove_endpoint(endpoint_id)
+    typer.echo(f"endpoint {endpoint_id} removed")
+
+
 @user_app.command("create")
 @user_errors
 def user_create(
@@ -813,6 +826,20 @@ def server_list(
 
 ServerIdArgument = Annotated[str, typer.Argument(help="The server's id")]
 UserIdArgument = Annotated[str, typer.Argument(help="The user's id")]
+
+
+@server_app.command("remove")
+@user_errors
+def server_remove(
+    ctx: typer.Context,
+    server_id: ServerIdArgument,
+    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+) -> None:
+    """Remove a server none of whose jobs is waiting or running (its owner or a platform
+    admin)."""
+    with connect(ctx, profile) as client:
+        client.remove_server(server_id)
+    typer.echo(f"server {server_id} removed")
 
 
 @server_app.command("show")
