@@ -1068,3 +1068,13 @@ def test_a_server_administrator_sees_no_remove_buttons(con: Console) -> None:
     """Only the owner (or a platform admin) may take administration away."""
     page = con.client("hugo").get("/servers").text
     assert "/remove" not in page
+
+
+def test_the_servers_page_says_whether_the_servers_host_is_online(con: Console) -> None:
+    """Before its Run registers the host shows offline; once registered, online."""
+    olive = con.client("olive")
+    before = olive.get("/servers").text
+    con.run.start()
+    after = olive.get("/servers").text
+    host = re.compile(r"<dt>Host</dt><dd><span class=\"chip [a-z-]+\">(\w+)</span>")
+    assert (host.findall(before), host.findall(after)) == (["offline"], ["online"])
