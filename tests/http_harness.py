@@ -119,10 +119,16 @@ class SignedRun:
 
     # -- control channel -----------------------------------------------------------------------
 
-    def register(self, capacity: int = 4, boot_id: str = "boot-1") -> httpx.Response:
+    def register(
+        self, capacity: int = 4, boot_id: str = "boot-1", kinds: dict[str, Any] | None = None
+    ) -> httpx.Response:
+        """Register a session; `kinds` is what this Run advertises (none: an older Run)."""
+        body: dict[str, Any] = {"boot_id": boot_id, "run_version": "0.1.0", "capacity": capacity}
+        if kinds is not None:
+            body["kinds"] = kinds
         response = self.post(
             "/run/v1/sessions",
-            {"boot_id": boot_id, "run_version": "0.1.0", "capacity": capacity},
+            body,
             key_id=f"endpoint:{self.endpoint_id}",
             key=self.identity,
         )
@@ -133,9 +139,9 @@ class SignedRun:
             self.generation = answer["generation"]
         return response
 
-    def start(self, capacity: int = 4) -> SignedRun:
+    def start(self, capacity: int = 4, kinds: dict[str, Any] | None = None) -> SignedRun:
         """Register and reconcile an empty journal: ready to claim."""
-        assert self.register(capacity).status_code == 201
+        assert self.register(capacity, kinds=kinds).status_code == 201
         assert self.reconcile([]).status_code == 200
         return self
 

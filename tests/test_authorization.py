@@ -38,6 +38,7 @@ FORBIDDEN = "403 forbidden"
 UNAUTH = "401 unauthenticated"
 NOT_FOUND = "404 not_found"
 SERVER_BUSY = "409 server_busy"
+NOT_FINISHED = "409 job_not_finished"
 
 _unique = itertools.count(1)
 
@@ -68,6 +69,18 @@ class Scene:
             self.cast.run.start().run_to_running(self.job_id)
             self.running = self.job_id
         return self.running
+
+    def finished_job_id(self) -> str:
+        """The scene's job, now cancelled while it waited (so it has ended)."""
+        response = self.cast.world.api("POST", f"/api/v1/jobs/{self.job_id}/cancel")
+        assert response.status_code == 200, response.text
+        return self.job_id
+
+    def finished_other_job_id(self) -> str:
+        """The job on db-1, now cancelled while it waited."""
+        response = self.cast.world.api("POST", f"/api/v1/jobs/{self.other_job_id}/cancel")
+        assert response.status_code == 200, response.text
+        return self.other_job_id
 
     def job_with_artifact(self) -> str:
         """The scene's job, now running with a complete artifact `result.txt`."""
@@ -508,6 +521,57 @@ ROWS: tuple[Row, ...] = (
         "GET",
         "/api/v1/jobs/{job_id}",
         lambda s: f"/api/v1/jobs/{MISSING_JOB}",
+        (NOT_FOUND, NOT_FOUND, NOT_FOUND, NOT_FOUND, UNAUTH, UNAUTH),
+    ),
+    Row(
+        "rerun finished job on web-1",
+        "POST",
+        "/api/v1/jobs/{job_id}/rerun",
+        lambda s: f"/api/v1/jobs/{s.finished_job_id()}/rerun",
+        (CREATED, CREATED, CREATED, FORBIDDEN, UNAUTH, UNAUTH),
+        writes=True,
+    ),
+    Row(
+        "rerun queued job on web-1",
+        "POST",
+        "/api/v1/jobs/{job_id}/rerun",
+        lambda s: f"/api/v1/jobs/{s.job_id}/rerun",
+        (NOT_FINISHED, NOT_FINISHED, NOT_FINISHED, FORBIDDEN, UNAUTH, UNAUTH),
+    ),
+    Row(
+        "rerun finished job on db-1",
+        "POST",
+        "/api/v1/jobs/{job_id}/rerun",
+        lambda s: f"/api/v1/jobs/{s.finished_other_job_id()}/rerun",
+        (CREATED, FORBIDDEN, FORBIDDEN, CREATED, UNAUTH, UNAUTH),
+        writes=True,
+    ),
+    Row(
+        "rerun missing job",
+        "POST",
+        "/api/v1/jobs/{job_id}/rerun",
+        lambda s: f"/api/v1/jobs/{MISSING_JOB}/rerun",
+        (NOT_FOUND, NOT_FOUND, NOT_FOUND, NOT_FOUND, UNAUTH, UNAUTH),
+    ),
+    Row(
+        "kinds of web-1",
+        "GET",
+        "/api/v1/servers/{server_id}/kinds",
+        lambda s: f"/api/v1/servers/{web1(s)}/kinds",
+        (OK, OK, OK, FORBIDDEN, UNAUTH, UNAUTH),
+    ),
+    Row(
+        "kinds of db-1",
+        "GET",
+        "/api/v1/servers/{server_id}/kinds",
+        lambda s: f"/api/v1/servers/{db1(s)}/kinds",
+        (OK, FORBIDDEN, FORBIDDEN, OK, UNAUTH, UNAUTH),
+    ),
+    Row(
+        "kinds of missing server",
+        "GET",
+        "/api/v1/servers/{server_id}/kinds",
+        lambda s: f"/api/v1/servers/{MISSING_SERVER}/kinds",
         (NOT_FOUND, NOT_FOUND, NOT_FOUND, NOT_FOUND, UNAUTH, UNAUTH),
     ),
     Row(

@@ -52,6 +52,8 @@ SOCKET_NAME = "canary-socket-path-2a9f6b8e3c15"
 HOST_PATH = f"/srv/{HOST_DIR}/data"
 SOCKET_PATH = f"/run/{SOCKET_NAME}.sock"
 PAYLOAD = {"secret_ref": SECRET_REF, "path": HOST_PATH, "socket": SOCKET_PATH}
+KINDS = {"noop": {"type": "object", "properties": {"secret_ref": {"type": "string"}}}}
+"""What the canary's Run advertises from its second registration on (PAYLOAD fits it)."""
 IDEMPOTENCY_KEY = "deploy-canary-1"
 """Not a secret: a client's name for a request (it may show up anywhere)."""
 
@@ -155,8 +157,8 @@ class Canary:
         assert joined.status_code == 200, joined.text
         return SignedRun(self.world, joined.json()["endpoint_id"], identity)
 
-    def register(self, run: SignedRun, boot_id: str) -> None:
-        assert run.register(boot_id=boot_id).status_code == 201
+    def register(self, run: SignedRun, boot_id: str, kinds: dict[str, Any] | None = None) -> None:
+        assert run.register(boot_id=boot_id, kinds=kinds).status_code == 201
         self.secret(f"session id of {boot_id}", run.session_id)
         self.secret(f"session key of {boot_id}", run.session_key)
         self.secret(
@@ -282,7 +284,7 @@ def build_canary(world: HttpWorld) -> Canary:
     assert uploaded.status_code == 202, uploaded.text
     cancel = c.call("POST", "/api/v1/jobs/{job_id}/cancel", token=helper, job_id=running)
     assert cancel.status_code == 202, cancel.text
-    c.register(run, "boot-2")
+    c.register(run, "boot-2", kinds=KINDS)
     assert run.reconcile([run.entry(running, third[running])]).status_code == 200
     progressed = run.progress(running, third[running], 2, percent=60, message="still going")
     assert (progressed.status_code, progressed.json()["cancel_requested"]) == (200, True)
@@ -319,6 +321,8 @@ def build_canary(world: HttpWorld) -> Canary:
         c.call("POST", "/api/v1/jobs/{job_id}/cancel", token=owner, job_id=job_id)
     read_everything(c, jobs, web1, (ADMIN_TOKEN, helper))
     assert run.result(running, third[running], "cancelled").status_code == 200
+    rerun = c.call("POST", "/api/v1/jobs/{job_id}/rerun", token=owner, job_id=timeout)
+    assert rerun.status_code == 201, rerun.text
     read_everything(c, jobs, web1, (owner,))
     access_lifecycle(c, host_a, owner)
     removals(c, (web1, web2.json()["id"]), (host_a, host_c), helper)
@@ -438,6 +442,22 @@ def refused_and_invalid(c: Canary, server_id: str, job_id: str, owner: str, stra
     )
     c.call("POST", "/api/v1/jobs/{job_id}/cancel", token=stranger, job_id=job_id)
     c.call("GET", "/api/v1/servers/{server_id}", token=stranger, server_id=server_id)
+    c.call("GET", "/api/v1/servers/{server_id}/kinds", token=stranger, server_id=server_id)
+    c.call("GET", "/api/v1/servers/{server_id}/kinds", token=owner, server_id=server_id)
+    for misfit in (
+        {"kind": "noop", "payload": {"secret_ref": [SECRET_REF]}},  # 422 invalid_payload
+        {"kind": "nope", "payload": PAYLOAD},  # 422 unknown_kind
+    ):
+        refused = c.call(
+            "POST",
+            "/api/v1/servers/{server_id}/jobs",
+            token=owner,
+            server_id=server_id,
+            json=misfit,
+        )
+        assert refused.status_code == 422, refused.text
+    c.call("POST", "/api/v1/jobs/{job_id}/rerun", token=owner, job_id=job_id)  # 409 not finished
+    c.call("POST", "/api/v1/jobs/{job_id}/rerun", token=stranger, job_id=job_id)
     c.call(
         "POST",
         "/api/v1/servers/{server_id}/jobs",

@@ -332,3 +332,33 @@ def test_job_logs_follow_prints_lines_while_the_job_runs(
             follower.kill()
             reader.join(timeout=READ_BOUND_S)
     assert shell.json("job", "show", job["id"])["state"] == "succeeded"
+
+
+def test_server_kinds_lists_what_the_run_runs_and_misfits_are_one_line(
+    shell: Shell, server_id: str
+) -> None:
+    """`server kinds` names each kind's fields; a submit that does not fit is one stderr line
+    with the code and the field, exit 1, and nothing queued."""
+    kinds = shell.json("server", "kinds", server_id)
+    table = shell.ok("server", "kinds", server_id).out
+    refused = shell("job", "submit", server_id, "command", "--payload", '{"argv": "echo hi"}')
+    assert sorted(kind["kind"] for kind in kinds["kinds"]) == ["command", "noop", "sleep"]
+    assert "argv, artifacts, timeout_s" in table
+    assert (refused.code, refused.out) == (1, "")
+    expected = "moonrun: error: invalid_payload: payload.argv must be an array, not a string\n"
+    assert refused.err == expected
+
+
+def test_job_rerun_waits_for_the_new_job_and_list_finds_it_by_kind(
+    shell: Shell, server_id: str
+) -> None:
+    """`job rerun --wait` queues a finished job again and exits with how the new one ended;
+    `job list --kind` and `--id-prefix` find it."""
+    first = shell.json("job", "submit", server_id, "--wait", "--", "echo", "again")
+    rerun = shell("job", "rerun", first["id"], "--wait", "--json")
+    again = json.loads(rerun.out)
+    by_kind = {job["id"] for job in shell.json("job", "list", "--kind", "command")}
+    by_prefix = [job["id"] for job in shell.json("job", "list", "--id-prefix", again["id"])]
+    assert (rerun.code, again["state"], again["kind"]) == (0, "succeeded", "command")
+    assert {first["id"], again["id"]} <= by_kind
+    assert by_prefix == [again["id"]]

@@ -22,8 +22,10 @@ from moonrun.client import Client, Job, LogLine, PlatformError
 from moonrun.errors import (
     AlreadyExists,
     ChannelBusy,
+    InvalidPayload,
     NotFound,
     Unauthenticated,
+    UnknownKind,
     Unreachable,
     WaitTimedOut,
 )
@@ -438,3 +440,39 @@ def test_a_platform_url_without_a_scheme_raises_unreachable_at_once() -> None:
     ):
         client.whoami()
     assert (pauses, "http://" in raised.value.message) == ([], True)
+
+
+# -- kinds, validation, search and rerun ------------------------------------------------------
+
+
+def test_a_misfit_raises_invalid_payload_with_its_fields(
+    shared: tuple[Cluster, Server], client: Client
+) -> None:
+    """The real Run advertised its kinds: a bad argv raises InvalidPayload naming `argv`, a
+    misspelt kind UnknownKind; kinds() shows what the Run runs."""
+    _, server = shared
+    with pytest.raises(InvalidPayload) as invalid:
+        client.submit(server.id, "command", {"argv": "echo hi"})
+    with pytest.raises(UnknownKind):
+        client.submit(server.id, "comand", {})
+    kinds = client.kinds(server.id)
+    assert invalid.value.fields == (("argv", "must be an array, not a string"),)
+    assert (kinds.advertised, sorted(kinds.schemas)) == (True, ["command", "noop", "sleep"])
+
+
+def test_rerun_queues_a_finished_job_again_and_jobs_finds_it_by_kind_and_prefix(
+    shared: tuple[Cluster, Server], client: Client
+) -> None:
+    """rerun() of a finished job answers a new job of its kind, which jobs() finds by kind
+    and by its id's prefix, and which runs to its end like the first."""
+    cl, server = shared
+    mine = fresh_server(cl, server)
+    with cl.explained():
+        first = client.wait(client.submit(mine.id, "sleep", {"seconds": 0}).id, timeout_s=30)
+        again = client.rerun(first.id)
+        done = client.wait(again.id, timeout_s=30)
+    by_kind = [job.id for job in client.jobs(server_id=mine.id, kind="sleep")]
+    by_prefix = [job.id for job in client.jobs(id_prefix=again.id[:10], kind="sleep")]
+    assert (again.kind, again.server_id, done.state) == ("sleep", mine.id, "succeeded")
+    assert by_kind == [again.id, first.id]
+    assert again.id in by_prefix

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import uvicorn
@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from moonrun.clock import SystemClock
-from moonrun.errors import MoonrunError, SessionRotated
+from moonrun.errors import InvalidPayload, MoonrunError, SessionRotated
 from moonrun.platform.app import create_app
 from moonrun.platform.artifacts import FileArtifactStore
 from moonrun.platform.channels import Channels
@@ -34,7 +34,7 @@ from moonrun.platform.logstore import MemoryLogStore
 from moonrun.platform.service import SchedulingService
 from moonrun.run.agent import Agent, RunConfig
 from moonrun.run.client import PlatformClient, Unreachable
-from moonrun.run.handlers import load_handlers
+from moonrun.run.handlers import Handler, HandlerResult, JobContext, load_handlers
 from moonrun.run.identity import Identity
 from moonrun.run.journal import Journal
 from moonrun.scheduling.records import User
@@ -180,6 +180,7 @@ async def running_agent(
     tmp_path: Path,
     capacity: int,
     prepare: Callable[[RecordingClient], None] = lambda client: None,
+    handlers: dict[str, Handler] | None = None,
 ) -> AsyncIterator[Agent]:
     data_dir = tmp_path / "run-data"
     data_dir.mkdir()
@@ -192,7 +193,8 @@ async def running_agent(
     )
     client = RecordingClient(world)
     prepare(client)
-    agent = Agent(config, world.identity, Journal.open(data_dir), load_handlers(), client=client)
+    handlers = load_handlers() if handlers is None else handlers
+    agent = Agent(config, world.identity, Journal.open(data_dir), handlers, client=client)
     stop = asyncio.Event()
     running = asyncio.create_task(agent.run(stop))
     try:
@@ -212,6 +214,51 @@ async def until(condition: Callable[[], bool]) -> None:
 
 def events(timeline: list[tuple[str, Any]], *names: str) -> list[tuple[str, Any]]:
     return [event for event in timeline if event[0] in names]
+
+
+# -- kinds: advertised at registration, checked before a handler runs ---------------------------
+
+
+class Greet:
+    """A plugin handler with its own payload schema, which notes every payload it is given."""
+
+    resumable = True
+    payload_schema: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "required": ["name"],
+        "properties": {"name": {"type": "string"}},
+    }
+
+    def __init__(self) -> None:
+        self.given: list[Any] = []
+
+    async def run(self, context: JobContext) -> HandlerResult:
+        self.given.append(context.payload)
+        return HandlerResult("succeeded")
+
+
+@pytest.mark.anyio
+async def test_run_advertises_a_plugins_schema_and_never_hands_it_a_misfit(tmp_path: Path) -> None:
+    """A job queued before Run advertised, whose payload does not fit the plugin's schema,
+    fails bad_payload without the plugin running; once Run registered, the platform refuses
+    such a job at submit with the plugin's own schema, and a fitting one runs."""
+    async with served_platform(tmp_path) as world:
+        misfit = world.submit("greet", {"name": 5})
+        greet = Greet()
+        handlers = {**load_handlers(), "greet": greet}
+        async with running_agent(world, tmp_path, capacity=4, handlers=handlers):
+            await world.wait_state(misfit, *TERMINAL)
+            with pytest.raises(InvalidPayload) as refused:
+                world.submit("greet", {"name": 5})
+            fits = world.submit("greet", {"name": "ada"})
+            await world.wait_state(fits, *TERMINAL)
+        stored = world.platform.store.get_job(misfit)
+
+    assert stored is not None
+    assert stored.terminal is not None
+    assert (stored.state.value, stored.terminal.error.code) == ("failed", "bad_payload")
+    assert refused.value.fields == (("name", "must be a string, not an integer"),)
+    assert greet.given == [{"name": "ada"}]
 
 
 # -- long-poll claims ----------------------------------------------------------------------------

@@ -222,13 +222,49 @@ def test_command_over_its_timeout_is_killed_and_retried(shared: tuple[Cluster, S
 
 
 def test_unknown_kind_fails_without_retry(shared: tuple[Cluster, Server]) -> None:
-    """A kind that Run has no handler for ends failed (unknown_kind) after one attempt."""
-    cl, server = shared
+    """A kind that Run has no handler for, queued before its Run ever advertised what it runs,
+    ends failed (unknown_kind) after one attempt; once it has, the kind is refused at submit."""
+    cl, _ = shared
     with cl.explained():
+        run = cl.add_run("host-unadvertised", start=False)
+        server = cl.create_server("unadvertised-1", run.endpoint_id)
         job = cl.submit(server, "no.such-kind", {}, max_attempts=3)
+        run.start()
         done = wait_ended(cl, job["id"])
+        later = cl.api("POST", f"/api/v1/servers/{server.id}/jobs", {"kind": "no.such-kind"})
+        run.stop()
     failed_once = (("failed", 1, 1, "unknown_kind"), [(1, "failed", "unknown_kind")])
     assert failed_once == (ending(done), history(done))
+    assert (later.status_code, later.json()["error"]["code"]) == (422, "unknown_kind")
+
+
+def test_a_run_advertises_its_kinds_and_misfits_are_refused_at_submit(
+    shared: tuple[Cluster, Server],
+) -> None:
+    """A real Run advertises noop, sleep and command with their schemas; a misspelt kind is
+    422 unknown_kind (with a suggestion), a bad argv 422 invalid_payload naming `argv`, and a
+    job that fits still runs."""
+    cl, server = shared
+    with cl.explained():
+        kinds = cl.api("GET", f"/api/v1/servers/{server.id}/kinds").json()
+        misspelt = cl.api("POST", f"/api/v1/servers/{server.id}/jobs", {"kind": "comand"})
+        bad_argv = cl.api(
+            "POST",
+            f"/api/v1/servers/{server.id}/jobs",
+            {"kind": "command", "payload": {"argv": "echo hi"}},
+        )
+        fits = cl.submit(server, "command", {"argv": ["echo", "hi"]})
+        done = wait_ended(cl, fits["id"])
+    schemas = {kind["kind"]: kind["payload_schema"] for kind in kinds["kinds"]}
+    assert (kinds["advertised"], sorted(schemas)) == (True, ["command", "noop", "sleep"])
+    assert schemas["command"]["required"] == ["argv"]
+    unknown = misspelt.json()["error"]
+    assert (misspelt.status_code, unknown["code"]) == (422, "unknown_kind")
+    assert "did you mean 'command'?" in unknown["message"]
+    invalid = bad_argv.json()["error"]
+    assert (bad_argv.status_code, invalid["code"]) == (422, "invalid_payload")
+    assert invalid["fields"] == [{"field": "argv", "message": "must be an array, not a string"}]
+    assert done["state"] == "succeeded"
 
 
 def test_retryable_failure_is_retried_after_its_backoff(shared: tuple[Cluster, Server]) -> None:
@@ -433,14 +469,14 @@ def test_sigterm_lets_a_running_command_finish_and_shows_the_host_offline(
 def test_an_unknown_query_filter_is_refused_by_the_platform(
     shared: tuple[Cluster, Server],
 ) -> None:
-    """`GET /api/v1/jobs?kind=sleep` is 422 invalid_request naming `kind`, not every job."""
+    """`GET /api/v1/jobs?colour=blue` is 422 invalid_request naming `colour`, not every job."""
     cl, _ = shared
 
-    response = cl.api("GET", "/api/v1/jobs?kind=sleep")
+    response = cl.api("GET", "/api/v1/jobs?colour=blue")
 
     error = response.json()["error"]
     assert (response.status_code, error["code"]) == (422, "invalid_request")
-    assert "query.kind" in error["message"]
+    assert "query.colour" in error["message"]
 
 
 def test_run_restart_delivers_a_journaled_result(tmp_path: Path) -> None:
@@ -847,3 +883,44 @@ def test_a_commands_artifacts_arrive_from_its_working_directory_within_runs_cap(
         "artifact big.bin not uploaded: 1048576 bytes is over the 4096-byte cap",
         "artifact key not uploaded: a symbolic link",
     ]
+
+
+def test_a_drained_host_finishes_its_work_then_its_server_and_endpoint_are_removed(
+    tmp_path: Path,
+) -> None:
+    """Drain a host while a command runs: the command succeeds on attempt 1, a job queued
+    meanwhile is not claimed; the server cannot go while that job waits (409 server_busy),
+    can once it is cancelled; then the endpoint goes, and its Run, refused as unknown, keeps
+    running and says so in its log."""
+    with cluster(tmp_path) as cl:
+        run, server = one_host(cl)
+        with cl.explained():
+            running = cl.submit(server, "command", {"argv": ["sh", "-c", "sleep 2; echo done"]})
+            cl.wait_state(running["id"], "running")
+            drained = cl.api("POST", f"/api/v1/endpoints/{server.endpoint_id}/drain").json()
+            waiting = cl.submit(server, "noop")
+            done = wait_ended(cl, running["id"])
+            still = cl.job(waiting["id"])["state"]
+            busy = cl.api("DELETE", f"/api/v1/servers/{server.id}")
+            cl.api("POST", f"/api/v1/jobs/{waiting['id']}/cancel")
+            removed_server = cl.api("DELETE", f"/api/v1/servers/{server.id}")
+            removed_endpoint = cl.api("DELETE", f"/api/v1/endpoints/{server.endpoint_id}")
+            listed = [e["id"] for e in cl.api("GET", "/api/v1/endpoints").json()["endpoints"]]
+
+            def refused() -> list[dict[str, Any]] | None:
+                found = [
+                    event
+                    for event in run.events("register and reconcile failed; retrying")
+                    if event.get("code") == "signature_invalid"
+                ]
+                return found or None
+
+            refusals = wait_for(refused, "Run refused as an unknown endpoint")
+            run.check_alive()
+    assert drained["draining"] is True
+    assert ending(done) == ("succeeded", 1, 1, None)
+    assert still == "queued"
+    assert (busy.status_code, busy.json()["error"]["code"]) == (409, "server_busy")
+    assert (removed_server.status_code, removed_endpoint.status_code) == (200, 200)
+    assert server.endpoint_id not in listed
+    assert "unknown endpoint" in refusals[0]["error"]

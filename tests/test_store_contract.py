@@ -38,7 +38,7 @@ from moonrun.scheduling.jobs import (
     create_job,
     transition,
 )
-from moonrun.scheduling.records import Endpoint, Server, Session, User
+from moonrun.scheduling.records import Advertisement, Endpoint, Server, Session, User
 from moonrun.scheduling.retry import RetryPolicy
 from moonrun.scheduling.time import Instant
 from moonrun.store.protocol import IdempotencyRecord, Store
@@ -713,6 +713,85 @@ def test_list_jobs_pagination_visits_every_job_exactly_once(
     assert len(set(job_ids(seen))) == len(seen)
 
 
+def search_jobs() -> list[Job]:
+    """Eight jobs of two kinds on two servers, with ids sharing prefixes."""
+    kinds = ["build", "test", "build", "build", "test", "build", "test", "build"]
+    return [
+        replace(
+            make_job(
+                f"job_{'ab' if n < 5 else 'cd'}{n}", server_id=f"srv-{n % 2 + 1}", created_at=T0 + n
+            ),
+            kind=kinds[n],
+        )
+        for n in range(8)
+    ]
+
+
+def test_list_jobs_filters_by_kind(store: Store) -> None:
+    """Only jobs of the kind, newest first, combined with the server and state filters."""
+    jobs = search_jobs()
+    jobs[3] = with_state(jobs[3], JobState.SUCCEEDED)
+    insert_jobs(store, *jobs)
+
+    def listed(kind: str, server_ids: list[str] | None, state: JobState | None = None) -> list[str]:
+        return job_ids(store.list_jobs(server_ids=server_ids, state=state, limit=100, kind=kind))
+
+    builds, tests = (
+        ["job_cd7", "job_cd5", "job_ab3", "job_ab2", "job_ab0"],
+        ["job_cd6", "job_ab4", "job_ab1"],
+    )
+    builds_on_srv_2, succeeded_builds = ["job_cd7", "job_cd5", "job_ab3"], ["job_ab3"]
+    queued_builds_on_srv_1 = ["job_ab2", "job_ab0"]
+    assert builds == listed("build", None)
+    assert tests == listed("test", None)
+    assert builds_on_srv_2 == listed("build", ["srv-2"])
+    assert succeeded_builds == listed("build", None, JobState.SUCCEEDED)
+    assert queued_builds_on_srv_1 == listed("build", ["srv-1"], JobState.QUEUED)
+    assert listed("deploy", None) == []
+
+
+def test_list_jobs_filters_by_id_prefix(store: Store) -> None:
+    """Only jobs whose id starts with the prefix, newest first, with every other filter."""
+    insert_jobs(store, *search_jobs())
+
+    def listed(
+        prefix: str, server_ids: list[str] | None = None, kind: str | None = None
+    ) -> list[str]:
+        jobs = store.list_jobs(
+            server_ids=server_ids, state=None, limit=100, kind=kind, id_prefix=prefix
+        )
+        return job_ids(jobs)
+
+    with_ab = ["job_ab4", "job_ab3", "job_ab2", "job_ab1", "job_ab0"]
+    with_ab_on_srv_2, tests_with_ab, exactly = (
+        ["job_ab3", "job_ab1"],
+        ["job_ab4", "job_ab1"],
+        ["job_cd6"],
+    )
+    assert with_ab == listed("job_ab")
+    assert with_ab_on_srv_2 == listed("job_ab", ["srv-2"])
+    assert tests_with_ab == listed("job_ab", kind="test")
+    assert exactly == listed("job_cd6")
+    assert listed("job_ab9") == []
+    assert listed("job_a~") == []
+
+
+def test_list_jobs_by_id_prefix_pages_like_any_listing(store: Store) -> None:
+    """A prefix search follows the cursor page by page with no repeats or gaps."""
+    insert_jobs(store, *search_jobs())
+    after, seen = None, []
+    for _ in range(10):
+        page = store.list_jobs(
+            server_ids=["srv-1", "srv-2"], state=None, limit=2, after=after, id_prefix="job_"
+        )
+        if not page:
+            break
+        seen.extend(job_ids(page))
+        after = (page[-1].created_at, page[-1].id)
+    every_job = [f"job_{'ab' if n < 5 else 'cd'}{n}" for n in reversed(range(8))]
+    assert every_job == seen
+
+
 # -- endpoints -----------------------------------------------------------------------------------
 
 
@@ -822,6 +901,32 @@ def test_delete_endpoint_removes_it_and_its_sessions(store: Store) -> None:
 def test_delete_endpoint_of_unknown_id_answers_zero(store: Store) -> None:
     """Deleting an endpoint that does not exist changes nothing."""
     assert store.delete_endpoint("ep-ghost") == 0
+
+
+def test_an_advertisement_reads_back_and_is_replaced_whole(store: Store) -> None:
+    """What a Run advertised reads back equal; a later one replaces it; None clears it."""
+    store.insert_endpoint(make_endpoint())
+    assert store.get_advertisement("ep-1") is None
+    first = Advertisement("ep-1", '{"noop":{"type":"object"}}', T0)
+    second = Advertisement("ep-1", '{"sleep":{}}', T0 + 5)
+    store.set_advertisement("ep-1", first)
+    assert first == store.get_advertisement("ep-1")
+    store.set_advertisement("ep-1", second)
+    assert second == store.get_advertisement("ep-1")
+    store.set_advertisement("ep-1", None)
+    assert store.get_advertisement("ep-1") is None
+
+
+def test_delete_endpoint_removes_its_advertisement(store: Store) -> None:
+    """A deleted endpoint's advertisement goes with it; another endpoint's stays."""
+    store.insert_endpoint(make_endpoint())
+    store.insert_endpoint(make_endpoint("ep-2", name="beta"))
+    kept = Advertisement("ep-2", "{}", T0)
+    store.set_advertisement("ep-1", Advertisement("ep-1", "{}", T0))
+    store.set_advertisement("ep-2", kept)
+    assert store.delete_endpoint("ep-1") == 0
+    assert store.get_advertisement("ep-1") is None
+    assert kept == store.get_advertisement("ep-2")
 
 
 # -- sessions ------------------------------------------------------------------------------------

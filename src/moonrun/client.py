@@ -28,6 +28,7 @@ import httpx
 from moonrun.errors import (
     ERROR_TABLE,
     AlreadyExists,
+    InvalidPayload,
     MoonrunError,
     Unreachable,
     WaitTimedOut,
@@ -38,6 +39,7 @@ __all__ = [
     "Client",
     "Endpoint",
     "Job",
+    "Kinds",
     "LogLine",
     "PlatformError",
     "Server",
@@ -232,6 +234,21 @@ class Artifact:
         return cls(data["attempt"], data["name"], data["size"], data["complete"], data)
 
 
+@dataclass(frozen=True)
+class Kinds:
+    """What a server's Run advertised it runs: each kind's payload JSON Schema. Not
+    `advertised` (an older Run, or none registered yet): every kind is accepted at submit."""
+
+    advertised: bool
+    schemas: dict[str, Any]
+    data: dict[str, Any]
+
+    @classmethod
+    def of(cls, data: dict[str, Any]) -> Kinds:
+        schemas = {kind["kind"]: kind["payload_schema"] for kind in data["kinds"]}
+        return cls(data["advertised"], schemas, data)
+
+
 # -- the client --------------------------------------------------------------------------------
 
 
@@ -254,7 +271,23 @@ def _error_of(response: httpx.Response) -> MoonrunError:
     known = _BY_CODE.get(code)
     if known is None:
         return PlatformError(response.status_code, code, message)
+    if known is InvalidPayload:
+        return InvalidPayload(message, fields=_fields_of(error))
     return known(message)
+
+
+def _fields_of(error: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """The (field, message) pairs of an `invalid_payload` answer, those that are well formed."""
+    fields = error.get("fields")
+    if not isinstance(fields, list):
+        return ()
+    return tuple(
+        (item["field"], item["message"])
+        for item in fields
+        if isinstance(item, dict)
+        and isinstance(item.get("field"), str)
+        and isinstance(item.get("message"), str)
+    )
 
 
 def _retry_after(response: httpx.Response) -> float:
@@ -519,16 +552,43 @@ class Client:
         )
         return Job.of(answer)
 
+    def rerun(self, job_id: str, *, idempotency_key: str | None = None) -> Job:
+        """Queue a new job like a finished one (same server, kind, payload and retry policy);
+        like `submit`, always with an Idempotency-Key."""
+        key = idempotency_key if idempotency_key is not None else secrets.token_urlsafe(24)
+        answer = self._request(
+            "POST", f"/api/v1/jobs/{job_id}/rerun", headers={"Idempotency-Key": key}
+        )
+        return Job.of(answer)
+
+    def kinds(self, server_id: str) -> Kinds:
+        """The kinds the server's Run advertised, with their payload schemas."""
+        return Kinds.of(self._request("GET", f"/api/v1/servers/{server_id}/kinds"))
+
     def job(self, job_id: str) -> Job:
         return Job.of(self._request("GET", f"/api/v1/jobs/{job_id}"))
 
     def jobs(
-        self, *, server_id: str | None = None, state: str | None = None, page_size: int = PAGE_SIZE
+        self,
+        *,
+        server_id: str | None = None,
+        state: str | None = None,
+        kind: str | None = None,
+        id_prefix: str | None = None,
+        page_size: int = PAGE_SIZE,
     ) -> Iterator[Job]:
-        """The jobs the caller may see, newest first, fetched a page at a time."""
+        """The jobs the caller may see, newest first, fetched a page at a time; by server,
+        state, kind or id prefix (`job_` and at least three more characters)."""
         cursor: str | None = None
         while True:
-            params = {"server_id": server_id, "state": state, "limit": page_size, "cursor": cursor}
+            params = {
+                "server_id": server_id,
+                "state": state,
+                "kind": kind,
+                "id_prefix": id_prefix,
+                "limit": page_size,
+                "cursor": cursor,
+            }
             page = self._request("GET", "/api/v1/jobs", params=params)
             yield from (Job.of(j) for j in page["jobs"])
             cursor = page.get("next_cursor")

@@ -26,6 +26,12 @@ class MoonrunError(Exception):
         return str(self.args[0])
 
     @property
+    def fields(self) -> tuple[tuple[str, str], ...]:
+        """(field, message) pairs naming each bad field of the request, when the error has
+        them; the error body carries them as `fields`."""
+        return ()
+
+    @property
     def code(self) -> str:
         return status_and_code(type(self))[1]
 
@@ -39,6 +45,24 @@ class MoonrunError(Exception):
 
 class InvalidRequest(MoonrunError):
     """The request is missing a required field or a field has a bad value."""
+
+
+class UnknownKind(InvalidRequest):
+    """This server's Run does not run that kind of job."""
+
+
+class InvalidPayload(InvalidRequest):
+    """The payload does not fit the schema its kind's Run advertised."""
+
+    def __init__(
+        self, message: str | None = None, *, fields: tuple[tuple[str, str], ...] = ()
+    ) -> None:
+        super().__init__(message)
+        self._fields = fields
+
+    @property
+    def fields(self) -> tuple[tuple[str, str], ...]:
+        return self._fields
 
 
 class TooLarge(MoonrunError):
@@ -67,6 +91,10 @@ class ServerBusy(MoonrunError):
 
 class EndpointInUse(MoonrunError):
     """Servers still point at this endpoint; remove them first."""
+
+
+class JobNotFinished(MoonrunError):
+    """That job has not ended yet; only a finished job can be run again."""
 
 
 class IdempotencyConflict(MoonrunError):
@@ -212,9 +240,12 @@ class IllegalTransition(MoonrunError):
 ERROR_TABLE: Final[Mapping[type[MoonrunError], tuple[int, str]]] = {
     MoonrunError: (500, "internal"),
     InvalidRequest: (422, "invalid_request"),
+    UnknownKind: (422, "unknown_kind"),
+    InvalidPayload: (422, "invalid_payload"),
     TooLarge: (413, "too_large"),
     AlreadyExists: (409, "already_exists"),
     IdempotencyConflict: (409, "idempotency_conflict"),
+    JobNotFinished: (409, "job_not_finished"),
     ServerBusy: (409, "server_busy"),
     EndpointInUse: (409, "endpoint_in_use"),
     ArtifactConflict: (409, "artifact_conflict"),

@@ -426,12 +426,18 @@ def job_list(
     ctx: typer.Context,
     server: Annotated[str | None, typer.Option("--server", help="Only this server's jobs")] = None,
     state: Annotated[str | None, typer.Option("--state", help="Only jobs in this state")] = None,
+    kind: Annotated[str | None, typer.Option("--kind", help="Only jobs of this kind")] = None,
+    id_prefix: Annotated[
+        str | None,
+        typer.Option("--id-prefix", help="Only jobs whose id starts so (job_ and 3 or more)"),
+    ] = None,
     profile: ProfileOption = userconfig.DEFAULT_PROFILE,
     as_json: JsonOption = False,
 ) -> None:
     """The jobs you may see, newest first (every page)."""
     with connect(ctx, profile) as client:
-        jobs = list(client.jobs(server_id=server, state=state))
+        found = client.jobs(server_id=server, state=state, kind=kind, id_prefix=id_prefix)
+        jobs = list(found)
     if as_json:
         print_json([job.data for job in jobs])
     else:
@@ -480,6 +486,36 @@ def job_wait(
                 else:
                     typer.echo(f"job {job.id} is still {job.state} after {timeout} s")
                 raise typer.Exit(EXIT_TIMED_OUT) from None
+    if as_json:
+        print_json(job.data)
+    else:
+        typer.echo(ending(job))
+    exit_for(job)
+
+
+@job_app.command("rerun")
+@user_errors
+def job_rerun(
+    ctx: typer.Context,
+    job_id: JobIdArgument,
+    idempotency_key: Annotated[
+        str | None,
+        typer.Option("--idempotency-key", help="The same key reruns the job once"),
+    ] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="Wait until the new job ends")] = False,
+    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+    as_json: JsonOption = False,
+) -> None:
+    """Queue a finished job again, as a new job (same server, kind, payload and retries)."""
+    with connect(ctx, profile) as client:
+        job = client.rerun(job_id, idempotency_key=idempotency_key)
+        if wait:
+            if not as_json:
+                typer.echo(f"job {job.id} {job.state}; waiting for it to end")
+            job = client.wait(job.id)
+    if not wait:
+        show_job(job, as_json)
+        return
     if as_json:
         print_json(job.data)
     else:
@@ -857,6 +893,46 @@ def server_show(
         print_json(server.data)
     else:
         print_fields(server.data, SERVER_FIELDS)
+
+
+@server_app.command("kinds")
+@user_errors
+def server_kinds(
+    ctx: typer.Context,
+    server_id: ServerIdArgument,
+    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+    as_json: JsonOption = False,
+) -> None:
+    """The job kinds the server's Run runs, with each payload's fields (--json: the schemas)."""
+    with connect(ctx, profile) as client:
+        kinds = client.kinds(server_id)
+    if as_json:
+        print_json(kinds.data)
+        return
+    if not kinds.advertised:
+        typer.echo("the server's Run has not said which kinds it runs; every kind is accepted")
+        return
+    print_table(
+        ("kind", "fields", "required"),
+        (
+            {
+                "kind": kind,
+                "fields": ", ".join(sorted(_schema_part(schema, "properties"))) or "-",
+                "required": ", ".join(_schema_part(schema, "required")) or "-",
+            }
+            for kind, schema in kinds.schemas.items()
+        ),
+    )
+
+
+def _schema_part(schema: Any, name: str) -> list[str]:
+    """A top-level `properties` (their names) or `required` of a payload schema, if any."""
+    part = schema.get(name) if isinstance(schema, dict) else None
+    if isinstance(part, dict):
+        return [str(key) for key in part]
+    if isinstance(part, list):
+        return [str(item) for item in part]
+    return []
 
 
 @server_admin_app.command("add")

@@ -197,7 +197,10 @@ def _unfragment(value: Any) -> Any:
 
 
 def error_body(error: MoonrunError) -> dict[str, Any]:
-    return {"error": {"code": error.code, "message": error.message}}
+    detail: dict[str, Any] = {"code": error.code, "message": error.message}
+    if error.fields:
+        detail["fields"] = [{"field": field, "message": text} for field, text in error.fields]
+    return {"error": detail}
 
 
 class Api:

@@ -14,6 +14,8 @@ BOOT_ID_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 RUN_VERSION_PATTERN = re.compile(r"^[A-Za-z0-9_.+-]{1,64}$")
 IDEMPOTENCY_KEY_PATTERN = re.compile(r"^[!-~]{1,255}$")
 JOB_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+ID_PREFIX_PATTERN = re.compile(r"^[A-Za-z0-9_-]{7,64}$")
+"""A search by id prefix: long enough (`job_` and three more) to find few jobs in any store."""
 
 
 def check_pattern(name: str, value: object, pattern: re.Pattern[str]) -> None:

@@ -113,6 +113,7 @@ async def register(call: Call) -> dict[str, Any]:
         boot_id=body.boot_id,
         run_version=body.run_version,
         capacity=body.capacity,
+        kinds=body.kinds,
     )
     session = registration.session
     return {

@@ -31,9 +31,17 @@ class Answer(BaseModel):
 # -- errors ------------------------------------------------------------------------------------
 
 
+class FieldProblem(Answer):
+    field: str
+    """Where in the request's payload, e.g. `argv[0]`; "" is the whole payload."""
+    message: str
+
+
 class ErrorDetail(Answer):
     code: str
     message: str
+    fields: list[FieldProblem] | None = None
+    """With `invalid_payload`: each field that does not fit the kind's schema."""
 
 
 class ErrorBody(Answer):
@@ -56,6 +64,8 @@ class RegisterRequest(Strict):
     boot_id: str
     run_version: str
     capacity: int
+    kinds: dict[str, Any] | None = None
+    """The kinds this Run runs, each with its payload's JSON Schema (docs/protocol.md 83)."""
 
 
 class RegisterAnswer(Answer):
@@ -309,6 +319,20 @@ class ServerModel(Answer):
 
 class ServersAnswer(Answer):
     servers: list[ServerModel]
+
+
+class KindModel(Answer):
+    kind: str
+    payload_schema: Any
+    """The JSON Schema the server's Run checks this kind's payloads with (docs/kinds.md)."""
+
+
+class KindsAnswer(Answer):
+    advertised: bool
+    """Whether the server's Run advertised its kinds; when not (an older Run, or one that
+    never registered), every kind is accepted at submit and checked only on the host."""
+    advertised_at: str | None
+    kinds: list[KindModel]
 
 
 class CreateServerRequest(Strict):

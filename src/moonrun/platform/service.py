@@ -8,6 +8,7 @@ instance over the same store answers every call exactly as this one would.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -20,7 +21,9 @@ from moonrun.errors import (
     Contention,
     EndpointInUse,
     IdempotencyConflict,
+    InvalidPayload,
     InvalidRequest,
+    JobNotFinished,
     JobNotFound,
     JoinTokenInvalid,
     LeaseExpired,
@@ -31,6 +34,7 @@ from moonrun.errors import (
     SessionExpired,
     SessionRotated,
     SignatureInvalid,
+    UnknownKind,
 )
 from moonrun.platform import checks
 from moonrun.platform.answers import (
@@ -45,6 +49,7 @@ from moonrun.platform.answers import (
 )
 from moonrun.platform.config import SchedulingSettings
 from moonrun.scheduling import jobs as jobs_domain
+from moonrun.scheduling import kinds as kinds_domain
 from moonrun.scheduling import messages
 from moonrun.scheduling import reconcile as reconcile_domain
 from moonrun.scheduling.fingerprint import JsonValue, canonical_json, token_hash
@@ -59,7 +64,7 @@ from moonrun.scheduling.messages import (
     ResultAnswer,
 )
 from moonrun.scheduling.reconcile import ReconcileEntry
-from moonrun.scheduling.records import Endpoint, Server, Session, User
+from moonrun.scheduling.records import Advertisement, Endpoint, Server, Session, User
 from moonrun.scheduling.retry import RetryPolicy, check_int
 from moonrun.scheduling.time import Instant
 from moonrun.scheduling.views import EndpointView, endpoint_view
@@ -189,17 +194,39 @@ class SchedulingService:
         raise Contention()
 
     def register_session(
-        self, endpoint_id: str, *, boot_id: str, run_version: str, capacity: int
+        self,
+        endpoint_id: str,
+        *,
+        boot_id: str,
+        run_version: str,
+        capacity: int,
+        kinds: JsonValue | None = None,
     ) -> Registration:
-        """A new session at generation + 1; every earlier session of the endpoint is rotated."""
+        """A new session at generation + 1; every earlier session of the endpoint is rotated.
+
+        `kinds` is what the Run advertises it runs (`{kind: payload schema}`); it replaces
+        what the endpoint advertised before, and `None` (an older Run) clears it.
+        """
         checks.check_pattern("boot_id", boot_id, checks.BOOT_ID_PATTERN)
         checks.check_pattern("run_version", run_version, checks.RUN_VERSION_PATTERN)
         check_int("capacity", capacity, 1, self._settings.max_capacity)
+        kinds_json = None
+        if kinds is not None:
+            kinds_json = kinds_domain.advertisement_json(kinds_domain.check_advertisement(kinds))
+        advertised = False
         for _ in range(self._settings.cas_retries):
             endpoint = self._store.get_endpoint(endpoint_id)
             if endpoint is None or endpoint.joined_at is None:
                 raise SignatureInvalid("unknown endpoint")
             now = self._clock.now()
+            if not advertised:
+                # Before the session becomes current, so that no job is checked against the
+                # kinds of the Run this one replaces once it may claim.
+                advertisement = (
+                    None if kinds_json is None else Advertisement(endpoint.id, kinds_json, now)
+                )
+                self._store.set_advertisement(endpoint.id, advertisement)
+                advertised = True
             session = Session(
                 id=self._tokens.identifier("ses_"),
                 endpoint_id=endpoint.id,
@@ -732,6 +759,7 @@ class SchedulingService:
         batch: bool,
     ) -> list[Job]:
         server = self._server_for(actor, server_id)
+        self._check_kinds(server, specs)
         now = self._clock.now()
 
         def build(spec: JobSpec, job_id: str) -> Job:
@@ -784,6 +812,51 @@ class SchedulingService:
         for job in jobs:
             self._events.job_changed(job, None)
         return jobs
+
+    def _check_kinds(self, server: Server, specs: Sequence[JobSpec]) -> None:
+        """Refuse jobs that the server's Run said it cannot run (nothing advertised: all
+        pass). In a batch, the refusal names the job by its index."""
+        advertisement = self._store.get_advertisement(server.endpoint_id)
+        if advertisement is None:
+            return
+        kinds = _advertised(advertisement.kinds_json)
+        for index, spec in enumerate(specs):
+            payload = {} if spec.payload is None else spec.payload
+            try:
+                kinds_domain.check_job(kinds, spec.kind, payload)
+            except (UnknownKind, InvalidPayload) as error:
+                if len(specs) == 1:
+                    raise
+                where = f"jobs[{index}]"
+                if isinstance(error, UnknownKind):
+                    raise UnknownKind(f"{where}: {error.message}") from None
+                raise InvalidPayload(
+                    f"{where}: {error.message}",
+                    fields=tuple((f"{where}.{f}" if f else where, m) for f, m in error.fields),
+                ) from None
+
+    def server_kinds(self, actor: User, server_id: str) -> Advertisement | None:
+        """What the Run of a server the actor may manage advertised it runs, if anything."""
+        server = self._server_for(actor, server_id)
+        return self._store.get_advertisement(server.endpoint_id)
+
+    def rerun_job(self, actor: User, job_id: str, *, idempotency_key: str | None = None) -> Job:
+        """Queue a new job like a finished one: same server, kind, payload and retry policy."""
+        old = self._accessible_job(actor, job_id)
+        if not old.state.is_terminal:
+            raise JobNotFinished()
+        server = self._store.get_server(old.server_id)
+        if server is None:
+            raise NotFound("the job's server was removed")
+        policy = old.policy
+        backoff = {"initial_s": policy.initial_s, "multiplier": policy.multiplier}
+        spec = JobSpec(
+            old.kind,
+            old.payload(),
+            policy.max_attempts,
+            {**backoff, "max_s": policy.max_s},
+        )
+        return self._create(actor, server.id, [spec], idempotency_key, batch=False)[0]
 
     def _policy(self, max_attempts: int | None, backoff: Mapping[str, float] | None) -> RetryPolicy:
         default = self._default_policy
@@ -839,11 +912,21 @@ class SchedulingService:
         state: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        kind: str | None = None,
+        id_prefix: str | None = None,
     ) -> JobPage:
-        """The jobs the actor may see, newest first, a page at a time."""
+        """The jobs the actor may see, newest first, a page at a time; by server, state,
+        kind and id prefix."""
         check_int("limit", limit, 1, MAX_PAGE)
         if state is not None and state not in JobState.__members__.values():
             raise InvalidRequest(f"state must be one of {', '.join(JobState)}")
+        if kind is not None:
+            checks.check_pattern("kind", kind, jobs_domain.KIND_PATTERN)
+        if id_prefix is not None and not checks.ID_PREFIX_PATTERN.match(id_prefix):
+            raise InvalidRequest(
+                "id_prefix must be 7 to 64 letters, digits, _ or - "
+                "(the start of a job id: job_ and at least 3 more)"
+            )
         server_ids: list[str] | None
         if server_id is not None:
             server_ids = [self._server_for(actor, server_id).id]
@@ -856,6 +939,8 @@ class SchedulingService:
             state=None if state is None else JobState(state),
             limit=limit + 1,
             after=checks.decode_cursor(cursor),
+            kind=kind,
+            id_prefix=id_prefix,
         )
         page = tuple(jobs[:limit])
         next_cursor = checks.encode_cursor(page[-1]) if len(jobs) > limit else None
@@ -876,6 +961,12 @@ class SchedulingService:
             raise NotFound("no such server")
         require(can_manage_jobs(actor, server))
         return server
+
+
+@functools.lru_cache(maxsize=64)
+def _advertised(kinds_json: str) -> Mapping[str, Any]:
+    """An advertisement, parsed once (a few distinct ones are in use at any time)."""
+    return kinds_domain.load_advertisement(kinds_json)
 
 
 def _answer(decision: Decision[T]) -> T:

@@ -36,6 +36,7 @@ from moonrun.platform.schemas import (
     EndpointsAnswer,
     JobsAnswer,
     JobViewModel,
+    KindsAnswer,
     LogsAnswer,
     RotatedTokenAnswer,
     ServerModel,
@@ -47,6 +48,7 @@ from moonrun.platform.schemas import (
 from moonrun.platform.service import JobSpec
 from moonrun.platform.watch import wait_for
 from moonrun.scheduling.jobs import Job
+from moonrun.scheduling.kinds import load_advertisement
 from moonrun.scheduling.records import Server, User
 from moonrun.scheduling.time import format_instant, parse_instant
 from moonrun.scheduling.views import (
@@ -90,6 +92,8 @@ class _Query(BaseModel):
 class JobsQuery(_Query):
     server_id: str | None = None
     state: str | None = None
+    kind: str | None = None
+    id_prefix: str | None = None
     limit: int = Field(default=50, ge=1, le=200)
     cursor: str | None = None
 
@@ -344,8 +348,33 @@ async def list_jobs(call: Call) -> Any:
         state=query.state,
         limit=query.limit,
         cursor=query.cursor,
+        kind=query.kind,
+        id_prefix=query.id_prefix,
     )
     return {"jobs": [job_view(job) for job in page.jobs], "next_cursor": page.next_cursor}
+
+
+async def rerun_job(call: Call) -> Any:
+    """Queue a new job like a finished one (same server, kind, payload and retry policy);
+    the same Idempotency-Key gives the same new job."""
+    service, key = call.platform.service, call.headers.get("idempotency-key")
+    job = await as_caller(call, service.rerun_job, call.params["job_id"], idempotency_key=key)
+    return job_answer(job, 201)
+
+
+async def server_kinds(call: Call) -> Any:
+    """The kinds the server's Run advertised, with each payload's JSON Schema."""
+    advertisement = await as_caller(
+        call, call.platform.service.server_kinds, call.params["server_id"]
+    )
+    if advertisement is None:
+        return {"advertised": False, "advertised_at": None, "kinds": []}
+    kinds = load_advertisement(advertisement.kinds_json)
+    return {
+        "advertised": True,
+        "advertised_at": format_instant(advertisement.advertised_at),
+        "kinds": [{"kind": kind, "payload_schema": kinds[kind]} for kind in sorted(kinds)],
+    }
 
 
 async def get_job(call: Call) -> Any:
@@ -603,8 +632,16 @@ ROUTES: tuple[Route, ...] = (
         CreateJobsRequest, CreatedJobsAnswer, 201, create_jobs, headers=IDEMPOTENCY,
     ),
     Route(
+        "GET", "/api/v1/servers/{server_id}/kinds", "user", "user",
+        None, KindsAnswer, 200, server_kinds,
+    ),
+    Route(
         "GET", "/api/v1/jobs", "user", "user",
         None, JobsAnswer, 200, list_jobs, query=JobsQuery,
+    ),
+    Route(
+        "POST", "/api/v1/jobs/{job_id}/rerun", "user", "user",
+        None, JobViewModel, 201, rerun_job, headers=IDEMPOTENCY,
     ),
     Route(
         "GET", "/api/v1/jobs/{job_id}", "user", "user",

@@ -32,7 +32,14 @@ from moonrun.run.client import (
     TRANSIENT,
     PlatformClient,
 )
-from moonrun.run.handlers import Handler, HandlerResult, JobContext
+from moonrun.run.handlers import (
+    Handler,
+    HandlerResult,
+    JobContext,
+    advertised_kinds,
+    payload_schema,
+    refuse_payload,
+)
 from moonrun.run.handlers.command import process_record, stop_left_behind
 from moonrun.run.identity import Identity
 from moonrun.run.journal import Assignment, Journal
@@ -100,6 +107,7 @@ class Agent:
         self.config = config
         self.journal = journal
         self.handlers = handlers
+        self.kinds = advertised_kinds(handlers)
         self.boot_id = b64url(secrets.token_bytes(16))
         self.client = client or PlatformClient(
             config.platform_url, identity.endpoint_id, identity.key
@@ -239,7 +247,7 @@ class Agent:
             delay = 0.5
             while not self._stop.is_set():
                 try:
-                    await self.client.register(self.boot_id, self.config.capacity)
+                    await self.client.register(self.boot_id, self.config.capacity, self.kinds)
                     sent = time.monotonic()
                     report = await self.client.reconcile(self._journal_entries())
                     await self._apply_reconcile(report, sent)
@@ -491,6 +499,10 @@ class Agent:
             return HandlerResult.failed(
                 "run_restarted", "Run restarted and this kind cannot resume", retryable=True
             )
+        # Every handler may count on a payload that fits the schema it declares (a plugin's
+        # too); the platform checked it at submit only if this Run had advertised it then.
+        if refused := refuse_payload(payload_schema(handler), entry.payload):
+            return refused
         attempt = Attempt(entry.job_id, entry.attempt, entry.lease)
         context = JobContext(
             job_id=entry.job_id,

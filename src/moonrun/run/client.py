@@ -221,10 +221,18 @@ class PlatformClient:
 
     # -- control channel -----------------------------------------------------------------------
 
-    async def register(self, boot_id: str, capacity: int) -> SessionInfo:
-        body = json.dumps(
-            {"boot_id": boot_id, "run_version": __version__, "capacity": capacity}
-        ).encode()
+    async def register(
+        self, boot_id: str, capacity: int, kinds: dict[str, Any] | None = None
+    ) -> SessionInfo:
+        """A new session; `kinds` advertises the kinds this Run runs, with their schemas."""
+        message: dict[str, Any] = {
+            "boot_id": boot_id,
+            "run_version": __version__,
+            "capacity": capacity,
+        }
+        if kinds is not None:
+            message["kinds"] = kinds
+        body = json.dumps(message).encode()
         answer = await self._send(
             "control",
             "POST",

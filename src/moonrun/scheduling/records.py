@@ -28,6 +28,17 @@ class Endpoint:
 
 
 @dataclass(frozen=True, slots=True)
+class Advertisement:
+    """The job kinds an endpoint's Run said at its latest registration that it runs, each with
+    the JSON Schema of its payload (`scheduling/kinds.py`)."""
+
+    endpoint_id: str
+    kinds_json: str
+    """Compact JSON of `{kind: schema}`."""
+    advertised_at: Instant
+
+
+@dataclass(frozen=True, slots=True)
 class Session:
     """One registration of Run on an endpoint. Never holds the session key."""
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 
 from moonrun.errors import AlreadyExists
 from moonrun.scheduling.jobs import Job, JobState
-from moonrun.scheduling.records import Endpoint, Server, Session, User
+from moonrun.scheduling.records import Advertisement, Endpoint, Server, Session, User
 from moonrun.scheduling.time import Instant
 from moonrun.store.protocol import IdempotencyRecord, JobCursor
 
@@ -95,6 +95,7 @@ class MemoryStore:
         self._index = _JobIndexes()
         self._endpoints: dict[str, Endpoint] = {}
         self._sessions: dict[str, Session] = {}
+        self._advertisements: dict[str, Advertisement] = {}
         self._users: dict[str, User] = {}
         self._tokens: dict[str, str] = {}
         self._servers: dict[str, Server] = {}
@@ -204,6 +205,8 @@ class MemoryStore:
         state: JobState | None,
         limit: int,
         after: JobCursor | None = None,
+        kind: str | None = None,
+        id_prefix: str | None = None,
     ) -> list[Job]:
         with self._lock:
             jobs = [
@@ -211,6 +214,8 @@ class MemoryStore:
                 for job in self._jobs.values()
                 if (server_ids is None or job.server_id in server_ids)
                 and (state is None or job.state is state)
+                and (kind is None or job.kind == kind)
+                and (id_prefix is None or job.id.startswith(id_prefix))
                 and (after is None or (job.created_at, job.id) < after)
             ]
         jobs.sort(key=lambda job: (job.created_at, job.id), reverse=True)
@@ -254,11 +259,22 @@ class MemoryStore:
         with self._lock:
             using = sum(1 for s in self._servers.values() if s.endpoint_id == endpoint_id)
             if using == 0 and self._endpoints.pop(endpoint_id, None) is not None:
+                self._advertisements.pop(endpoint_id, None)
                 for session_id in [
                     sid for sid, s in self._sessions.items() if s.endpoint_id == endpoint_id
                 ]:
                     del self._sessions[session_id]
             return using
+
+    def set_advertisement(self, endpoint_id: str, advertisement: Advertisement | None) -> None:
+        with self._lock:
+            if advertisement is None:
+                self._advertisements.pop(endpoint_id, None)
+            else:
+                self._advertisements[endpoint_id] = advertisement
+
+    def get_advertisement(self, endpoint_id: str) -> Advertisement | None:
+        return self._advertisements.get(endpoint_id)
 
     def insert_session(self, session: Session) -> None:
         with self._lock:

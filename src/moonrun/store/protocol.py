@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from moonrun.scheduling.jobs import Job, JobState
-from moonrun.scheduling.records import Endpoint, Server, Session, User
+from moonrun.scheduling.records import Advertisement, Endpoint, Server, Session, User
 from moonrun.scheduling.time import Instant
 
 JobCursor = tuple[Instant, str]
@@ -106,9 +106,12 @@ class Store(Protocol):
         state: JobState | None,
         limit: int,
         after: JobCursor | None = None,
+        kind: str | None = None,
+        id_prefix: str | None = None,
     ) -> list[Job]:
         """Jobs newest first (`created_at`, then id, descending), optionally filtered;
-        `server_ids=None` means every server."""
+        `server_ids=None` means every server. `id_prefix` keeps the jobs whose id starts with
+        it (the caller keeps it long enough to be selective)."""
         ...
 
     def idempotency_record(self, user_id: str, key: str) -> IdempotencyRecord | None:
@@ -127,9 +130,16 @@ class Store(Protocol):
     def list_endpoints(self) -> list[Endpoint]: ...
 
     def delete_endpoint(self, endpoint_id: str) -> int:
-        """Delete the endpoint and its sessions, unless servers still point at it: answers how
-        many do (0: it was deleted, or never existed)."""
+        """Delete the endpoint, its sessions and its advertisement, unless servers still point
+        at it: answers how many do (0: it was deleted, or never existed)."""
         ...
+
+    def set_advertisement(self, endpoint_id: str, advertisement: Advertisement | None) -> None:
+        """Store what the endpoint's Run advertised, in place of what it advertised before
+        (`None`: it advertised nothing)."""
+        ...
+
+    def get_advertisement(self, endpoint_id: str) -> Advertisement | None: ...
 
     def insert_session(self, session: Session) -> None: ...
 

@@ -51,6 +51,11 @@ _LISTINGS: Final = {
     (False, True): ("ix_jobs_state_listing", "state = :state"),
     (False, False): ("ix_jobs_listing", "1 = 1"),
 }
+_KIND_LISTINGS: Final = {
+    # by server -> the index of a listing by kind (a state is then checked row by row)
+    True: ("ix_jobs_server_kind_listing", "server_id = :server_id AND kind = :kind"),
+    False: ("ix_jobs_kind_listing", "kind = :kind"),
+}
 
 
 class Queries:
@@ -125,6 +130,17 @@ class Queries:
         )
         self.delete_endpoint = render("DELETE FROM endpoints WHERE id = :endpoint_id")
         self.delete_sessions = render("DELETE FROM sessions WHERE endpoint_id = :endpoint_id")
+        self.delete_advertisement = render(
+            "DELETE FROM endpoint_kinds WHERE endpoint_id = :endpoint_id"
+        )
+        self.insert_advertisement = render(
+            "INSERT INTO endpoint_kinds (endpoint_id, kinds_json, advertised_at) "
+            "VALUES (:endpoint_id, :kinds_json, :advertised_at)"
+        )
+        self.get_advertisement = render(
+            "SELECT endpoint_id, kinds_json, advertised_at FROM endpoint_kinds "
+            "WHERE endpoint_id = :endpoint_id"
+        )
 
         self.insert_session = self._insert("sessions", SESSION_COLUMNS)
         self.get_session = render(f"SELECT {_SESSION} FROM sessions WHERE id = :id")
@@ -240,10 +256,28 @@ class Queries:
             "ORDER BY server_id, position"
         )
 
-    @functools.lru_cache(maxsize=16)  # noqa: B019
-    def list_jobs(self, by_server: bool, by_state: bool, after: bool) -> str:
-        """Newest first (created_at, id descending), walking the listing's own index."""
-        index, where = _LISTINGS[(by_server, by_state)]
+    @functools.lru_cache(maxsize=64)  # noqa: B019
+    def list_jobs(
+        self,
+        by_server: bool,
+        by_state: bool,
+        after: bool,
+        by_kind: bool = False,
+        by_prefix: bool = False,
+    ) -> str:
+        """Newest first (created_at, id descending), walking the listing's own index; by id
+        prefix, the primary key's range of ids with that prefix (few rows, sorted after)."""
+        if by_prefix:
+            index = "pk_jobs"
+            where = "id >= :id_low AND id < :id_high"
+            where += " AND server_id = :server_id" if by_server else ""
+            where += " AND kind = :kind" if by_kind else ""
+            where += " AND state = :state" if by_state else ""
+        elif by_kind:
+            index, where = _KIND_LISTINGS[by_server]
+            where += " AND state = :state" if by_state else ""
+        else:
+            index, where = _LISTINGS[(by_server, by_state)]
         return self.render(
             f"SELECT {JOB} FROM jobs @{index} WHERE {where}{_AFTER if after else ''} "
             "ORDER BY created_at DESC, id DESC LIMIT :limit"

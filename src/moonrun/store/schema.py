@@ -110,6 +110,8 @@ jobs = Table(
     Index("ix_jobs_server_state_listing", "server_id", "state", "created_at", "id"),
     Index("ix_jobs_state_listing", "state", "created_at", "id"),
     Index("ix_jobs_listing", "created_at", "id"),
+    Index("ix_jobs_kind_listing", "kind", "created_at", "id"),
+    Index("ix_jobs_server_kind_listing", "server_id", "kind", "created_at", "id"),
     **TABLE_OPTIONS,
 )
 
@@ -129,6 +131,17 @@ endpoints = Table(
     Column("draining", Boolean, nullable=False, server_default=text("0")),
     **TABLE_OPTIONS,
 )
+
+endpoint_kinds = Table(
+    "endpoint_kinds",
+    metadata,
+    Column("endpoint_id", ID, primary_key=True),
+    Column("kinds_json", Text, nullable=False),
+    Column("advertised_at", BigInteger, nullable=False),
+    **TABLE_OPTIONS,
+)
+"""What the endpoint's Run last advertised at registration (docs/protocol.md 83): apart from
+`endpoints`, whose row every signed request reads."""
 
 sessions = Table(
     "sessions",
@@ -226,7 +239,7 @@ job_counts = Table(
 the transaction of every job write, so `/metrics` never counts the jobs table itself."""
 
 V1_TABLES: Final = (jobs, endpoints, sessions, users, api_tokens, servers, server_admins)
-DATA_TABLES: Final = (*V1_TABLES, idempotency_keys, web_sessions, job_counts)
+DATA_TABLES: Final = (*V1_TABLES, idempotency_keys, web_sessions, job_counts, endpoint_kinds)
 
 
 def _create_v1(connection: Connection) -> None:
@@ -292,12 +305,24 @@ def _access_v5(connection: Connection) -> None:
             )
 
 
+def _kinds_v6(connection: Connection) -> None:
+    """Advertised kinds (docs/protocol.md 83) and the listings by kind (protocol 85)."""
+    inspector = inspect(connection)
+    if "endpoint_kinds" not in inspector.get_table_names():
+        endpoint_kinds.create(connection)
+    present = {index["name"] for index in inspector.get_indexes("jobs")}
+    for index in jobs.indexes:
+        if index.name not in present:
+            index.create(connection)
+
+
 MIGRATIONS: Final[Sequence[Callable[[Connection], None]]] = (
     _create_v1,
     _idempotency_keys_v2,
     _web_sessions_v3,
     _scale_v4,
     _access_v5,
+    _kinds_v6,
 )
 """Migration n (1-based) brings the schema from version n-1 to n; never edit a shipped one.
 

@@ -21,7 +21,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from moonrun.errors import AlreadyExists, SchemaTooNew, StoreUnavailable
 from moonrun.scheduling.jobs import Job, JobState
-from moonrun.scheduling.records import Endpoint, Server, Session, User
+from moonrun.scheduling.records import Advertisement, Endpoint, Server, Session, User
 from moonrun.scheduling.time import Instant
 from moonrun.store import codec
 from moonrun.store.protocol import IdempotencyRecord, JobCursor
@@ -335,18 +335,28 @@ class SqlStore:
         state: JobState | None,
         limit: int,
         after: JobCursor | None = None,
+        kind: str | None = None,
+        id_prefix: str | None = None,
     ) -> list[Job]:
         parameters: dict[str, Any] = {"limit": limit}
         if state is not None:
             parameters["state"] = state.value
         if after is not None:
             parameters["after_created"], parameters["after_id"] = after
+        if kind is not None:
+            parameters["kind"] = kind
+        if id_prefix is not None:
+            # Ids are ASCII letters, digits, "_" and "-", all below "~" (and compared byte by
+            # byte in every store), so [prefix, prefix + "~") holds exactly the ids with it.
+            parameters["id_low"], parameters["id_high"] = id_prefix, id_prefix + "~"
+        shape = (state is not None, after is not None, kind is not None, id_prefix is not None)
+        by_state, by_after, by_kind, by_prefix = shape
         if server_ids is None:
-            sql = self._sql.list_jobs(False, state is not None, after is not None)
+            sql = self._sql.list_jobs(False, by_state, by_after, by_kind, by_prefix)
             return self._jobs(sql, parameters)
         # One index walk per server, merged: each stops after `limit` rows, so a page costs
         # the same however many jobs the servers hold.
-        sql = self._sql.list_jobs(True, state is not None, after is not None)
+        sql = self._sql.list_jobs(True, by_state, by_after, by_kind, by_prefix)
         pages = [
             self._jobs(sql, {**parameters, "server_id": server_id})
             for server_id in dict.fromkeys(server_ids)
@@ -389,10 +399,33 @@ class SqlStore:
             using = int(cursor.fetchall()[0][0])
             if using == 0:
                 cursor.execute(self._sql.delete_sessions, parameters)
+                cursor.execute(self._sql.delete_advertisement, parameters)
                 cursor.execute(self._sql.delete_endpoint, parameters)
             return using
 
         return self._write(work)
+
+    def set_advertisement(self, endpoint_id: str, advertisement: Advertisement | None) -> None:
+        key = {"endpoint_id": endpoint_id}
+
+        def work(cursor: Cursor) -> None:
+            cursor.execute(self._sql.delete_advertisement, key)
+            if advertisement is not None:
+                row = {
+                    **key,
+                    "kinds_json": advertisement.kinds_json,
+                    "advertised_at": advertisement.advertised_at,
+                }
+                cursor.execute(self._sql.insert_advertisement, row)
+
+        self._write(work)
+
+    def get_advertisement(self, endpoint_id: str) -> Advertisement | None:
+        def make(row: Row) -> Advertisement:
+            endpoint, kinds_json, advertised_at = row
+            return Advertisement(endpoint, kinds_json, int(advertised_at))
+
+        return self._one(self._sql.get_advertisement, {"endpoint_id": endpoint_id}, make)
 
     def insert_session(self, session: Session) -> None:
         row = codec.session_to_row(session)

@@ -1,5 +1,11 @@
 """Job handlers: the built-in `noop`, `sleep` and `command`, and plugins from the
-`moonrun.handlers` entry-point group (name = job kind, value = a Handler class)."""
+`moonrun.handlers` entry-point group (name = job kind, value = a Handler class).
+
+A handler declares the JSON Schema of its payload (`payload_schema`, `scheduling/kinds.py`
+says which keywords count). Run checks each payload against it before the handler runs, and
+advertises every handler's schema when it registers, so that the platform refuses a job that
+does not fit at submit (422 `invalid_payload`) rather than on the host.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +15,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
+
+from moonrun.errors import MoonrunError
+from moonrun.scheduling import kinds as kinds_domain
 
 if TYPE_CHECKING:
     from moonrun.run.confinement import Confinement
@@ -78,6 +87,57 @@ class Handler(Protocol):
     """Whether an attempt confirmed after a Run restart may be run again from its payload."""
 
     async def run(self, context: JobContext) -> HandlerResult: ...
+
+
+ANY_PAYLOAD: dict[str, Any] = {"type": "object"}
+"""The schema of a handler that declares none: any JSON object."""
+
+
+def payload_schema(handler: Handler) -> Any:
+    """The handler's declared `payload_schema`, or `ANY_PAYLOAD` when it declares none."""
+    return getattr(handler, "payload_schema", ANY_PAYLOAD)
+
+
+def refuse_payload(schema: Any, payload: Any) -> HandlerResult | None:
+    """`bad_payload` naming each field that does not fit `schema`; None when it fits."""
+    problems = kinds_domain.payload_problems(schema, payload)
+    if not problems:
+        return None
+    return HandlerResult.failed("bad_payload", "; ".join(p.describe() for p in problems))
+
+
+def advertised_kinds(handlers: dict[str, Handler]) -> dict[str, Any] | None:
+    """What Run advertises at registration: each kind with its payload schema. A schema the
+    platform would refuse (malformed, too large) is advertised as `ANY_PAYLOAD`, with a
+    warning, so one plugin cannot keep Run from registering; past `MAX_KINDS` kinds nothing
+    is advertised (the platform then checks no job at submit)."""
+    if len(handlers) > kinds_domain.MAX_KINDS:
+        log.warning(
+            "too many handlers to advertise; jobs are checked on this host only",
+            extra={"fields": {"kinds": len(handlers), "max": kinds_domain.MAX_KINDS}},
+        )
+        return None
+    kinds: dict[str, Any] = {}
+    for kind, handler in sorted(handlers.items()):
+        schema = payload_schema(handler)
+        try:
+            kinds_domain.check_advertisement({kind: schema})
+        except MoonrunError as error:
+            log.warning(
+                "handler payload schema not advertised",
+                extra={"fields": {"kind": kind, "why": error.message}},
+            )
+            schema = ANY_PAYLOAD
+        kinds[kind] = schema
+    try:
+        kinds_domain.check_advertisement(kinds)
+    except MoonrunError as error:  # all of them together are too large
+        log.warning(
+            "handler payload schemas not advertised",
+            extra={"fields": {"why": error.message}},
+        )
+        kinds = dict.fromkeys(kinds, ANY_PAYLOAD)
+    return kinds
 
 
 def load_handlers(confinement: Confinement | None = None) -> dict[str, Handler]:

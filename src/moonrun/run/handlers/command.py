@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from moonrun.run.confinement import Confinement, remove_workdir
-from moonrun.run.handlers import HandlerResult, JobContext
+from moonrun.run.handlers import HandlerResult, JobContext, refuse_payload
 
 log = logging.getLogger("moonrun.run.handlers.command")
 
@@ -37,27 +37,54 @@ PIECE_BYTES = LINE_BYTES - len(CONTINUED.encode())
 """The most bytes of output in one log line, leaving room for the mark."""
 
 
+PAYLOAD_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["argv"],
+    "properties": {
+        "argv": {
+            "type": "array",
+            "minItems": 1,
+            "items": {"type": "string"},
+            "description": "The program and its arguments, run without a shell.",
+        },
+        "timeout_s": {
+            "type": "number",
+            "exclusiveMinimum": 0,
+            "maximum": MAX_TIMEOUT_S,
+            "description": "Stop the command after this many seconds (a retryable failure).",
+        },
+        "artifacts": {
+            "type": "array",
+            "description": "Files the command leaves in its working directory, uploaded after "
+            "it succeeds.",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["path", "name"],
+                "properties": {
+                    "path": {"type": "string", "minLength": 1},
+                    "name": {"type": "string", "minLength": 1, "maxLength": 128},
+                },
+            },
+        },
+    },
+}
+
+
 class CommandHandler:
     resumable = False
+    payload_schema = PAYLOAD_SCHEMA
 
     def __init__(self, confinement: Confinement | None = None) -> None:
         self.confinement = confinement or Confinement()
 
     async def run(self, context: JobContext) -> HandlerResult:
-        payload = context.payload if isinstance(context.payload, dict) else {}
-        argv = payload.get("argv")
+        if refused := refuse_payload(PAYLOAD_SCHEMA, context.payload):
+            return refused
+        payload = context.payload
+        argv = payload["argv"]
         timeout_s = payload.get("timeout_s", MAX_TIMEOUT_S)
-        if (
-            not isinstance(argv, list)
-            or not argv
-            or not all(isinstance(part, str) for part in argv)
-            or isinstance(timeout_s, bool)
-            or not isinstance(timeout_s, int | float)
-            or not 0 < timeout_s <= MAX_TIMEOUT_S
-        ):
-            return HandlerResult.failed(
-                "bad_payload", "command needs argv (a list of strings) and an optional timeout_s"
-            )
         workdir = await asyncio.to_thread(
             self.confinement.make_workdir, context.job_id, context.attempt
         )
@@ -128,9 +155,8 @@ class CommandHandler:
         code = waiter.result()
         if code != 0:
             return HandlerResult.failed("exit_status", f"{argv[0]} exited with status {code}")
-        for artifact in payload.get("artifacts") or []:
-            if isinstance(artifact, dict):
-                await self._upload(context, workdir, artifact)
+        for artifact in payload.get("artifacts", []):
+            await self._upload(context, workdir, artifact)
         return HandlerResult("succeeded", output={"exit_code": 0})
 
     async def _upload(self, context: JobContext, workdir: Path, artifact: dict[str, Any]) -> None:

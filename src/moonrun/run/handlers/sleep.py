@@ -7,30 +7,40 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import Any
 
-from moonrun.run.handlers import HandlerResult, JobContext
+from moonrun.run.handlers import HandlerResult, JobContext, refuse_payload
 
 MAX_SECONDS = 7 * 24 * 3600
+PAYLOAD_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "seconds": {
+            "type": "number",
+            "minimum": 0,
+            "maximum": MAX_SECONDS,
+            "default": 1,
+            "description": "How long to sleep, in seconds.",
+        },
+        "fail": {
+            "enum": ["retryable", "fatal", None],
+            "description": "Fail after sleeping: retryably, or for good.",
+        },
+    },
+}
 
 
 class SleepHandler:
     resumable = True
+    payload_schema = PAYLOAD_SCHEMA
 
     async def run(self, context: JobContext) -> HandlerResult:
+        if refused := refuse_payload(PAYLOAD_SCHEMA, context.payload):
+            return refused
         payload = context.payload
-        if not isinstance(payload, dict):
-            return HandlerResult.failed("bad_payload", "sleep needs a JSON object payload")
         seconds = payload.get("seconds", 1)
         fail = payload.get("fail")
-        if (
-            isinstance(seconds, bool)
-            or not isinstance(seconds, int | float)
-            or not 0 <= seconds <= MAX_SECONDS
-            or fail not in (None, "retryable", "fatal")
-        ):
-            return HandlerResult.failed(
-                "bad_payload", "sleep needs seconds (0 to 604800) and fail: retryable|fatal"
-            )
         deadline_ms = context.started_at_ms + round(seconds * 1000)
         while (left_ms := deadline_ms - context.now_ms()) > 0:
             done = 100.0 * (1 - left_ms / max(1.0, seconds * 1000))
