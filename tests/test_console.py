@@ -922,6 +922,7 @@ def build_page_canary(world: HttpWorld) -> PageCanary:
     assert p.visit("hugo", "POST", remove, server_id=web1, user_id=hugo_id).status_code == 403
     assert p.visit("olive", "POST", remove, server_id=web1, user_id=hugo_id).is_redirect
     p.visit("hugo", "GET", "/servers")
+    submits_and_reruns(p, jobs, servers)
     assert p.visit("stella", "POST", "/logout").is_redirect
     p.visit("stella", "GET", "/jobs")
     return p
@@ -943,8 +944,12 @@ def visit_everything(
         for job_id in jobs.values():
             p.visit(who, "GET", "/jobs/{job_id}", job_id=job_id)
             p.visit(who, "GET", "/jobs/{job_id}", query="fragment=1", job_id=job_id)
-        for page in ("/servers", "/endpoints", "/users"):
+        for page in ("/servers", "/endpoints", "/users", "/jobs/new"):
             p.visit(who, "GET", page)
+        for server_id in servers.values():
+            p.visit(who, "GET", "/jobs/new", query=f"server_id={server_id}")
+        p.visit(who, "GET", "/jobs", query="kind=noop")
+        p.visit(who, "GET", "/jobs", query=f"id={jobs['running'][:10]}")
         # Secrets typed where an id belongs: a 404 page that does not echo them.
         for name in ("lease of running job attempt 1", "join token of host-b"):
             p.visit(who, "GET", "/jobs/{job_id}", job_id=quote(str(markers[name]), safe=""))
@@ -955,10 +960,27 @@ def visit_everything(
     p.visit("nobody", "GET", "/no-such-page")
 
 
+def submits_and_reruns(p: PageCanary, jobs: dict[str, str], servers: dict[str, str]) -> None:
+    """The submit form and Run again, taken and refused."""
+    p.visit("stella", "POST", "/jobs/{job_id}/rerun", job_id=jobs["succeeded"])
+    assert p.visit("olive", "POST", "/jobs/{job_id}/rerun", job_id=jobs["succeeded"]).is_redirect
+    web1 = servers["web-1"]
+    for form in (
+        {"server_id": web1, "kind": "noop", "payload": "{}"},  # queued: a redirect to it
+        {"server_id": web1, "kind": "no such kind", "payload": "{}"},  # 422 on the form
+        {"server_id": web1, "kind": "noop", "payload": "{not json"},  # 422 on the form
+        {"server_id": servers["db-1"], "kind": "noop", "payload": "{}"},  # 403 for olive
+    ):
+        p.visit("olive", "POST", "/jobs/new", form=form)
+
+
 def refused_and_missing(p: PageCanary, jobs: dict[str, str], servers: dict[str, str]) -> None:
     """401, 403, 404, 422 and 429 pages, several of them to requests that carry secrets."""
     p.visit("stella", "GET", "/jobs/{job_id}", job_id=jobs["running"])
     p.visit("stella", "POST", "/jobs/{job_id}/cancel", job_id=jobs["running"])
+    # A search refused: the jobs page says why and shows no refused value (a secret here).
+    lease = quote(str(p.canary.markers["lease of running job attempt 1"]), safe="")
+    p.visit("olive", "GET", "/jobs", query=f"state={lease}&kind={lease}&id={lease}")
     p.visit("olive", "POST", "/jobs/{job_id}/cancel", job_id=jobs["queued"], csrf=False)
     admins = "/servers/{server_id}/admins"
     p.visit("hugo", "POST", admins, server_id=servers["web-1"], form={"username": "stella"})

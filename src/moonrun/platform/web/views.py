@@ -4,6 +4,7 @@ there is no second projection, and nothing a user may not see reaches a template
 from __future__ import annotations
 
 import contextlib
+import secrets
 from typing import Any
 from urllib.parse import parse_qs, quote, urlencode
 
@@ -13,13 +14,15 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from moonrun.errors import (
     Forbidden,
+    IdempotencyConflict,
     InvalidRequest,
     MoonrunError,
     NotFound,
     Unauthenticated,
 )
+from moonrun.platform.answers import JobPage
 from moonrun.platform.http import on_user_channel, platform_of
-from moonrun.platform.web import logview, progressview
+from moonrun.platform.web import logview, progressview, submitform
 from moonrun.platform.web.sessions import SESSION_COOKIE, SIGN_IN_COOKIE
 from moonrun.scheduling.jobs import JobState
 from moonrun.scheduling.records import User
@@ -257,27 +260,44 @@ async def jobs_page(
     request: Request,
     server_id: str | None = None,
     state: str | None = None,
+    kind: str | None = None,
+    id: str | None = None,
     cursor: str | None = None,
     fragment: bool = False,
 ) -> Response:
     user = await signed_in(request)
     platform = platform_of(request)
-    server_id, state = server_id or None, state or None
-    page = await on_user_channel(
-        request,
-        platform.service.list_jobs,
-        user,
-        server_id=server_id,
-        state=state,
-        limit=25,
-        cursor=cursor,
-    )
+    server_id, state, kind = server_id or None, state or None, (kind or "").strip() or None
+    id_prefix = _id_prefix(id)
+    search_error = ""
+    try:
+        page = await on_user_channel(
+            request,
+            platform.service.list_jobs,
+            user,
+            server_id=server_id,
+            state=state,
+            limit=25,
+            cursor=cursor,
+            kind=kind,
+            id_prefix=id_prefix,
+        )
+    except InvalidRequest as error:
+        # A search too broad or malformed: said on the page, whose filters then start empty
+        # (a refused value is never shown again: it may be a secret typed in the wrong box).
+        search_error = error.message
+        page = JobPage((), None)
+        state = kind = id = cursor = None
     servers = await on_user_channel(request, platform.directory.list_servers, user)
     online = await on_user_channel(
         request, platform.service.endpoints_online, [s.endpoint_id for s in servers]
     )
     names = {server.id: server.name for server in servers}
-    filters = {k: v for k, v in {"server_id": server_id, "state": state}.items() if v}
+    filters = {
+        k: v
+        for k, v in {"server_id": server_id, "state": state, "kind": kind, "id": id}.items()
+        if v
+    }
     older = (
         "/jobs?" + urlencode({**filters, "cursor": page.next_cursor}) if page.next_cursor else None
     )
@@ -289,12 +309,103 @@ async def jobs_page(
         "filters": filters,
         "older": older,
         "live_url": "/jobs?" + urlencode({**filters, "fragment": "1", **_cursor(cursor)}),
+        "search_error": search_error,
     }
-    return render(request, "_jobs_table.html" if fragment else "jobs.html", **context)
+    status = 422 if search_error else 200
+    return render(request, "_jobs_table.html" if fragment else "jobs.html", status, **context)
 
 
 def _cursor(cursor: str | None) -> dict[str, str]:
     return {"cursor": cursor} if cursor else {}
+
+
+def _id_prefix(text: str | None) -> str | None:
+    """What a person typed to find a job by id: its start, with or without `job_`."""
+    typed = (text or "").strip()
+    if not typed:
+        return None
+    return typed if typed.startswith("job_") else "job_" + typed
+
+
+# -- submitting (routed before /jobs/{job_id}, which would take "new" for an id) ------------
+
+
+@router.get("/jobs/new")
+async def submit_page(
+    request: Request, server_id: str | None = None, kind: str | None = None
+) -> Response:
+    user = await signed_in(request)
+    return await _submit_form(request, user, server_id=server_id, kind=kind)
+
+
+@router.post("/jobs/new")
+async def submit_job(request: Request) -> Response:
+    user = await signed_in(request)
+    fields = await checked_form(request)
+    server_id, kind = fields.get("server_id", ""), fields.get("kind", "").strip()
+    text, attempts = fields.get("payload", ""), fields.get("max_attempts", "").strip()
+    form = {"server_id": server_id, "kind": kind, "payload": text, "max_attempts": attempts}
+    try:
+        payload = submitform.parse_payload(text)
+        max_attempts = submitform.parse_attempts(attempts)
+        job = await on_user_channel(
+            request,
+            platform_of(request).service.create_job,
+            user,
+            server_id,
+            kind=kind,
+            payload=payload,
+            max_attempts=max_attempts,
+            idempotency_key=fields.get("submit_key") or None,
+        )
+    except (InvalidRequest, IdempotencyConflict) as error:
+        return await _submit_form(request, user, error=error, **form)
+    return RedirectResponse(f"/jobs/{quote(job.id)}", status_code=303)
+
+
+async def _submit_form(
+    request: Request,
+    user: User,
+    *,
+    server_id: str | None = None,
+    kind: str | None = None,
+    payload: str | None = None,
+    max_attempts: str = "",
+    error: MoonrunError | None = None,
+) -> Response:
+    """The submit form for one of the user's servers (the first, unless one is chosen), with
+    the kinds its Run advertised; after a refused submit, what was typed and why."""
+    platform = platform_of(request)
+    servers = await on_user_channel(request, platform.directory.list_servers, user)
+    chosen = next((s for s in servers if s.id == server_id), servers[0] if servers else None)
+    if server_id and chosen is not None and chosen.id != server_id:
+        raise NotFound("no such server")
+    context: dict[str, Any] = {"servers": servers, "server": None, "kinds": []}
+    if chosen is not None:
+        online = await on_user_channel(
+            request, platform.service.endpoints_online, [chosen.endpoint_id]
+        )
+        advertisement = await on_user_channel(
+            request, platform.service.server_kinds, user, chosen.id
+        )
+        kinds = submitform.kinds_of(advertisement)
+        chosen_kind = kind or (kinds[0]["kind"] if kinds else "")
+        skeleton = next((k["skeleton"] for k in kinds if k["kind"] == chosen_kind), "{}")
+        context |= {
+            "server": server_view(chosen, online[chosen.endpoint_id]),
+            "kinds": kinds,
+            "chosen_kind": chosen_kind,
+            "payload": skeleton if payload is None else payload,
+            "max_attempts": max_attempts,
+            "submit_key": secrets.token_urlsafe(16),
+            "error": {"code": error.code, "message": error.message} if error else None,
+            "problems": [{"field": f, "message": m} for f, m in error.fields] if error else [],
+        }
+    status = 200 if error is None else error.status
+    return render(request, "submit.html", status, **context)
+
+
+# -- one job -----------------------------------------------------------------------------------
 
 
 @router.get("/jobs/{job_id}")
@@ -334,8 +445,19 @@ async def job_page(request: Request, job_id: str, fragment: bool = False) -> Res
         "logs_attempt": logs_attempt,
         "can_cancel": view["state"] not in TERMINAL_STATES and not view["cancel"]["requested"],
         "live_url": f"/jobs/{quote(job_id)}?fragment=1",
+        "rerun_nonce": secrets.token_urlsafe(8),
     }
     return render(request, "_job_detail.html" if fragment else "job.html", **context)
+
+
+@router.post("/jobs/{job_id}/rerun")
+async def rerun_job(request: Request, job_id: str) -> Response:
+    user = await signed_in(request)
+    fields = await checked_form(request)
+    service = platform_of(request).service
+    key = fields.get("submit_key") or None
+    job = await on_user_channel(request, service.rerun_job, user, job_id, idempotency_key=key)
+    return RedirectResponse(f"/jobs/{quote(job.id)}", status_code=303)
 
 
 @router.post("/jobs/{job_id}/cancel")

@@ -1,4 +1,5 @@
-// The console's only script: live updates by polling an HTML fragment, and confirmations.
+// The console's only script: live updates by polling an HTML fragment, confirmations, and the
+// submit form's choices.
 "use strict";
 
 (function () {
@@ -31,6 +32,22 @@
       window.setTimeout(refresh, every);
     };
     window.setTimeout(refresh, every);
+  }
+
+  // The submit form: choosing a server shows its kinds; choosing a kind puts its skeleton in
+  // the payload editor unless something else was typed there.
+  document.querySelectorAll("select[data-autosubmit]").forEach((select) => {
+    select.addEventListener("change", () => select.form && select.form.submit());
+  });
+  const kinds = document.querySelector("select[data-kinds-schema]");
+  const payload = document.getElementById("payload");
+  if (kinds && payload) {
+    let skeleton = kinds.selectedOptions[0] ? kinds.selectedOptions[0].dataset.skeleton : "";
+    kinds.addEventListener("change", () => {
+      const next = kinds.selectedOptions[0] ? kinds.selectedOptions[0].dataset.skeleton : "";
+      if (payload.value.trim() === "" || payload.value === skeleton) payload.value = next || "{}";
+      skeleton = next;
+    });
   }
 
   document.addEventListener("submit", (event) => {
