@@ -23,6 +23,7 @@ from moonrun.scheduling.kinds import (
     Problem,
     check_advertisement,
     check_job,
+    compile_schema,
     payload_problems,
     schema_problems,
 )
@@ -272,7 +273,7 @@ def test_too_many_handlers_advertise_nothing() -> None:
 
 def test_run_refuses_a_payload_that_does_not_fit_as_bad_payload() -> None:
     """The same check on the host: failed, bad_payload, naming the field, not retryable."""
-    refused = refuse_payload(Greet.payload_schema, {"name": ""})
+    refused = refuse_payload(compile_schema(Greet.payload_schema), {"name": ""})
     assert refused is not None
     expected = ("failed", False, "bad_payload", "payload.name must be at least 1 character long")
     assert expected == (refused.outcome, refused.retryable, *refused.error.values())

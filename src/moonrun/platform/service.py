@@ -823,7 +823,7 @@ class SchedulingService:
         for index, spec in enumerate(specs):
             payload = {} if spec.payload is None else spec.payload
             try:
-                kinds_domain.check_job(kinds, spec.kind, payload)
+                kinds.check(spec.kind, payload)
             except (UnknownKind, InvalidPayload) as error:
                 if len(specs) == 1:
                     raise
@@ -964,9 +964,9 @@ class SchedulingService:
 
 
 @functools.lru_cache(maxsize=64)
-def _advertised(kinds_json: str) -> Mapping[str, Any]:
-    """An advertisement, parsed once (a few distinct ones are in use at any time)."""
-    return kinds_domain.load_advertisement(kinds_json)
+def _advertised(kinds_json: str) -> kinds_domain.Kinds:
+    """An advertisement, parsed and compiled once (a few distinct ones are in use at once)."""
+    return kinds_domain.Kinds(kinds_domain.load_advertisement(kinds_json))
 
 
 def _answer(decision: Decision[T]) -> T:

@@ -37,7 +37,7 @@ from moonrun.run.handlers import (
     HandlerResult,
     JobContext,
     advertised_kinds,
-    payload_schema,
+    payload_checker,
     refuse_payload,
 )
 from moonrun.run.handlers.command import process_record, stop_left_behind
@@ -108,6 +108,7 @@ class Agent:
         self.journal = journal
         self.handlers = handlers
         self.kinds = advertised_kinds(handlers)
+        self._checkers = {kind: payload_checker(handler) for kind, handler in handlers.items()}
         self.boot_id = b64url(secrets.token_bytes(16))
         self.client = client or PlatformClient(
             config.platform_url, identity.endpoint_id, identity.key
@@ -501,7 +502,7 @@ class Agent:
             )
         # Every handler may count on a payload that fits the schema it declares (a plugin's
         # too); the platform checked it at submit only if this Run had advertised it then.
-        if refused := refuse_payload(payload_schema(handler), entry.payload):
+        if refused := refuse_payload(self._checkers[entry.kind], entry.payload):
             return refused
         attempt = Attempt(entry.job_id, entry.attempt, entry.lease)
         context = JobContext(

@@ -22,7 +22,7 @@ import difflib
 import json
 import operator
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sized
 from dataclasses import dataclass
 from typing import Any, Final, TypeGuard
 
@@ -180,21 +180,35 @@ def _resolve(root: Schema, ref: object) -> Schema | None:
 # -- checking a job ----------------------------------------------------------------------------
 
 
+class Kinds:
+    """An advertisement's kinds, each schema compiled on its first use and kept (the platform
+    keeps one of these per advertisement in use)."""
+
+    def __init__(self, schemas: Mapping[str, Schema]) -> None:
+        self.schemas = schemas
+        self._checkers: dict[str, Checker] = {}
+
+    def check(self, kind: str, payload: JsonValue) -> None:
+        """Refuse a job its Run cannot run: `UnknownKind`, or `InvalidPayload` naming each
+        field that does not fit."""
+        checker = self._checkers.get(kind)
+        if checker is None:
+            if kind not in self.schemas:
+                raise UnknownKind(unknown_kind_message(kind, self.schemas))
+            checker = self._checkers[kind] = compile_schema(self.schemas[kind])
+        problems = checker(payload)
+        if problems:
+            raise InvalidPayload(
+                "; ".join(problem.describe() for problem in problems),
+                fields=tuple((problem.field, problem.message) for problem in problems),
+            )
+
+
 def check_job(kinds: Mapping[str, Schema] | None, kind: str, payload: JsonValue) -> None:
-    """Refuse a job that the advertised kinds say its Run cannot run: `UnknownKind`, or
-    `InvalidPayload` naming each field that does not fit. `None` (nothing advertised, an older
-    Run) accepts every job."""
-    if kinds is None:
-        return
-    schema = kinds.get(kind)
-    if schema is None:
-        raise UnknownKind(unknown_kind_message(kind, kinds))
-    problems = payload_problems(schema, payload)
-    if problems:
-        raise InvalidPayload(
-            "; ".join(problem.describe() for problem in problems),
-            fields=tuple((problem.field, problem.message) for problem in problems),
-        )
+    """`Kinds(kinds).check(kind, payload)`; `None` (nothing advertised, an older Run)
+    accepts every job."""
+    if kinds is not None:
+        Kinds(kinds).check(kind, payload)
 
 
 def unknown_kind_message(kind: str, kinds: Mapping[str, Schema]) -> str:
@@ -210,126 +224,289 @@ def unknown_kind_message(kind: str, kinds: Mapping[str, Schema]) -> str:
 
 def payload_problems(schema: Schema, payload: JsonValue) -> list[Problem]:
     """How `payload` does not fit `schema` (empty: it fits, or checking it gave up)."""
-    checker = _Checker(schema)
-    try:
-        checker.check(schema, payload, "", 0)
-    except _GaveUp:
-        return []
-    return checker.problems[:MAX_PROBLEMS]
+    return compile_schema(schema)(payload)
+
+
+Checker = Callable[[JsonValue], list[Problem]]
+"""A schema compiled once (`compile_schema`): a payload in, its problems out."""
+
+
+def compile_schema(schema: Schema) -> Checker:
+    """`schema` turned into one function per schema node, each testing only the keywords its
+    node has: checking a payload then costs a few calls per value instead of a look-up of
+    every keyword at every value (the platform checks every job it is given)."""
+    compiler = _Compiler(schema)
+    node = compiler.node(schema)
+
+    def check(payload: JsonValue) -> list[Problem]:
+        state = _State()
+        try:
+            node(payload, "", 0, state)
+        except _GaveUp:
+            return []
+        return state.problems[:MAX_PROBLEMS]
+
+    return check
 
 
 class _GaveUp(Exception):
     """The check took too many steps or nested too deep; the payload is accepted."""
 
 
-class _Checker:
-    def __init__(self, root: Schema) -> None:
-        self.root = root
+class _State:
+    """One check's running count of steps, and the problems found so far."""
+
+    __slots__ = ("problems", "steps")
+
+    def __init__(self) -> None:
         self.steps = 0
         self.problems: list[Problem] = []
 
-    def fits(self, schema: Schema, value: JsonValue, depth: int) -> bool:
-        """Whether `value` fits, without keeping its problems."""
-        probe = _Checker(self.root)
-        probe.steps = self.steps
-        probe.check(schema, value, "", depth)
-        self.steps = probe.steps
-        return not probe.problems
 
-    def check(self, schema: Schema, value: JsonValue, at: str, depth: int) -> None:
-        self.steps += 1
-        if self.steps > STEP_BUDGET or depth > MAX_DEPTH:
-            raise _GaveUp()
+_Node = Callable[[JsonValue, str, int, _State], None]
+"""A compiled schema node: (value, where, depth, state); problems go into the state."""
+
+
+def _fits(node: _Node, value: JsonValue, depth: int, state: _State) -> bool:
+    """Whether `value` fits `node`, keeping none of its problems (its steps count)."""
+    probe = _State()
+    probe.steps = state.steps
+    node(value, "", depth, probe)
+    state.steps = probe.steps
+    return not probe.problems
+
+
+def _anything(value: JsonValue, at: str, depth: int, state: _State) -> None:
+    _step(depth, state)
+
+
+def _nothing(value: JsonValue, at: str, depth: int, state: _State) -> None:
+    _step(depth, state)
+    state.problems.append(Problem(at, "is not allowed"))
+
+
+def _step(depth: int, state: _State) -> None:
+    state.steps += 1
+    if state.steps > STEP_BUDGET or depth > MAX_DEPTH:
+        raise _GaveUp()
+
+
+_Part = Callable[[JsonValue, str, int, _State], bool]
+"""One keyword's test within a node: False stops the node (a type that does not match)."""
+
+
+class _Compiler:
+    def __init__(self, root: Schema) -> None:
+        self.root = root
+        self.done: dict[int, _Node] = {}
+
+    def node(self, schema: Schema) -> _Node:
         if not isinstance(schema, dict):
-            if schema is False:
-                self._problem(at, "is not allowed")
-            return
+            return _nothing if schema is False else _anything
+        known = self.done.get(id(schema))
+        if known is not None:
+            return known
+        parts: list[_Part] = []
+
+        def node(value: JsonValue, at: str, depth: int, state: _State) -> None:
+            state.steps += 1  # `_step`, inline: this runs for every value checked
+            if state.steps > STEP_BUDGET or depth > MAX_DEPTH:
+                raise _GaveUp()
+            for part in parts:
+                if not part(value, at, depth, state):
+                    return
+
+        # Registered before its parts are built, so that a `$ref` cycle ends here.
+        self.done[id(schema)] = node
+        parts.extend(self.parts(schema))
+        return node
+
+    def parts(self, schema: dict[str, Any]) -> list[_Part]:
+        parts: list[_Part] = []
         if "$ref" in schema:
             target = _resolve(self.root, schema["$ref"])
             if target is not None:
-                self.check(target, value, at, depth + 1)
-        kind = schema.get("type")
-        if kind is not None:
-            names = kind if isinstance(kind, list) else [kind]
-            if not any(_is_type(value, name) for name in names):
-                self._problem(at, f"must be {_a(names)}, not {_a([_type_of(value)])}")
-                return
-        if "const" in schema and not _json_equal(value, schema["const"]):
-            self._problem(at, f"must be {_show(schema['const'])}")
+                referred = self.node(target)
+                parts.append(lambda v, at, d, s: referred(v, at, d + 1, s) or True)
+        if "type" in schema:
+            parts.append(_type_part(schema["type"]))
+        if "const" in schema:
+            const = schema["const"]
+            message = f"must be {_show(const)}"
+            parts.append(lambda v, at, d, s: _json_equal(v, const) or _add(s, at, message))
         enum = schema.get("enum")
-        if isinstance(enum, list) and not any(_json_equal(value, item) for item in enum):
-            self._problem(at, f"must be one of {', '.join(_show(item) for item in enum)}")
-        if isinstance(value, dict):
-            self._object(schema, value, at, depth)
-        elif isinstance(value, list):
-            self._array(schema, value, at, depth)
-        elif isinstance(value, str):
-            self._string(schema, value, at)
-        elif _is_number(value):
-            self._number(schema, value, at)
-        self._combinations(schema, value, at, depth)
+        if isinstance(enum, list):
+            message = f"must be one of {', '.join(_show(item) for item in enum)}"
+            parts.append(
+                lambda v, at, d, s: any(_json_equal(v, i) for i in enum) or _add(s, at, message)
+            )
+        parts.extend(self.object_parts(schema))
+        parts.extend(self.array_parts(schema))
+        parts.extend(_string_parts(schema))
+        parts.extend(_number_parts(schema))
+        parts.extend(self.combination_parts(schema))
+        return parts
 
-    def _object(self, schema: dict[str, Any], value: dict[str, Any], at: str, depth: int) -> None:
+    def object_parts(self, schema: dict[str, Any]) -> list[_Part]:
         required = schema.get("required")
-        if isinstance(required, list):
-            for name in required:
-                if isinstance(name, str) and name not in value:
-                    self._problem(_join(at, name), "is required")
-        properties = schema.get("properties")
-        properties = properties if isinstance(properties, dict) else {}
+        names = [n for n in required if isinstance(n, str)] if isinstance(required, list) else []
+        found = schema.get("properties")
+        properties = {
+            name: self.node(sub) for name, sub in (found if isinstance(found, dict) else {}).items()
+        }
         extra = schema.get("additionalProperties", True)
-        for name, item in value.items():
-            if name in properties:
-                self.check(properties[name], item, _join(at, name), depth + 1)
-            elif extra is False:
-                allowed = ", ".join(sorted(properties)) or "none"
-                self._problem(_join(at, name), f"is not a field of this kind (fields: {allowed})")
-            elif extra is not True:
-                self.check(extra, item, _join(at, name), depth + 1)
+        if not names and not properties and extra is True:
+            return []
+        other = None if extra is True or extra is False else self.node(extra)
+        allowed = ", ".join(sorted(properties)) or "none"
+        plain = frozenset(name for name in properties if _PLAIN_KEY.match(name))
 
-    def _array(self, schema: dict[str, Any], value: list[Any], at: str, depth: int) -> None:
+        def members(value: JsonValue, at: str, depth: int, state: _State) -> bool:
+            if not isinstance(value, dict):
+                return True
+            for name in names:
+                if name not in value:
+                    state.problems.append(Problem(_join(at, name), "is required"))
+            for name, item in value.items():
+                sub = properties.get(name)
+                if sub is not None:
+                    path = (f"{at}.{name}" if at else name) if name in plain else _join(at, name)
+                    sub(item, path, depth + 1, state)
+                elif extra is False:
+                    message = f"is not a field of this kind (fields: {allowed})"
+                    state.problems.append(Problem(_join(at, name), message))
+                elif other is not None:
+                    other(item, _join(at, name), depth + 1, state)
+            return True
+
+        return [members]
+
+    def array_parts(self, schema: dict[str, Any]) -> list[_Part]:
+        parts: list[_Part] = []
         low, high = schema.get("minItems"), schema.get("maxItems")
-        if _is_number(low) and len(value) < low:
-            self._problem(at, f"must hold at least {low} item{'' if low == 1 else 's'}")
-        if _is_number(high) and len(value) > high:
-            self._problem(at, f"must hold at most {high} item{'' if high == 1 else 's'}")
+        if _is_number(low):
+            message = f"must hold at least {low} item{'' if low == 1 else 's'}"
+            parts.append(lambda v, at, d, s: not _shorter(v, list, low) or _add(s, at, message))
+        if _is_number(high):
+            message = f"must hold at most {high} item{'' if high == 1 else 's'}"
+            parts.append(lambda v, at, d, s: not _longer(v, list, high) or _add(s, at, message))
         items = schema.get("items", True)
         if items is not True:
-            for index, item in enumerate(value):
-                self.check(items, item, f"{at}[{index}]", depth + 1)
+            item = self.node(items)
 
-    def _string(self, schema: dict[str, Any], value: str, at: str) -> None:
-        low, high = schema.get("minLength"), schema.get("maxLength")
-        if _is_number(low) and len(value) < low:
-            self._problem(at, f"must be at least {low} character{'' if low == 1 else 's'} long")
-        if _is_number(high) and len(value) > high:
-            self._problem(at, f"must be at most {high} character{'' if high == 1 else 's'} long")
+            def each(value: JsonValue, at: str, depth: int, state: _State) -> bool:
+                if isinstance(value, list):
+                    for index, member in enumerate(value):
+                        item(member, f"{at}[{index}]", depth + 1, state)
+                return True
 
-    def _number(self, schema: dict[str, Any], value: float, at: str) -> None:
-        for word, holds, words in _BOUNDS:
-            bound = schema.get(word)
-            if _is_number(bound) and not holds(value, bound):
-                self._problem(at, f"must be {words} {_show(bound)}")
+            parts.append(each)
+        return parts
 
-    def _combinations(self, schema: dict[str, Any], value: JsonValue, at: str, depth: int) -> None:
-        all_of = schema.get("allOf")
+    def combination_parts(self, schema: dict[str, Any]) -> list[_Part]:
+        parts: list[_Part] = []
+        all_of, any_of, one_of = schema.get("allOf"), schema.get("anyOf"), schema.get("oneOf")
         if isinstance(all_of, list):
-            for branch in all_of:
-                self.check(branch, value, at, depth + 1)
-        any_of = schema.get("anyOf")
-        if isinstance(any_of, list) and not any(self.fits(b, value, depth + 1) for b in any_of):
-            self._problem(at, "matches none of the forms this kind allows")
-        one_of = schema.get("oneOf")
-        if isinstance(one_of, list):
-            matching = sum(1 for branch in one_of if self.fits(branch, value, depth + 1))
-            if matching != 1:
-                how = "none" if matching == 0 else "more than one"
-                self._problem(at, f"matches {how} of the forms this kind allows")
-        if "not" in schema and self.fits(schema["not"], value, depth + 1):
-            self._problem(at, "has a form this kind does not allow")
+            every = [self.node(branch) for branch in all_of]
 
-    def _problem(self, at: str, message: str) -> None:
-        self.problems.append(Problem(at, message))
+            def all_part(value: JsonValue, at: str, depth: int, state: _State) -> bool:
+                for branch in every:
+                    branch(value, at, depth + 1, state)
+                return True
+
+            parts.append(all_part)
+        if isinstance(any_of, list):
+            some = [self.node(branch) for branch in any_of]
+            message = "matches none of the forms this kind allows"
+            parts.append(
+                lambda v, at, d, s: any(_fits(b, v, d + 1, s) for b in some) or _add(s, at, message)
+            )
+        if isinstance(one_of, list):
+            one = [self.node(branch) for branch in one_of]
+
+            def one_part(value: JsonValue, at: str, depth: int, state: _State) -> bool:
+                matching = sum(1 for branch in one if _fits(branch, value, depth + 1, state))
+                if matching != 1:
+                    how = "none" if matching == 0 else "more than one"
+                    _add(state, at, f"matches {how} of the forms this kind allows")
+                return True
+
+            parts.append(one_part)
+        if "not" in schema:
+            never = self.node(schema["not"])
+            message = "has a form this kind does not allow"
+            parts.append(lambda v, at, d, s: not _fits(never, v, d + 1, s) or _add(s, at, message))
+        return parts
+
+
+def _add(state: _State, at: str, message: str) -> bool:
+    """Note a problem; True, so that the node goes on with its other keywords."""
+    state.problems.append(Problem(at, message))
+    return True
+
+
+_EXACT_TYPES: Final[dict[str, tuple[type, ...]]] = {
+    "object": (dict,),
+    "array": (list,),
+    "string": (str,),
+    "boolean": (bool,),
+    "null": (type(None),),
+    "number": (int, float),
+    "integer": (int,),
+}
+"""The Python types a parsed JSON value of each type has: exactly these (JSON parsers make
+no subclasses), so `bool` is never a number and one set look-up answers most tests."""
+
+
+def _type_part(kind: object) -> _Part:
+    names = [n for n in (kind if isinstance(kind, list) else [kind]) if isinstance(n, str)]
+    exact = frozenset(t for name in names for t in _EXACT_TYPES.get(name, ()))
+    whole_floats = "integer" in names and "number" not in names
+    wanted = _a(names)
+
+    def typed(value: JsonValue, at: str, depth: int, state: _State) -> bool:
+        kind = type(value)
+        if kind in exact or (whole_floats and kind is float and value.is_integer()):
+            return True
+        if kind not in _JSON_TYPES and any(_is_type(value, name) for name in names):
+            return True  # not a parsed value (a caller's own subclass): the slow way
+        state.problems.append(Problem(at, f"must be {wanted}, not {_a([_type_of(value)])}"))
+        return False  # nothing else about a value of the wrong type is worth saying
+
+    return typed
+
+
+def _string_parts(schema: dict[str, Any]) -> list[_Part]:
+    parts: list[_Part] = []
+    low, high = schema.get("minLength"), schema.get("maxLength")
+    if _is_number(low):
+        message = f"must be at least {low} character{'' if low == 1 else 's'} long"
+        parts.append(lambda v, at, d, s: not _shorter(v, str, low) or _add(s, at, message))
+    if _is_number(high):
+        message = f"must be at most {high} character{'' if high == 1 else 's'} long"
+        parts.append(lambda v, at, d, s: not _longer(v, str, high) or _add(s, at, message))
+    return parts
+
+
+def _number_parts(schema: dict[str, Any]) -> list[_Part]:
+    parts: list[_Part] = []
+    for word, holds, words in _BOUNDS:
+        bound = schema.get(word)
+        if _is_number(bound):
+            parts.append(_bound_part(holds, bound, f"must be {words} {_show(bound)}"))
+    return parts
+
+
+def _bound_part(holds: Callable[[Any, Any], bool], bound: float, message: str) -> _Part:
+    return lambda v, at, d, s: not _is_number(v) or holds(v, bound) or _add(s, at, message)
+
+
+def _shorter(value: Any, kind: type[Sized], length: float) -> bool:
+    return isinstance(value, kind) and len(value) < length
+
+
+def _longer(value: Any, kind: type[Sized], length: float) -> bool:
+    return isinstance(value, kind) and len(value) > length
 
 
 # -- JSON values -------------------------------------------------------------------------------
@@ -353,18 +530,22 @@ def _is_integer(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+_JSON_TYPES: Final = frozenset({dict, list, str, bool, type(None), int, float})
+
+_TYPE_TESTS: Final[dict[str, Callable[[Any], bool]]] = {
+    "object": lambda v: isinstance(v, dict),
+    "array": lambda v: isinstance(v, list),
+    "string": lambda v: isinstance(v, str),
+    "number": _is_number,
+    "integer": _is_integer,
+    "boolean": lambda v: isinstance(v, bool),
+    "null": lambda v: v is None,
+}
+
+
 def _is_type(value: JsonValue, name: str) -> bool:
-    checks: dict[str, Callable[[Any], bool]] = {
-        "object": lambda v: isinstance(v, dict),
-        "array": lambda v: isinstance(v, list),
-        "string": lambda v: isinstance(v, str),
-        "number": _is_number,
-        "integer": _is_integer,
-        "boolean": lambda v: isinstance(v, bool),
-        "null": lambda v: v is None,
-    }
-    check = checks.get(name)
-    return check is not None and bool(check(value))
+    test = _TYPE_TESTS.get(name)
+    return test is not None and test(value)
 
 
 def _type_of(value: JsonValue) -> str:

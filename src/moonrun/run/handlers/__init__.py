@@ -98,9 +98,15 @@ def payload_schema(handler: Handler) -> Any:
     return getattr(handler, "payload_schema", ANY_PAYLOAD)
 
 
-def refuse_payload(schema: Any, payload: Any) -> HandlerResult | None:
-    """`bad_payload` naming each field that does not fit `schema`; None when it fits."""
-    problems = kinds_domain.payload_problems(schema, payload)
+def payload_checker(handler: Handler) -> kinds_domain.Checker:
+    """The handler's declared schema, compiled (once per handler: see Agent)."""
+    return kinds_domain.compile_schema(payload_schema(handler))
+
+
+def refuse_payload(check: kinds_domain.Checker, payload: Any) -> HandlerResult | None:
+    """`bad_payload` naming each field that does not fit (`check` is a compiled schema);
+    None when it fits."""
+    problems = check(payload)
     if not problems:
         return None
     return HandlerResult.failed("bad_payload", "; ".join(p.describe() for p in problems))

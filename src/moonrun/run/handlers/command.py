@@ -23,6 +23,7 @@ from typing import Any
 
 from moonrun.run.confinement import Confinement, remove_workdir
 from moonrun.run.handlers import HandlerResult, JobContext, refuse_payload
+from moonrun.scheduling.kinds import compile_schema
 
 log = logging.getLogger("moonrun.run.handlers.command")
 
@@ -72,6 +73,9 @@ PAYLOAD_SCHEMA: dict[str, Any] = {
 }
 
 
+CHECK_PAYLOAD = compile_schema(PAYLOAD_SCHEMA)
+
+
 class CommandHandler:
     resumable = False
     payload_schema = PAYLOAD_SCHEMA
@@ -80,7 +84,7 @@ class CommandHandler:
         self.confinement = confinement or Confinement()
 
     async def run(self, context: JobContext) -> HandlerResult:
-        if refused := refuse_payload(PAYLOAD_SCHEMA, context.payload):
+        if refused := refuse_payload(CHECK_PAYLOAD, context.payload):
             return refused
         payload = context.payload
         argv = payload["argv"]

@@ -10,6 +10,7 @@ import contextlib
 from typing import Any
 
 from moonrun.run.handlers import HandlerResult, JobContext, refuse_payload
+from moonrun.scheduling.kinds import compile_schema
 
 MAX_SECONDS = 7 * 24 * 3600
 PAYLOAD_SCHEMA: dict[str, Any] = {
@@ -31,12 +32,15 @@ PAYLOAD_SCHEMA: dict[str, Any] = {
 }
 
 
+CHECK_PAYLOAD = compile_schema(PAYLOAD_SCHEMA)
+
+
 class SleepHandler:
     resumable = True
     payload_schema = PAYLOAD_SCHEMA
 
     async def run(self, context: JobContext) -> HandlerResult:
-        if refused := refuse_payload(PAYLOAD_SCHEMA, context.payload):
+        if refused := refuse_payload(CHECK_PAYLOAD, context.payload):
             return refused
         payload = context.payload
         seconds = payload.get("seconds", 1)
