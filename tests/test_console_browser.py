@@ -372,3 +372,27 @@ def test_cancel_selected_cancels_the_ticked_jobs_and_the_ticks_survive_the_refre
     assert site.dialogs == ["Cancel the selected jobs?"]
     states = [con.state(job_id) for job_id in (queued, running, untouched)]
     assert states == ["cancelled", "running", "queued"]
+
+
+def test_the_forms_work_without_javascript(site: Site, browser: Browser) -> None:
+    """With scripts off, Cancel selected (no confirm dialog) and the confirm page of Remove
+    still work: the script only adds dialogs and live updates."""
+    con = site.con
+    queued = con.submit()
+    context = browser.new_context(java_script_enabled=False)
+    try:
+        page = context.new_page()
+        page.set_default_timeout(TIMEOUT_MS)
+        sign_in_page(page, site.url, "olive")
+        page.get_by_label(f"Select job {queued}").check()
+        page.get_by_role("button", name="Cancel selected").click()
+        expect(page.get_by_test_id("notice")).to_have_text("1 job was cancelled.")
+        page.goto(site.url + "/servers")
+        page.get_by_role("link", name="Remove server web-1").click()
+        page.get_by_role("button", name="Remove server").click()
+        expect(page.get_by_test_id("notice")).to_have_text(
+            "The server is removed; its ended jobs stay readable by platform admins."
+        )
+    finally:
+        context.close()
+    assert (con.state(queued), con.world.store.get_server(con.server_id)) == ("cancelled", None)
