@@ -449,6 +449,25 @@ def test_any_signed_in_user_rotates_their_own_api_token(con: Console) -> None:
     assert (me(con, token), me(con, con.token("hugo"))) == ((200, "hugo"), (401, None))
 
 
+def test_the_user_forms_by_id_about_oneself_lead_back_to_ones_account(con: Console) -> None:
+    """As in the API, anyone may rotate their own token or set their own password by id; a
+    non-admin then lands on their account page (the users page is not theirs to see)."""
+    hugo = con.client("hugo")
+    hugo_id = user_id(con, "hugo")
+    rotated = post(hugo, f"/users/{hugo_id}/token", "/account")
+    assert 'href="/account">Back to your account</a>' in rotated.text
+    assert me(con, secret_of(rotated)) == (200, "hugo")
+    fields = {"password": NEW_PASSWORD, "password_again": NEW_PASSWORD}
+    assert location(post(hugo, f"/users/{hugo_id}/password", "/account", **fields)) == (
+        303,
+        "/account?done=password_set",
+    )
+    short = {"password": "short", "password_again": "short"}
+    refused = post(hugo, f"/users/{hugo_id}/password", "/account", **short)
+    assert problem(refused) == (422, "password must be 8 to 1024 characters")
+    assert "<h1>Your account</h1>" in refused.text
+
+
 # -- servers -----------------------------------------------------------------------------------
 
 

@@ -556,7 +556,7 @@ async def _servers(
         problem.status if problem else 200,
         servers=rows,
         endpoints=endpoints,
-        people=[person for person in people if not person["disabled"]],
+        people=people,
         notice=notice,
         problem=problem.message if problem else "",
     )
@@ -871,9 +871,9 @@ async def rotate_token(request: Request, user_id: str) -> Response:
     try:
         person, token = await on_user_channel(request, _rotate, directory, user, user_id)
     except MoonrunError as error:
-        return await _users(request, user, problem=shown(error))
+        return await _people(request, user, shown(error))
     heading = f"A new API token for {person.name}"
-    return _api_token_page(request, heading, person, token, rotated=True, done="/users")
+    return _api_token_page(request, heading, person, token, rotated=True, done=_people_of(user))
 
 
 def _rotate(directory: Directory, actor: User, user_id: str) -> tuple[User, str]:
@@ -884,7 +884,7 @@ def _rotate(directory: Directory, actor: User, user_id: str) -> tuple[User, str]
 
 @router.post("/users/{user_id}/password")
 async def set_password(request: Request, user_id: str) -> Response:
-    """Set a user's console password (platform admins, for anyone)."""
+    """Set a user's console password (platform admins for anyone; anyone for themself)."""
     user = await signed_in(request)
     fields = await checked_form(request)
     directory = platform_of(request).directory
@@ -892,8 +892,20 @@ async def set_password(request: Request, user_id: str) -> Response:
         password = _password_of(fields)
         await on_user_channel(request, directory.set_password, user, user_id, password)
     except MoonrunError as error:
-        return await _users(request, user, problem=shown(error))
-    return back("/users", "password_set")
+        return await _people(request, user, shown(error))
+    return back(_people_of(user), "password_set")
+
+
+def _people_of(user: User) -> str:
+    """Where a form about a user came from: the users page, or for someone who may not see
+    it (and may act only on themself) their account page."""
+    return "/users" if user.platform_admin else "/account"
+
+
+async def _people(request: Request, user: User, problem: MoonrunError) -> Response:
+    if user.platform_admin:
+        return await _users(request, user, problem=problem)
+    return _account(request, user, problem=problem)
 
 
 @router.get("/account")
