@@ -789,7 +789,7 @@ class PageCanary:
         route: str,
         *,
         query: str = "",
-        form: dict[str, str] | None = None,
+        form: dict[str, str | list[str]] | None = None,
         csrf: bool = True,
         fresh: str | None = None,
         **ids: str,
@@ -797,7 +797,7 @@ class PageCanary:
         """Request a console page as `who`; a POST form carries the session's CSRF token."""
         client = self.client(who)
         path = route.format(**ids) + (f"?{query}" if query else "")
-        data = None
+        data: dict[str, str | list[str]] | None = None
         if method == "POST":
             data = dict(form or {})
             if csrf and who in self.sessions:
@@ -923,9 +923,106 @@ def build_page_canary(world: HttpWorld) -> PageCanary:
     assert p.visit("olive", "POST", remove, server_id=web1, user_id=hugo_id).is_redirect
     p.visit("hugo", "GET", "/servers")
     submits_and_reruns(p, jobs, servers)
+    manage_everything(p, users, servers, jobs)
+    visit_everything(p, jobs, servers, c.markers)
     assert p.visit("stella", "POST", "/logout").is_redirect
     p.visit("stella", "GET", "/jobs")
     return p
+
+
+SHOWN_ONCE = re.compile(r'<pre class="secret" data-testid="secret">([^<]*)</pre>')
+
+
+def shown_once(p: PageCanary, name: str, response: Any) -> str:
+    """Plant the token an answer page showed (its one page) as a marker; answer it."""
+    assert response.status_code == 200, response.text
+    found = SHOWN_ONCE.search(response.text)
+    assert found is not None
+    p.canary.secret(name, found.group(1), hashed=True)
+    return found.group(1)
+
+
+def manage_everything(
+    p: PageCanary,
+    users: dict[str, tuple[str, str]],
+    servers: dict[str, str],
+    jobs: dict[str, str],
+) -> None:
+    """Every form of the access lifecycle and "Cancel selected", with their refusals: each
+    token the console shows once is a marker from then on."""
+    ada, nova_password, nova_later = "ada", "pw-canary-nova-8d2e6b0f4a13", "pw-canary-nova-2c9e"
+    created = p.visit(
+        ada, "POST", "/endpoints", form={"name": "host-c"}, fresh="join token of host-c"
+    )
+    shown_once(p, "join token of host-c", created)
+    p.visit(ada, "POST", "/endpoints", form={"name": "host-a"})  # 409: taken
+    endpoints = p.canary.world.store.list_endpoints()
+    (host_c_id,) = [e.id for e in endpoints if e.name == "host-c"]
+    (host_a_id,) = [e.id for e in endpoints if e.name == "host-a"]
+    for action in ("drain", "undrain"):
+        route = "/endpoints/{endpoint_id}/" + action
+        assert p.visit(ada, "POST", route, endpoint_id=host_c_id).is_redirect
+    p.canary.secret("password of nova", nova_password)
+    form: dict[str, str | list[str]] = {"name": "nova", "password": nova_password}
+    form["password_again"] = nova_password
+    created = p.visit(ada, "POST", "/users", form=form, fresh="API token of nova")
+    shown_once(p, "API token of nova", created)
+    nova = p.canary.world.store.user_by_name("nova")
+    assert nova is not None
+    assert p.visit(ada, "POST", "/users", form={"name": "nova"}).status_code == 409
+    form["password_again"] = nova_password + "-typo"
+    assert p.visit(ada, "POST", "/users", form=form).status_code == 422
+    rotated = p.visit(
+        ada, "POST", "/users/{user_id}/token", user_id=nova.id, fresh="rotated API token of nova"
+    )
+    shown_once(p, "rotated API token of nova", rotated)
+    p.canary.secret("new password of nova", nova_later)
+    again = {"password": nova_later, "password_again": nova_later}
+    assert p.visit(
+        ada, "POST", "/users/{user_id}/password", user_id=nova.id, form=again
+    ).is_redirect
+    differ: dict[str, str | list[str]] = {"password": nova_later, "password_again": "other-pw-1"}
+    p.visit(ada, "POST", "/users/{user_id}/password", user_id=nova.id, form=differ)  # 422
+    for action in ("disable", "enable"):
+        assert p.visit(ada, "POST", "/users/{user_id}/" + action, user_id=nova.id).is_redirect
+    p.visit(ada, "POST", "/users/{user_id}/disable", user_id=users["ada"][0])  # 422: yourself
+    body: dict[str, str | list[str]] = {"name": "web-3", "endpoint_id": host_c_id}
+    body["owner_id"] = nova.id
+    assert p.visit(ada, "POST", "/servers", form=body).is_redirect
+    (web3,) = [s.id for s in p.canary.world.store.list_servers() if s.name == "web-3"]
+    p.visit(ada, "GET", "/servers/{server_id}/remove", server_id=web3)
+    p.visit("stella", "GET", "/servers/{server_id}/remove", server_id=servers["web-1"])  # 403
+    p.visit("olive", "POST", "/servers/{server_id}/remove", server_id=servers["web-1"])  # 409
+    assert p.visit(ada, "POST", "/servers/{server_id}/remove", server_id=web3).is_redirect
+    p.visit(ada, "GET", "/endpoints/{endpoint_id}/remove", endpoint_id=host_c_id)
+    p.visit(ada, "POST", "/endpoints/{endpoint_id}/remove", endpoint_id=host_a_id)  # 409
+    assert p.visit(
+        ada, "POST", "/endpoints/{endpoint_id}/remove", endpoint_id=host_c_id
+    ).is_redirect
+    p.visit("hugo", "POST", "/endpoints", form={"name": "host-h"})  # 403
+    p.visit("hugo", "POST", "/users", form={"name": "hugo-2"})  # 403
+    # Everyone's own account; olive's new password and API token.
+    for who in CANARY_PASSWORDS:
+        p.visit(who, "GET", "/account")
+    p.canary.secret("new password of olive", "pw-canary-olive-later-5f1a")
+    mine = {
+        "password": "pw-canary-olive-later-5f1a",
+        "password_again": "pw-canary-olive-later-5f1a",
+    }
+    assert p.visit("olive", "POST", "/account/password", form=dict(mine)).is_redirect
+    own = p.visit("olive", "POST", "/account/token", fresh="rotated API token of olive")
+    shown_once(p, "rotated API token of olive", own)
+    # Cancel selected: olive's waiting jobs, stella's (not hers) and a secret typed as an id.
+    selected = [
+        jobs["queued later"],
+        jobs["stella's"],
+        str(p.canary.markers["join token of host-b"]),
+    ]
+    assert p.visit("olive", "POST", "/jobs/cancel", form={"job_id": selected}).is_redirect
+    p.visit("olive", "GET", "/jobs", query="cancelled=1&cancelling=0&ended=0&refused=2")
+    p.visit("olive", "POST", "/jobs/cancel", form={})  # 422: nothing selected
+    for page in ("/endpoints", "/users", "/servers", "/account"):
+        p.visit(ada, "GET", page, query="done=password_set")
 
 
 def visit_everything(
@@ -1026,7 +1123,7 @@ def test_the_page_canary_takes_every_console_route(page_canary: PageCanary) -> N
 def test_the_page_canary_takes_every_kind_of_page(page_canary: PageCanary) -> None:
     """Pages, redirects, and every refusal a person can meet are among the scanned pages."""
     statuses = {seen.response.status_code for seen in page_canary.pages}
-    assert {200, 303, 401, 403, 404, 422, 429} == statuses
+    assert {200, 303, 401, 403, 404, 409, 422, 429} == statuses
 
 
 def test_the_page_canary_pages_show_what_they_should(page_canary: PageCanary) -> None:
@@ -1051,9 +1148,31 @@ def test_no_secret_appears_in_any_console_page(page_canary: PageCanary) -> None:
     assert len(markers) > 60
 
 
+def test_each_token_shown_once_is_on_its_answer_page_only(page_canary: PageCanary) -> None:
+    """The console's one-time tokens (a join token, new and rotated API tokens) are each on the
+    answer page of the form that made it, and on no other page (the scan above)."""
+    markers = page_canary.canary.markers
+    shown = {
+        seen.fresh: markers[seen.fresh] in seen.response.text
+        for seen in page_canary.pages
+        if seen.fresh is not None and not seen.fresh.startswith("console session of ")
+    }
+    expected = {
+        "join token of host-c": True,
+        "API token of nova": True,
+        "rotated API token of nova": True,
+        "rotated API token of olive": True,
+    }
+    assert expected == shown
+
+
 def test_a_sign_in_sets_only_its_own_new_session_cookie(page_canary: PageCanary) -> None:
-    """The excused pages are the four successful sign-ins, each with its token in Set-Cookie."""
-    excused = [seen for seen in page_canary.pages if seen.fresh is not None]
+    """The excused sign-ins are the four successful ones, each with its token in Set-Cookie."""
+    excused = [
+        seen
+        for seen in page_canary.pages
+        if seen.fresh is not None and seen.fresh.startswith("console session of ")
+    ]
     found = {
         seen.fresh: seen.response.cookies[SESSION] == page_canary.canary.markers[seen.fresh]
         for seen in excused

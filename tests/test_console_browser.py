@@ -165,7 +165,7 @@ def test_a_server_administrator_sees_the_servers_jobs(site: Site) -> None:
     site.sign_in("hugo")
     row = page.locator("table.cards tbody tr")
     expect(row).to_have_count(1)
-    expect(row.locator("td").nth(1)).to_have_text("web-1")
+    expect(row.locator('td[data-label="Server"]')).to_have_text("web-1")
     page.get_by_role("link", name=job_id).click()
     expect(page.get_by_test_id("state")).to_have_text("queued")
     expect(page.get_by_text("olives-backup")).to_be_visible()
@@ -216,7 +216,19 @@ def test_a_form_post_without_its_csrf_token_is_refused(site: Site) -> None:
     assert site.con.state(job_id) == "queued"
 
 
-@pytest.mark.parametrize("path", ["/jobs", "/jobs/{job_id}", "/servers", "/users", "/login"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/jobs",
+        "/jobs/{job_id}",
+        "/servers",
+        "/servers/{server_id}/remove",
+        "/endpoints",
+        "/users",
+        "/account",
+        "/login",
+    ],
+)
 def test_pages_fit_a_375_px_wide_screen(site: Site, path: str) -> None:
     """At 375 px nothing is wider than the screen (no horizontal scrolling)."""
     job_id = site.con.submit(kind="a-rather-long-job-kind-name")
@@ -227,6 +239,160 @@ def test_pages_fit_a_375_px_wide_screen(site: Site, path: str) -> None:
     page.set_viewport_size({"width": 375, "height": 812})
     if path != "/login":
         site.sign_in("ada")
-    page.goto(site.url + path.format(job_id=job_id))
+    page.goto(site.url + path.format(job_id=job_id, server_id=site.con.server_id))
     widths = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
     assert widths == [375, 375]
+
+
+# -- the access lifecycle's forms and Cancel selected -------------------------------------------
+
+
+def page_width(page: Page) -> list[int]:
+    widths: list[int] = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+    return widths
+
+
+def test_an_admin_creates_an_endpoint_and_sees_its_join_token_once(site: Site) -> None:
+    """The answer page shows the join token and the `run join` line (and fits 375 px); back
+    on the endpoints page the new endpoint is listed and the token is nowhere."""
+    page = site.page
+    site.sign_in("ada", "/endpoints")
+    page.get_by_label("Name (e.g. the host's)").fill("host-c")
+    page.get_by_role("button", name="Create endpoint").click()
+    expect(page.get_by_role("heading", name="Endpoint host-c is created")).to_be_visible()
+    token = page.get_by_test_id("secret").inner_text()
+    expected = (
+        f"moonrun run join --platform {site.url} --token {token} --data-dir /var/lib/moonrun-run"
+    )
+    expect(page.get_by_test_id("command")).to_have_text(expected)
+    assert token.startswith("mrj_")
+    page.set_viewport_size({"width": 375, "height": 812})
+    assert page_width(page) == [375, 375]
+    page.get_by_role("link", name="Back to endpoints").click()
+    expect(page).to_have_url(site.url + "/endpoints")
+    expect(page.locator('td[data-label="Name"]', has_text="host-c")).to_be_visible()
+    assert token not in page.content()
+
+
+def test_removing_an_endpoint_in_use_says_why(site: Site) -> None:
+    """Remove… leads to a confirm page; host-a still hosts web-1, so the endpoints page says
+    so and host-a stays."""
+    page = site.page
+    site.sign_in("ada", "/endpoints")
+    page.get_by_role("link", name="Remove host-a").click()
+    expect(page.get_by_role("heading", name="Remove endpoint host-a?")).to_be_visible()
+    page.get_by_role("button", name="Remove endpoint").click()
+    expect(page.get_by_test_id("problem")).to_have_text(
+        f"1 server points at endpoint {site.con.run.endpoint_id}; remove them first"
+    )
+    expect(page.get_by_role("heading", name="Endpoints", exact=True)).to_be_visible()
+    assert site.con.world.store.get_endpoint(site.con.run.endpoint_id) is not None
+
+
+def test_an_admin_creates_a_user_then_disables_them(site: Site) -> None:
+    """Create user shows the API token once; Disable (confirmed) marks the user disabled, and
+    their password no longer signs in."""
+    page = site.page
+    site.sign_in("ada", "/users")
+    page.get_by_label("Name", exact=True).fill("nova")
+    page.locator("#user-password").fill("nova-sees-the-moon-77")
+    page.locator("#user-password-again").fill("nova-sees-the-moon-77")
+    page.get_by_role("button", name="Create user").click()
+    expect(page.get_by_role("heading", name="User nova is created")).to_be_visible()
+    token = page.get_by_test_id("secret").inner_text()
+    assert token.startswith("mra_")
+    page.get_by_role("link", name="Back to users").click()
+    row = page.locator("tr", has_text="nova")
+    expect(row.locator(".chip")).to_have_text("enabled")
+    row.get_by_role("button", name="Disable nova").click()
+    expect(page.get_by_test_id("notice")).to_have_text(
+        "The user is disabled: their API tokens and console sessions are refused."
+    )
+    expect(page.locator("tr", has_text="nova").locator(".chip")).to_have_text("disabled")
+    expect(page.get_by_role("button", name="Enable nova")).to_be_visible()
+    assert site.dialogs == [
+        "Disable nova? Their API tokens and console sessions stop working at once."
+    ]
+    assert token not in page.content()
+    nova = site.con.world.store.user_by_name("nova")
+    assert (nova is not None and nova.disabled) is True
+
+
+def test_an_admin_creates_a_server_for_an_owner(site: Site) -> None:
+    """Create server with an endpoint and an owner picked from the lists: the servers page
+    says so and shows it; its owner sees it too."""
+    page = site.page
+    site.sign_in("ada", "/servers")
+    page.get_by_label("Name", exact=True).fill("cache-1")
+    page.get_by_label("Endpoint").select_option(site.con.other_run.endpoint_id)
+    page.get_by_label("Owner").select_option(label="stella")
+    page.get_by_role("button", name="Create server").click()
+    expect(page.get_by_test_id("notice")).to_have_text("The server is created.")
+    expect(page.get_by_role("heading", name="cache-1")).to_be_visible()
+    (server,) = [s for s in site.con.world.store.list_servers() if s.name == "cache-1"]
+    assert (server.endpoint_id, server.owner_id) == (
+        site.con.other_run.endpoint_id,
+        site.con.users["stella"][0],
+    )
+
+
+def test_cancel_selected_cancels_the_ticked_jobs_and_the_ticks_survive_the_refresh(
+    site: Site,
+) -> None:
+    """Tick a running and a queued job; the list refreshes (the running job's progress shows)
+    and both stay ticked; Cancel selected (confirmed) ends the queued one and leaves the
+    running one cancelling, and a third job alone."""
+    con, page = site.con, site.page
+    running = con.submit(kind="first")
+    run = con.run.start()
+    attempt = run.run_to_running(running)
+    queued = con.submit(kind="second")
+    untouched = con.submit(kind="third")
+    site.sign_in("olive")
+    for job_id in (running, queued):
+        page.get_by_label(f"Select job {job_id}").check()
+    page.evaluate("document.querySelector('#live table').dataset.before = 'yes'")
+    assert run.progress(running, attempt, 1, percent=40).status_code == 200
+    row = page.locator("tr", has_text=running)
+    expect(row.locator('td[data-label="Progress"]')).to_have_text("40%")
+    assert page.evaluate("document.querySelector('#live table').dataset.before") is None
+    ticked = [
+        page.get_by_label(f"Select job {job_id}").is_checked()
+        for job_id in (running, queued, untouched)
+    ]
+    assert ticked == [True, True, False]
+    page.get_by_role("button", name="Cancel selected").click()
+    expect(page.get_by_test_id("notice")).to_have_text(
+        "1 job was cancelled; 1 job was asked to stop (cancelling)."
+    )
+    expect(page.locator("tr", has_text=queued).locator(".chip")).to_have_text("cancelled")
+    expect(page.locator("tr", has_text=running)).to_contain_text("cancelling")
+    expect(page.locator("tr", has_text=untouched).locator(".chip")).to_have_text("queued")
+    expect(page.get_by_label(f"Select job {queued}")).to_have_count(0)
+    assert site.dialogs == ["Cancel the selected jobs?"]
+    states = [con.state(job_id) for job_id in (queued, running, untouched)]
+    assert states == ["cancelled", "running", "queued"]
+
+
+def test_the_forms_work_without_javascript(site: Site, browser: Browser) -> None:
+    """With scripts off, Cancel selected (no confirm dialog) and the confirm page of Remove
+    still work: the script only adds dialogs and live updates."""
+    con = site.con
+    queued = con.submit()
+    context = browser.new_context(java_script_enabled=False)
+    try:
+        page = context.new_page()
+        page.set_default_timeout(TIMEOUT_MS)
+        sign_in_page(page, site.url, "olive")
+        page.get_by_label(f"Select job {queued}").check()
+        page.get_by_role("button", name="Cancel selected").click()
+        expect(page.get_by_test_id("notice")).to_have_text("1 job was cancelled.")
+        page.goto(site.url + "/servers")
+        page.get_by_role("link", name="Remove server web-1").click()
+        page.get_by_role("button", name="Remove server").click()
+        expect(page.get_by_test_id("notice")).to_have_text(
+            "The server is removed; its ended jobs stay readable by platform admins."
+        )
+    finally:
+        context.close()
+    assert (con.state(queued), con.world.store.get_server(con.server_id)) == ("cancelled", None)

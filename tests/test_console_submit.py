@@ -213,3 +213,14 @@ def test_a_search_too_short_says_so_on_the_jobs_page(con: Console) -> None:
     assert 'data-testid="search-error"' in response.text
     assert listed(response.text) == []
     assert 'name="id" value=""' in response.text
+
+
+def test_a_form_posted_after_signing_out_leads_back_to_its_page(con: Console) -> None:
+    """Posted without a session, the submit form and Run again lead to sign-in, then back to
+    the page they were on (not to a POST-only path)."""
+    browser = con.client()
+    data = {"csrf_token": "x", "kind": "noop"}
+    submitted = browser.post("/jobs/new", data=data)
+    rerun = browser.post("/jobs/job_abcdefgh/rerun", data=data)
+    assert submitted.headers["location"] == "/login?next=%2Fjobs%2Fnew"
+    assert rerun.headers["location"] == "/login?next=%2Fjobs%2Fjob_abcdefgh"

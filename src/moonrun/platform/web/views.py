@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import secrets
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
 from urllib.parse import parse_qs, quote, urlencode
 
 from fastapi import APIRouter, Request
@@ -18,15 +20,20 @@ from moonrun.errors import (
     InvalidRequest,
     MoonrunError,
     NotFound,
+    TooLarge,
     Unauthenticated,
 )
 from moonrun.platform.answers import JobPage
+from moonrun.platform.directory import Directory
 from moonrun.platform.http import on_user_channel, platform_of
+from moonrun.platform.service import SchedulingService
 from moonrun.platform.web import logview, progressview, submitform
 from moonrun.platform.web.sessions import SESSION_COOKIE, SIGN_IN_COOKIE
 from moonrun.scheduling.jobs import JobState
 from moonrun.scheduling.records import User
-from moonrun.scheduling.views import job_view, server_view, user_view
+from moonrun.scheduling.time import format_instant
+from moonrun.scheduling.views import EndpointView, job_view, server_view, user_view
+from moonrun.security.access import can_manage_admins, require
 
 router = APIRouter(include_in_schema=False)
 
@@ -42,6 +49,24 @@ SECURITY_HEADERS = {
     "Cache-Control": "no-store",
 }
 NOT_CONSOLE = ("/api/", "/run/", "/healthz", "/metrics", "/openapi.json", "/docs", "/redoc")
+FORM_FIELDS = 32
+"""Fields a console form may have (a form with more is 413 `too_large`)."""
+MAX_BULK_CANCEL = 200
+"""Jobs one "Cancel selected" may name."""
+RUN_DATA_DIR = "/var/lib/moonrun-run"
+"""The data directory the join command names, as `moonrun endpoint create` prints it."""
+NOTICES = {
+    "endpoint_drained": "The endpoint is draining: it gets no new jobs; its running jobs finish.",
+    "endpoint_undrained": "The endpoint takes jobs again.",
+    "endpoint_removed": "The endpoint is removed; its Run is refused from now on.",
+    "user_disabled": "The user is disabled: their API tokens and console sessions are refused.",
+    "user_enabled": "The user is enabled again.",
+    "password_set": "The password is set.",
+    "server_created": "The server is created.",
+    "server_removed": "The server is removed; its ended jobs stay readable by platform admins.",
+}
+"""What a form that worked says on the page it leads back to (`?done=`). Only these fixed
+texts: a page never shows text taken from its address."""
 
 
 def environment() -> Environment:
@@ -52,6 +77,7 @@ def environment() -> Environment:
         lstrip_blocks=True,
     )
     templates.globals["progress_shown"] = progressview.progress_shown
+    templates.globals["terminal_states"] = TERMINAL_STATES
     return templates
 
 
@@ -91,23 +117,54 @@ async def signed_in(request: Request) -> User:
     return user
 
 
-async def form_of(request: Request) -> dict[str, str]:
-    """An urlencoded form body (the console sends nothing else)."""
+class Form(dict[str, str]):
+    """A form's fields, each its first value; `every` has all the values of a repeated one."""
+
+    def __init__(self, fields: dict[str, list[str]]) -> None:
+        super().__init__({name: values[0] for name, values in fields.items()})
+        self._fields = fields
+
+    def every(self, name: str) -> list[str]:
+        return list(self._fields.get(name, ()))
+
+
+async def form_of(request: Request, max_fields: int = FORM_FIELDS) -> Form:
+    """An urlencoded form body (the console sends nothing else) of at most `max_fields`
+    fields: more is 413 `too_large`, before anything looks at them."""
     body = await request.body()
+    if body.count(b"&") >= max_fields:
+        raise TooLarge(f"a console form has at most {max_fields} fields")
     try:
-        fields = parse_qs(body.decode("utf-8"), keep_blank_values=True, max_num_fields=32)
+        fields = parse_qs(body.decode("utf-8"), keep_blank_values=True, max_num_fields=max_fields)
     except (UnicodeDecodeError, ValueError):
         raise InvalidRequest("the form could not be read") from None
-    return {name: values[0] for name, values in fields.items()}
+    return Form(fields)
 
 
-async def checked_form(request: Request) -> dict[str, str]:
+async def checked_form(request: Request, max_fields: int = FORM_FIELDS) -> Form:
     """The form of a signed-in user's POST, refused without the session's CSRF token."""
     platform = platform_of(request)
-    fields = await form_of(request)
+    fields = await form_of(request, max_fields)
     if not platform.web.csrf_ok(request.cookies.get(SESSION_COOKIE), fields.get("csrf_token")):
         raise FormExpired()
     return fields
+
+
+def shown(error: MoonrunError) -> MoonrunError:
+    """A form's error, to show on the page the form came from: a refusal (401, 403) is raised
+    again instead, to answer its own page."""
+    if isinstance(error, Unauthenticated | Forbidden):
+        raise error
+    return error
+
+
+def back(path: str, done: str) -> RedirectResponse:
+    """After a form that worked: 303 to its page, which says what was done (`NOTICES`)."""
+    return RedirectResponse(f"{path}?{urlencode({'done': done})}", status_code=303)
+
+
+def notice_of(done: str | None) -> str:
+    return NOTICES.get(done or "", "")
 
 
 def safe_next(target: str | None) -> str:
@@ -160,9 +217,14 @@ def _page_of(request: Request) -> str:
     if request.method in ("GET", "HEAD"):
         return path + (f"?{request.url.query}" if request.url.query else "")
     if path.startswith("/jobs/") and path.endswith("/cancel"):
-        return path.removesuffix("/cancel")
-    if path.startswith("/servers/"):
-        return "/servers"
+        return path.removesuffix("/cancel")  # /jobs/cancel (Cancel selected) -> /jobs
+    if path.startswith("/jobs/") and path.endswith("/rerun"):
+        return path.removesuffix("/rerun")
+    if path == "/jobs/new":
+        return path
+    for page in ("/servers", "/endpoints", "/users", "/account"):
+        if path == page or path.startswith(page + "/"):
+            return page
     return "/jobs"
 
 
@@ -255,6 +317,29 @@ async def logout(request: Request) -> Response:
 # -- jobs --------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """What the jobs page lists: its filters and page, as its query (or a form) gives them."""
+
+    server_id: str | None = None
+    state: str | None = None
+    kind: str | None = None
+    id: str | None = None
+    """The start of a job id as a person typed it, with or without `job_`."""
+    cursor: str | None = None
+
+    @classmethod
+    def of(cls, values: Mapping[str, str | None]) -> Listing:
+        """From query or form values; empty ones are no filter."""
+        return cls(**{name: (values.get(name) or "").strip() or None for name in _LISTING})
+
+    def query(self) -> dict[str, str]:
+        return {name: value for name in _LISTING if (value := getattr(self, name))}
+
+
+_LISTING: Final = ("server_id", "state", "kind", "id", "cursor")
+
+
 @router.get("/jobs")
 async def jobs_page(
     request: Request,
@@ -264,40 +349,56 @@ async def jobs_page(
     id: str | None = None,
     cursor: str | None = None,
     fragment: bool = False,
+    cancelled: str | None = None,
+    cancelling: str | None = None,
+    ended: str | None = None,
+    refused: str | None = None,
 ) -> Response:
     user = await signed_in(request)
+    counts = CancelCounts.of(cancelled, cancelling, ended, refused)
+    listing = Listing.of(
+        {"server_id": server_id, "state": state, "kind": kind, "id": id, "cursor": cursor}
+    )
+    return await _jobs(request, user, listing, fragment=fragment, notice=counts.notice())
+
+
+async def _jobs(
+    request: Request,
+    user: User,
+    listing: Listing,
+    *,
+    fragment: bool = False,
+    notice: str = "",
+    problem: MoonrunError | None = None,
+) -> Response:
+    """The jobs page (or its live fragment), with what a form did or why it did not."""
     platform = platform_of(request)
-    server_id, state, kind = server_id or None, state or None, (kind or "").strip() or None
-    id_prefix = _id_prefix(id)
     search_error = ""
     try:
         page = await on_user_channel(
             request,
             platform.service.list_jobs,
             user,
-            server_id=server_id,
-            state=state,
+            server_id=listing.server_id,
+            state=listing.state,
             limit=25,
-            cursor=cursor,
-            kind=kind,
-            id_prefix=id_prefix,
+            cursor=listing.cursor,
+            kind=listing.kind,
+            id_prefix=_id_prefix(listing.id),
         )
     except InvalidRequest as error:
         # A search too broad or malformed: said on the page, whose filters then start empty
         # (a refused value is never shown again: it may be a secret typed in the wrong box).
         search_error = error.message
         page = JobPage((), None)
-        state = kind = id = cursor = None
+        listing = Listing(server_id=listing.server_id)
     servers = await on_user_channel(request, platform.directory.list_servers, user)
     online = await on_user_channel(
         request, platform.service.endpoints_online, [s.endpoint_id for s in servers]
     )
     names = {server.id: server.name for server in servers}
-    filters = {
-        k: v
-        for k, v in {"server_id": server_id, "state": state, "kind": kind, "id": id}.items()
-        if v
-    }
+    filters = {name: value for name, value in listing.query().items() if name != "cursor"}
+    cursor = listing.cursor
     older = (
         "/jobs?" + urlencode({**filters, "cursor": page.next_cursor}) if page.next_cursor else None
     )
@@ -307,12 +408,99 @@ async def jobs_page(
         "servers": [server_view(server, online[server.endpoint_id]) for server in servers],
         "states": [s.value for s in JobState],
         "filters": filters,
+        "cursor": cursor or "",
         "older": older,
         "live_url": "/jobs?" + urlencode({**filters, "fragment": "1", **_cursor(cursor)}),
         "search_error": search_error,
+        "notice": notice,
+        "problem": problem.message if problem else "",
     }
-    status = 422 if search_error else 200
+    status = problem.status if problem else 422 if search_error else 200
     return render(request, "_jobs_table.html" if fragment else "jobs.html", status, **context)
+
+
+@dataclass(frozen=True, slots=True)
+class CancelCounts:
+    """What "Cancel selected" did: jobs that ended cancelled at once, jobs whose Run was asked
+    to stop them, jobs that had already ended (left alone), and jobs it could not cancel."""
+
+    cancelled: int = 0
+    cancelling: int = 0
+    ended: int = 0
+    refused: int = 0
+
+    @classmethod
+    def of(cls, *values: str | None) -> CancelCounts:
+        """From the page's query (anything but a small count counts as 0)."""
+        return cls(*(int(v) if v and v.isdigit() and len(v) <= 4 else 0 for v in values))
+
+    def query(self) -> dict[str, int]:
+        return {
+            "cancelled": self.cancelled,
+            "cancelling": self.cancelling,
+            "ended": self.ended,
+            "refused": self.refused,
+        }
+
+    def notice(self) -> str:
+        parts = [
+            _jobs_phrase(self.cancelled, "cancelled"),
+            _jobs_phrase(self.cancelling, "asked to stop (cancelling)"),
+            _jobs_phrase(self.ended, "had already ended", were=False),
+            _jobs_phrase(self.refused, "could not be cancelled (not yours, or gone)", were=False),
+        ]
+        said = "; ".join(part for part in parts if part)
+        return said[:1].upper() + said[1:] + "." if said else ""
+
+
+def _jobs_phrase(count: int, what: str, *, were: bool = True) -> str:
+    if not count:
+        return ""
+    verb = ("was " if count == 1 else "were ") if were else ""
+    return f"{count} job{'' if count == 1 else 's'} {verb}{what}"
+
+
+def cancel_each(service: SchedulingService, user: User, job_ids: list[str]) -> CancelCounts:
+    """Cancel each job through `service.cancel_job`, as one cancel would; a job that has
+    already ended is left alone, and one the user may not cancel (or that does not exist) is
+    counted, not raised."""
+    cancelled = cancelling = ended = refused = 0
+    for job_id in job_ids:
+        try:
+            if service.get_job(user, job_id).state.is_terminal:
+                ended += 1
+                continue
+            outcome = service.cancel_job(user, job_id)
+        except (Forbidden, NotFound):
+            refused += 1
+            continue
+        if outcome.waits_on_run:
+            cancelling += 1
+        elif outcome.job.state is JobState.CANCELLED:
+            cancelled += 1
+        else:  # it ended otherwise in the meantime
+            ended += 1
+    return CancelCounts(cancelled, cancelling, ended, refused)
+
+
+@router.post("/jobs/cancel")
+async def cancel_jobs(request: Request) -> Response:
+    """Cancel selected: each job named by a `job_id` field (at most `MAX_BULK_CANCEL`)."""
+    user = await signed_in(request)
+    fields = await checked_form(request, max_fields=MAX_BULK_CANCEL + FORM_FIELDS)
+    listing = Listing.of(fields)
+    job_ids = list(dict.fromkeys(job_id for job_id in fields.every("job_id") if job_id))
+    problem: MoonrunError | None = None
+    if not job_ids:
+        problem = InvalidRequest("select at least one job to cancel")
+    elif len(job_ids) > MAX_BULK_CANCEL:
+        problem = TooLarge(f"select at most {MAX_BULK_CANCEL} jobs at once")
+    if problem is not None:
+        return await _jobs(request, user, listing, problem=problem)
+    service = platform_of(request).service
+    counts = await on_user_channel(request, cancel_each, service, user, job_ids)
+    query = listing.query() | counts.query()
+    return RedirectResponse("/jobs?" + urlencode(query), status_code=303)
 
 
 def _cursor(cursor: str | None) -> dict[str, str]:
@@ -468,29 +656,106 @@ async def cancel_job(request: Request, job_id: str) -> Response:
     return RedirectResponse(f"/jobs/{quote(job_id)}", status_code=303)
 
 
-# -- servers, endpoints, users -----------------------------------------------------------------
+# -- servers -----------------------------------------------------------------------------------
 
 
 @router.get("/servers")
-async def servers_page(request: Request, message: str | None = None) -> Response:
+async def servers_page(request: Request, done: str | None = None) -> Response:
     user = await signed_in(request)
+    return await _servers(request, user, notice=notice_of(done))
+
+
+async def _servers(
+    request: Request, user: User, *, notice: str = "", problem: MoonrunError | None = None
+) -> Response:
+    """The servers page, with what a form did or why it did not."""
     platform = platform_of(request)
-    servers = await on_user_channel(request, platform.directory.list_servers, user)
+    directory, service = platform.directory, platform.service
+    servers = await on_user_channel(request, directory.list_servers, user)
     ids = {s.owner_id for s in servers} | {a for s in servers for a in s.admin_ids}
-    names = await on_user_channel(request, platform.directory.names_of, ids)
+    names = await on_user_channel(request, directory.names_of, ids)
     online = await on_user_channel(
-        request, platform.service.endpoints_online, [s.endpoint_id for s in servers]
+        request, service.endpoints_online, [s.endpoint_id for s in servers]
     )
     rows = [
         {
             **server_view(server, online[server.endpoint_id]),
             "owner": names.get(server.owner_id, "?"),
             "admins": [{"id": admin, "name": names.get(admin, "?")} for admin in server.admin_ids],
-            "can_manage_admins": user.platform_admin or user.id == server.owner_id,
+            "can_manage_admins": can_manage_admins(user, server),
         }
         for server in servers
     ]
-    return render(request, "servers.html", servers=rows, message=message or "")
+    endpoints, people = [], []
+    if user.platform_admin:  # the create form's choices
+        endpoints = await on_user_channel(request, service.endpoint_views, user)
+        people = [user_view(u) for u in await on_user_channel(request, directory.list_users, user)]
+    return render(
+        request,
+        "servers.html",
+        problem.status if problem else 200,
+        servers=rows,
+        endpoints=endpoints,
+        people=people,
+        notice=notice,
+        problem=problem.message if problem else "",
+    )
+
+
+@router.post("/servers")
+async def create_server(request: Request) -> Response:
+    """Create a server on an endpoint, owned by a user (platform admins)."""
+    user = await signed_in(request)
+    fields = await checked_form(request)
+    directory = platform_of(request).directory
+    try:
+        await on_user_channel(
+            request,
+            directory.create_server,
+            user,
+            fields.get("name", "").strip(),
+            endpoint_id=fields.get("endpoint_id", ""),
+            owner_id=fields.get("owner_id", ""),
+        )
+    except MoonrunError as error:
+        return await _servers(request, user, problem=shown(error))
+    return back("/servers", "server_created")
+
+
+@router.get("/servers/{server_id}/remove")
+async def remove_server_page(request: Request, server_id: str) -> Response:
+    """The confirm step of removing a server (its owner or a platform admin)."""
+    user = await signed_in(request)
+    directory = platform_of(request).directory
+    server = await on_user_channel(request, directory.get_server, user, server_id)
+    require(can_manage_admins(user, server))
+    return render(
+        request,
+        "confirm.html",
+        heading=f"Remove server {server.name}?",
+        subject=server.id,
+        explanation=(
+            "Only a server none of whose jobs is still waiting or running can be removed. "
+            "Its ended jobs stay, readable by platform admins only. This cannot be undone."
+        ),
+        action=f"/servers/{quote(server.id)}/remove",
+        button="Remove server",
+        keep="/servers",
+    )
+
+
+@router.post("/servers/{server_id}/remove")
+async def remove_server(request: Request, server_id: str) -> Response:
+    """Remove a server (its owner or a platform admin); 409 `server_busy` while a job of it
+    has not ended, shown on the servers page."""
+    user = await signed_in(request)
+    await checked_form(request)
+    directory = platform_of(request).directory
+    try:
+        await on_user_channel(request, directory.remove_server, user, server_id)
+    except MoonrunError as error:
+        return await _servers(request, user, problem=shown(error))
+    return back("/servers", "server_removed")
 
 
 @router.post("/servers/{server_id}/admins")
@@ -514,15 +779,316 @@ async def remove_admin(request: Request, server_id: str, user_id: str) -> Respon
     return RedirectResponse("/servers", status_code=303)
 
 
+# -- endpoints ---------------------------------------------------------------------------------
+
+
 @router.get("/endpoints")
-async def endpoints_page(request: Request) -> Response:
+async def endpoints_page(request: Request, done: str | None = None) -> Response:
     user = await signed_in(request)
+    return await _endpoints(request, user, notice=notice_of(done))
+
+
+async def _endpoints(
+    request: Request, user: User, *, notice: str = "", problem: MoonrunError | None = None
+) -> Response:
     views = await on_user_channel(request, platform_of(request).service.endpoint_views, user)
-    return render(request, "endpoints.html", endpoints=views)
+    return render(
+        request,
+        "endpoints.html",
+        problem.status if problem else 200,
+        endpoints=views,
+        notice=notice,
+        problem=problem.message if problem else "",
+    )
+
+
+@router.post("/endpoints")
+async def create_endpoint(request: Request) -> Response:
+    """Create an endpoint (platform admins); the answer shows its join token, this once."""
+    user = await signed_in(request)
+    fields = await checked_form(request)
+    service = platform_of(request).service
+    try:
+        enrolled = await on_user_channel(
+            request, service.create_endpoint, user, fields.get("name", "").strip()
+        )
+    except MoonrunError as error:
+        return await _endpoints(request, user, problem=shown(error))
+    platform_url = str(request.base_url).rstrip("/")
+    token = enrolled.join_token
+    return render(
+        request,
+        "shown_once.html",
+        heading=f"Endpoint {enrolled.endpoint.name} is created",
+        subject=enrolled.endpoint.id,
+        secret_label="Join token",
+        secret=token,
+        expires_at=format_instant(enrolled.join_token_expires_at),
+        command=f"moonrun run join --platform {platform_url} --token {token} "
+        f"--data-dir {RUN_DATA_DIR}",
+        done="/endpoints",
+        done_label="Back to endpoints",
+    )
+
+
+async def _endpoint(request: Request, user: User, endpoint_id: str) -> EndpointView:
+    """One endpoint as platform admins see it."""
+    views: list[EndpointView] = await on_user_channel(
+        request, platform_of(request).service.endpoint_views, user
+    )
+    for view in views:
+        if view["id"] == endpoint_id:
+            return view
+    raise NotFound("no such endpoint")
+
+
+async def _drain(request: Request, endpoint_id: str, draining: bool) -> Response:
+    user = await signed_in(request)
+    await checked_form(request)
+    service = platform_of(request).service
+    try:
+        await on_user_channel(request, service.set_draining, user, endpoint_id, draining)
+    except MoonrunError as error:
+        return await _endpoints(request, user, problem=shown(error))
+    return back("/endpoints", "endpoint_drained" if draining else "endpoint_undrained")
+
+
+@router.post("/endpoints/{endpoint_id}/drain")
+async def drain_endpoint(request: Request, endpoint_id: str) -> Response:
+    """Grant the endpoint no new claims; its running attempts finish (platform admins)."""
+    return await _drain(request, endpoint_id, True)
+
+
+@router.post("/endpoints/{endpoint_id}/undrain")
+async def undrain_endpoint(request: Request, endpoint_id: str) -> Response:
+    """Grant the endpoint claims again (platform admins)."""
+    return await _drain(request, endpoint_id, False)
+
+
+@router.get("/endpoints/{endpoint_id}/remove")
+async def remove_endpoint_page(request: Request, endpoint_id: str) -> Response:
+    """The confirm step of removing an endpoint (platform admins)."""
+    user = await signed_in(request)
+    endpoint = await _endpoint(request, user, endpoint_id)
+    return render(
+        request,
+        "confirm.html",
+        heading=f"Remove endpoint {endpoint['name']}?",
+        subject=endpoint["id"],
+        explanation=(
+            "Only an endpoint no server points at can be removed. Its session ends, and its "
+            "Run's requests are refused from then on. This cannot be undone."
+        ),
+        action=f"/endpoints/{quote(endpoint['id'])}/remove",
+        button="Remove endpoint",
+        keep="/endpoints",
+    )
+
+
+@router.post("/endpoints/{endpoint_id}/remove")
+async def remove_endpoint(request: Request, endpoint_id: str) -> Response:
+    """Remove an endpoint (platform admins); 409 `endpoint_in_use` while a server points at
+    it, shown on the endpoints page."""
+    user = await signed_in(request)
+    await checked_form(request)
+    service = platform_of(request).service
+    try:
+        await on_user_channel(request, service.remove_endpoint, user, endpoint_id)
+    except MoonrunError as error:
+        return await _endpoints(request, user, problem=shown(error))
+    return back("/endpoints", "endpoint_removed")
+
+
+# -- users and the signed-in user's account ----------------------------------------------------
 
 
 @router.get("/users")
-async def users_page(request: Request) -> Response:
+async def users_page(request: Request, done: str | None = None) -> Response:
     user = await signed_in(request)
+    return await _users(request, user, notice=notice_of(done))
+
+
+async def _users(
+    request: Request, user: User, *, notice: str = "", problem: MoonrunError | None = None
+) -> Response:
     users = await on_user_channel(request, platform_of(request).directory.list_users, user)
-    return render(request, "users.html", users=[user_view(u) for u in users])
+    return render(
+        request,
+        "users.html",
+        problem.status if problem else 200,
+        users=[user_view(u) for u in users],
+        notice=notice,
+        problem=problem.message if problem else "",
+    )
+
+
+def _password_of(fields: Form) -> str:
+    """The form's new password, typed twice the same."""
+    password = fields.get("password", "")
+    if password != fields.get("password_again", ""):
+        raise InvalidRequest("the two passwords differ")
+    return password
+
+
+@router.post("/users")
+async def create_user(request: Request) -> Response:
+    """Create a user (platform admins); the answer shows their API token, this once."""
+    user = await signed_in(request)
+    fields = await checked_form(request)
+    directory = platform_of(request).directory
+    try:
+        created = await on_user_channel(
+            request,
+            directory.create_user,
+            user,
+            fields.get("name", "").strip(),
+            platform_admin=fields.get("platform_admin") == "on",
+            password=_password_of(fields) or None,
+        )
+    except MoonrunError as error:
+        return await _users(request, user, problem=shown(error))
+    heading = f"User {created.user.name} is created"
+    return _api_token_page(
+        request, heading, created.user, created.api_token, rotated=False, done="/users"
+    )
+
+
+def _api_token_page(
+    request: Request, heading: str, person: User, token: str, *, rotated: bool, done: str
+) -> Response:
+    """The one page that shows an API token: the answer to the form that made it."""
+    explanation = ""
+    if rotated:
+        own = person.id == request.state.user.id
+        explanation = (
+            "Your old API tokens stop working now: save this one again with `moonrun login`."
+            if own
+            else f"The old API tokens of {person.name} stop working now."
+        )
+    return render(
+        request,
+        "shown_once.html",
+        heading=heading,
+        subject=person.id,
+        secret_label="API token",
+        secret=token,
+        explanation=explanation,
+        done=done,
+        done_label="Back to your account" if done == "/account" else "Back to users",
+    )
+
+
+async def _set_disabled(request: Request, user_id: str, disabled: bool) -> Response:
+    user = await signed_in(request)
+    await checked_form(request)
+    directory = platform_of(request).directory
+    try:
+        await on_user_channel(request, directory.set_disabled, user, user_id, disabled)
+    except MoonrunError as error:
+        return await _users(request, user, problem=shown(error))
+    return back("/users", "user_disabled" if disabled else "user_enabled")
+
+
+@router.post("/users/{user_id}/disable")
+async def disable_user(request: Request, user_id: str) -> Response:
+    """Disable a user: their API tokens and console sessions are refused (platform admins;
+    not themself)."""
+    return await _set_disabled(request, user_id, True)
+
+
+@router.post("/users/{user_id}/enable")
+async def enable_user(request: Request, user_id: str) -> Response:
+    """Enable a disabled user again (platform admins)."""
+    return await _set_disabled(request, user_id, False)
+
+
+@router.post("/users/{user_id}/token")
+async def rotate_token(request: Request, user_id: str) -> Response:
+    """A new API token for the user, shown once; their old ones stop working."""
+    user = await signed_in(request)
+    await checked_form(request)
+    directory = platform_of(request).directory
+    try:
+        person, token = await on_user_channel(request, _rotate, directory, user, user_id)
+    except MoonrunError as error:
+        return await _people(request, user, shown(error))
+    heading = f"A new API token for {person.name}"
+    return _api_token_page(request, heading, person, token, rotated=True, done=_people_of(user))
+
+
+def _rotate(directory: Directory, actor: User, user_id: str) -> tuple[User, str]:
+    """As the API's rotate: the new token, and the user it belongs to."""
+    token = directory.rotate_api_token(actor, user_id)
+    return directory.user_by_id(user_id), token
+
+
+@router.post("/users/{user_id}/password")
+async def set_password(request: Request, user_id: str) -> Response:
+    """Set a user's console password (platform admins for anyone; anyone for themself)."""
+    user = await signed_in(request)
+    fields = await checked_form(request)
+    directory = platform_of(request).directory
+    try:
+        password = _password_of(fields)
+        await on_user_channel(request, directory.set_password, user, user_id, password)
+    except MoonrunError as error:
+        return await _people(request, user, shown(error))
+    return back(_people_of(user), "password_set")
+
+
+def _people_of(user: User) -> str:
+    """Where a form about a user came from: the users page, or for someone who may not see
+    it (and may act only on themself) their account page."""
+    return "/users" if user.platform_admin else "/account"
+
+
+async def _people(request: Request, user: User, problem: MoonrunError) -> Response:
+    if user.platform_admin:
+        return await _users(request, user, problem=problem)
+    return _account(request, user, problem=problem)
+
+
+@router.get("/account")
+async def account_page(request: Request, done: str | None = None) -> Response:
+    """The signed-in user: their own password and API token."""
+    user = await signed_in(request)
+    return _account(request, user, notice=notice_of(done))
+
+
+def _account(
+    request: Request, user: User, *, notice: str = "", problem: MoonrunError | None = None
+) -> Response:
+    return render(
+        request,
+        "account.html",
+        problem.status if problem else 200,
+        me=user_view(user),
+        notice=notice,
+        problem=problem.message if problem else "",
+    )
+
+
+@router.post("/account/password")
+async def set_own_password(request: Request) -> Response:
+    """Set one's own console password (anyone signed in, as the API allows)."""
+    user = await signed_in(request)
+    fields = await checked_form(request)
+    directory = platform_of(request).directory
+    try:
+        password = _password_of(fields)
+        await on_user_channel(request, directory.set_password, user, user.id, password)
+    except MoonrunError as error:
+        return _account(request, user, problem=shown(error))
+    return back("/account", "password_set")
+
+
+@router.post("/account/token")
+async def rotate_own_token(request: Request) -> Response:
+    """A new API token for oneself, shown once; the old ones stop working."""
+    user = await signed_in(request)
+    await checked_form(request)
+    directory = platform_of(request).directory
+    _, token = await on_user_channel(request, _rotate, directory, user, user.id)
+    return _api_token_page(
+        request, "Your new API token", user, token, rotated=True, done="/account"
+    )

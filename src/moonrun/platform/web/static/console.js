@@ -1,5 +1,5 @@
-// The console's only script: live updates by polling an HTML fragment, confirmations, and the
-// submit form's choices.
+// The console's only script: live updates by polling an HTML fragment (keeping the jobs a
+// person ticked), confirmations, and the submit form's choices. Every form works without it.
 "use strict";
 
 (function () {
@@ -22,8 +22,10 @@
           holder.innerHTML = await response.text();
           const fresh = holder.querySelector("#live");
           if (fresh) {
+            const kept = keepSelection(live);
             live.innerHTML = fresh.innerHTML;
             live.dataset.final = fresh.dataset.final || "false";
+            kept();
           }
         }
       } catch (error) {
@@ -32,6 +34,23 @@
       window.setTimeout(refresh, every);
     };
     window.setTimeout(refresh, every);
+  }
+
+  // The ticked boxes (and the focused one) of the region about to be replaced; the returned
+  // function ticks them again in the new region, for the jobs that are still selectable.
+  function keepSelection(region) {
+    const boxes = () => region.querySelectorAll('input[type="checkbox"][name]');
+    const key = (box) => box.name + "=" + box.value;
+    const ticked = new Set();
+    for (const box of boxes()) if (box.checked) ticked.add(key(box));
+    const focused = region.contains(document.activeElement) ? document.activeElement : null;
+    const focusKey = focused instanceof HTMLInputElement ? key(focused) : null;
+    return () => {
+      for (const box of boxes()) {
+        if (ticked.has(key(box))) box.checked = true;
+        if (key(box) === focusKey) box.focus();
+      }
+    };
   }
 
   // The submit form: choosing a server shows its kinds; choosing a kind puts its skeleton in
