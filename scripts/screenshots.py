@@ -8,6 +8,9 @@ client, and drives /usr/bin/chromium with Playwright to write:
 - docs/img/job.png        a running job with progress and logs, as its owner
 - docs/img/forbidden.png  the 403 page: another owner's job
 - docs/img/job-375.png    the same job detail on a 375 px wide screen
+- docs/img/submit.png     the submit form, its payload refused with the schema's problems inline
+- docs/img/endpoints.png  the endpoints page, as a platform admin (create, drain, remove)
+- docs/img/users.png      the users page, as a platform admin (create, disable, rotate, password)
 
 Exits 1 if a page at 375 px is wider than the screen (it would scroll sideways), or if a page
 reports a Content-Security-Policy violation or a script error.
@@ -34,6 +37,21 @@ from tests.console_kit import (
 )
 from tests.stores import memory_factory
 
+from moonrun.run.handlers import ANY_PAYLOAD
+from moonrun.run.handlers.command import PAYLOAD_SCHEMA as COMMAND
+from moonrun.run.handlers.sleep import PAYLOAD_SCHEMA as SLEEP
+
+BUILT_INS = {"command": COMMAND, "noop": ANY_PAYLOAD, "sleep": SLEEP}
+SEEDED_KINDS = (
+    "nightly-backup",
+    "db-migrate",
+    "render-thumbnails",
+    "mirror-sync",
+    "weekly-report",
+    "index-rebuild",
+    "olives-secret-work",
+)
+"""The kinds host-a's Run advertises besides the built-ins (those of the seeded jobs)."""
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "docs" / "img"
 NARROW = 375
@@ -45,7 +63,8 @@ and leases stay alive."""
 
 def seed(con: Console) -> str:
     """Jobs in every state on web-1 (olive's) and db-1 (stella's); answers the running one."""
-    clock, run, other = con.world.clock, con.run.start(), con.other_run.start()
+    kinds = {**BUILT_INS, **dict.fromkeys(SEEDED_KINDS, ANY_PAYLOAD)}
+    clock, run, other = con.world.clock, con.run.start(kinds=kinds), con.other_run.start()
 
     def tick() -> None:
         clock.advance(STEP_MS)
@@ -158,12 +177,21 @@ def main() -> int:
             ("job.png", page_of("olive", 1280, f"/jobs/{running}")),
             ("forbidden.png", page_of("stella", 1280, f"/jobs/{other_owners}")),
         ]
+        submit = page_of("olive", 1280, f"/jobs/new?server_id={con.server_id}")
+        submit.get_by_label("Kind", exact=True).select_option("command")
+        payload = '{"argv": "make -C /srv/app test", "timeout": 600}'
+        submit.get_by_label("Payload (a JSON object)").fill(payload)
+        submit.get_by_role("button", name="Submit", exact=True).click()
+        submit.get_by_test_id("problems").wait_for()
+        shots.append(("submit.png", submit))
+        shots.append(("endpoints.png", page_of("ada", 1280, "/endpoints")))
+        shots.append(("users.png", page_of("ada", 1280, "/users")))
         narrow = page_of("olive", NARROW, f"/jobs/{running}")
         shots.append(("job-375.png", narrow))
         for name, page in shots:
             page.screenshot(path=str(OUT / name), full_page=True)
             print(f"screenshots: wrote {(OUT / name).relative_to(ROOT)}")
-        for path in ("/jobs", f"/jobs/{running}", "/servers"):
+        for path in ("/jobs", f"/jobs/{running}", "/servers", "/jobs/new", "/account"):
             narrow.goto(served.url + path)
             if width_of(narrow) > NARROW:
                 problems.append(f"{path} is {width_of(narrow)} px wide at {NARROW} px")
