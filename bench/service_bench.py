@@ -18,6 +18,7 @@ from moonrun.clock import SystemClock
 from moonrun.platform.config import SchedulingSettings
 from moonrun.platform.directory import Directory
 from moonrun.platform.service import SchedulingService
+from moonrun.run.handlers import advertised_kinds, load_handlers
 from moonrun.scheduling import jobs, messages
 from moonrun.scheduling.fingerprint import token_hash
 from moonrun.scheduling.jobs import RunResult
@@ -40,8 +41,9 @@ def service_lifecycles(count: int) -> float:
     server = directory.create_server(
         admin, "bench", endpoint_id=enrolled.endpoint.id, owner_id=admin.id
     )
+    kinds = advertised_kinds(load_handlers())  # as a real Run registers: jobs are checked
     session = service.register_session(
-        enrolled.endpoint.id, boot_id="bench", run_version="0.1.0", capacity=1
+        enrolled.endpoint.id, boot_id="bench", run_version="0.1.0", capacity=1, kinds=kinds
     ).session.id
     service.reconcile(session, [])
     gc.collect()
