@@ -382,14 +382,7 @@ class _Compiler:
         return [members]
 
     def array_parts(self, schema: dict[str, Any]) -> list[_Part]:
-        parts: list[_Part] = []
-        low, high = schema.get("minItems"), schema.get("maxItems")
-        if _is_number(low):
-            message = f"must hold at least {low} item{'' if low == 1 else 's'}"
-            parts.append(lambda v, at, d, s: not _shorter(v, list, low) or _add(s, at, message))
-        if _is_number(high):
-            message = f"must hold at most {high} item{'' if high == 1 else 's'}"
-            parts.append(lambda v, at, d, s: not _longer(v, list, high) or _add(s, at, message))
+        parts = _length_parts(schema, list, ("minItems", "maxItems"), _items)
         items = schema.get("items", True)
         if items is not True:
             item = self.node(items)
@@ -477,14 +470,32 @@ def _type_part(kind: object) -> _Part:
 
 
 def _string_parts(schema: dict[str, Any]) -> list[_Part]:
+    return _length_parts(schema, str, ("minLength", "maxLength"), _characters)
+
+
+def _items(how: str, n: float) -> str:
+    return f"must hold {how} {n} item{'' if n == 1 else 's'}"
+
+
+def _characters(how: str, n: float) -> str:
+    return f"must be {how} {n} character{'' if n == 1 else 's'} long"
+
+
+def _length_parts(
+    schema: dict[str, Any],
+    kind: type[Sized],
+    words: tuple[str, str],
+    say: Callable[[str, float], str],
+) -> list[_Part]:
+    """The tests of `minItems`/`maxItems` (arrays) or `minLength`/`maxLength` (strings)."""
     parts: list[_Part] = []
-    low, high = schema.get("minLength"), schema.get("maxLength")
+    low, high = schema.get(words[0]), schema.get(words[1])
     if _is_number(low):
-        message = f"must be at least {low} character{'' if low == 1 else 's'} long"
-        parts.append(lambda v, at, d, s: not _shorter(v, str, low) or _add(s, at, message))
+        short = say("at least", low)
+        parts.append(lambda v, at, d, s: not _shorter(v, kind, low) or _add(s, at, short))
     if _is_number(high):
-        message = f"must be at most {high} character{'' if high == 1 else 's'} long"
-        parts.append(lambda v, at, d, s: not _longer(v, str, high) or _add(s, at, message))
+        long = say("at most", high)
+        parts.append(lambda v, at, d, s: not _longer(v, kind, high) or _add(s, at, long))
     return parts
 
 
