@@ -133,9 +133,18 @@ class Queries:
         self.delete_advertisement = render(
             "DELETE FROM endpoint_kinds WHERE endpoint_id = :endpoint_id"
         )
-        self.insert_advertisement = render(
+        # An upsert, so that two registrations of one endpoint at once (two platform
+        # processes) cannot both find no row and then collide on the key.
+        upsert = (
+            "ON DUPLICATE KEY UPDATE kinds_json = VALUES(kinds_json), "
+            "advertised_at = VALUES(advertised_at)"
+            if dialect == "mysql"
+            else "ON CONFLICT (endpoint_id) DO UPDATE SET kinds_json = excluded.kinds_json, "
+            "advertised_at = excluded.advertised_at"
+        )
+        self.upsert_advertisement = render(
             "INSERT INTO endpoint_kinds (endpoint_id, kinds_json, advertised_at) "
-            "VALUES (:endpoint_id, :kinds_json, :advertised_at)"
+            f"VALUES (:endpoint_id, :kinds_json, :advertised_at) {upsert}"
         )
         self.get_advertisement = render(
             "SELECT endpoint_id, kinds_json, advertised_at FROM endpoint_kinds "

@@ -408,17 +408,15 @@ class SqlStore:
     def set_advertisement(self, endpoint_id: str, advertisement: Advertisement | None) -> None:
         key = {"endpoint_id": endpoint_id}
 
-        def work(cursor: Cursor) -> None:
-            cursor.execute(self._sql.delete_advertisement, key)
-            if advertisement is not None:
-                row = {
-                    **key,
-                    "kinds_json": advertisement.kinds_json,
-                    "advertised_at": advertisement.advertised_at,
-                }
-                cursor.execute(self._sql.insert_advertisement, row)
-
-        self._write(work)
+        if advertisement is None:
+            self._write(lambda cursor: cursor.execute(self._sql.delete_advertisement, key))
+            return
+        row = {
+            **key,
+            "kinds_json": advertisement.kinds_json,
+            "advertised_at": advertisement.advertised_at,
+        }
+        self._write(lambda cursor: cursor.execute(self._sql.upsert_advertisement, row))
 
     def get_advertisement(self, endpoint_id: str) -> Advertisement | None:
         def make(row: Row) -> Advertisement:
