@@ -1,0 +1,52 @@
+"""Bugs this simulation found in moonrun that are not fixed yet (docs/simulation.md,
+"Findings"). By default the simulation steers around each one, so that every seed goes on
+testing everything else: the simulated Run behaves as the fixed agent would, and the fault
+that exposes the platform's is not injected. Name one (`MOONRUN_SIM_KNOWN_BUGS=<name>,...`,
+or `all`) and the simulation reproduces it; tests/sim/test_checker.py shows each is caught.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+
+@dataclass(frozen=True)
+class KnownBugs:
+    ack_lease_from_last_send: bool = False
+    """moonrun.run.agent: `_ack` takes its lease to run lease_ttl from when the *accepted* ack
+    was sent. When an earlier copy of that ack was applied and only its answer was lost, the
+    retry is answered as a repeat with the lease the first copy started, which ends before the
+    Run thinks: it then works (and self-fences) past the platform's lease. Fixed here: from the
+    earliest send."""
+
+    reconcile_cancels_its_own_renewal: bool = False
+    """moonrun.run.agent: `_apply_reconcile` cancels the supervisor of every attempt it drops,
+    also the one whose `_settle` is renewing the session right now: the CancelledError then
+    lands at `await self.journal.sync()`, `_renew_session` never sets `_session_ok`, and that
+    Run never claims again (its heartbeats go on). Fixed here: the current task is not
+    cancelled; `_settle` sees its entry gone and gives up."""
+
+    handler_starts_without_lease_check: bool = False
+    """moonrun.run.agent: `_execute` starts the handler without asking whether the lease still
+    holds; the first check comes a tick (lease_ttl/4) later. A cancel poll that takes long (it
+    is sent when the ack answer says nothing about a cancel, protocol 42), or an ack that was
+    retried for long, can hold the start past the lease. Fixed here: the handler starts only
+    while another renewal could still land in time, else Run self-fences at once."""
+
+    replayed_reconcile_on_another_instance: bool = False
+    """The platform: a reconciliation is applied again when a copy of its request reaches a
+    platform instance that has not seen its nonce (another instance; or a restarted one, for a
+    request created in the second before it started), within the 300 s signature window. The
+    session is still current, so the old report's omissions mark the attempts Run claimed
+    since `lost` while Run works on them. Withheld here: a duplicate goes to the instance the
+    request went to (whose nonce cache refuses it), unless this is named."""
+
+    @classmethod
+    def named(cls, names: tuple[str, ...]) -> KnownBugs:
+        """These bugs (`all`: every one); an unknown name is an error."""
+        known = tuple(f.name for f in fields(cls))
+        chosen = known if "all" in names else names
+        unknown = set(chosen) - set(known)
+        if unknown:
+            raise ValueError(f"unknown known bugs {sorted(unknown)}; known: {', '.join(known)}")
+        return cls(**dict.fromkeys(chosen, True))
