@@ -39,7 +39,7 @@ def main() -> None:
     args = parser.parse_args()
     for store in args.stores.split(","):
         faults: Counter[str] = Counter()
-        steps = failing = simulated_ms = jobs = 0
+        steps = failing = simulated_ms = jobs = fences = 0
         used = 0.0
         started = time.perf_counter()
         for seed in range(args.first, args.first + args.seeds):
@@ -48,6 +48,7 @@ def main() -> None:
             simulated_ms += outcome.simulated_ms
             faults.update(outcome.faults)
             jobs += len(outcome.history.latest)
+            fences += outcome.history.self_fences
             failing += bool(outcome.violations)
             used = max(used, bound_used(outcome.history))
         elapsed = time.perf_counter() - started
@@ -56,7 +57,9 @@ def main() -> None:
             f"{store}: {n} seeds in {elapsed:.1f} s = {n / elapsed:.1f} seeds/s; per seed "
             f"{steps / n:.0f} steps, {jobs / n:.1f} jobs, "
             f"{simulated_ms / n / 1000:.0f} s simulated, "
-            f"{sum(faults.values()) / n:.1f} faults; {failing} failing; slowest job used "
+            f"{(sum(faults.values()) - faults['journals_lost']) / n:.1f} faults, "
+            f"{fences / n:.1f} self-fences; "
+            f"{failing} failing; slowest job used "
             f"{used:.0%} of its liveness bound"
         )
         print(

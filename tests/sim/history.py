@@ -94,6 +94,8 @@ class History:
     """Session id -> (endpoint id, generation), from the registrations the platform answered."""
     internal_errors: list[tuple[int, Cause, str]] = field(default_factory=list)
     faults: Counter[str] = field(default_factory=Counter)
+    """Faults injected, by kind (`cut`: messages lost to a partition)."""
+    self_fences: int = 0
     started_at: int = 0
     calm_at: int | None = None
     """When faults stopped and every Run was (re)started."""

@@ -33,13 +33,15 @@ class KnownBugs:
     retried for long, can hold the start past the lease. Fixed here: the handler starts only
     while another renewal could still land in time, else Run self-fences at once."""
 
-    replayed_reconcile_on_another_instance: bool = False
+    reconcile_repeated_past_the_nonce_cache: bool = False
     """The platform: a reconciliation is applied again when a copy of its request reaches a
-    platform instance that has not seen its nonce (another instance; or a restarted one, for a
-    request created in the second before it started), within the 300 s signature window. The
-    session is still current, so the old report's omissions mark the attempts Run claimed
-    since `lost` while Run works on them. Withheld here: a duplicate goes to the instance the
-    request went to (whose nonce cache refuses it), unless this is named."""
+    platform instance that has not seen its nonce within the 300 s signature window: another
+    instance, or the same one restarted within a second of the request's `created` (the
+    instance-start check allows 1 s, `signing.check_created`). The session is still current,
+    so the stale report's omissions mark the attempts Run claimed since as `lost` while Run
+    works on them, and they are claimed again. Withheld here unless named: a duplicate goes to
+    the instance the request went to, and an instance refuses every signature created before
+    it started."""
 
     @classmethod
     def named(cls, names: tuple[str, ...]) -> KnownBugs:

@@ -80,6 +80,7 @@ class Platform:
         wrap_store: StoreWrapper | None = None,
         service_class: ServiceFactory = SchedulingService,
         sweep_interval_ms: int = 1000,
+        start_slack_ms: int = 0,
     ) -> None:
         self._scheduler = scheduler
         self._clock = clock
@@ -91,6 +92,9 @@ class Platform:
         self._wrap = wrap_store or (lambda store: store)
         self._service_class = service_class
         self.sweep_interval_ms = sweep_interval_ms
+        self._start_slack_ms = start_slack_ms
+        """How long before an instance started a signature may have been created (the real
+        platform allows 1 s)."""
         self._calls = 0
         self.instances = [self._start(index, store_kind.open()) for index in range(instances)]
         for instance in self.instances:
@@ -121,7 +125,7 @@ class Platform:
             return
         now = self._clock.now()
         if request.nonce is not None:
-            if request.created < instance.started_at - 1000 or (
+            if request.created < instance.started_at - self._start_slack_ms or (
                 abs(now - request.created) > SIGNATURE_WINDOW_MS
             ):
                 reply(SignatureExpired())

@@ -639,7 +639,7 @@ class RunProcess(Node):
     def _self_fence(self, entry: Entry, handler: Handler | None) -> Body:
         """Stop an attempt whose lease may lapse before another renewal could be accepted."""
         self.host.self_fenced += 1
-        self.sim.history.faults["self_fenced"] += 1
+        self.sim.history.self_fences += 1
         entry.state = "self_fenced"
         self._save(entry)
         if handler is not None:

@@ -10,10 +10,19 @@ from tests.sim.bugs import BUGS
 from tests.sim.world import Outcome, simulate
 
 FIRST_SEED = 1000
-SEARCH = 60
-"""How many seeds a search for a planted bug may try (each is caught within a few)."""
+SEARCH = 300
+"""How many seeds a search may try. A claim ignoring the lease and a lost commit show in
+almost every seed; a stale result reaches the service in about one seed in thirty (most
+copies of an old result come after Run registered again, and are refused as rotated)."""
 KNOWN_SEARCH = 600
 """The known bugs need rarer coincidences (a few seeds in a hundred show each)."""
+PLANTED = [
+    ("double_grant", "memory"),
+    ("double_grant", "file"),
+    ("lost_commit", "memory"),
+    ("lost_commit", "file"),
+    ("stale_result", "memory"),  # a service bug: the store does not matter, and file is slower
+]
 
 
 def first_caught(store: str, rule: str, seeds: range, **kwargs: object) -> Outcome:
@@ -24,8 +33,7 @@ def first_caught(store: str, rule: str, seeds: range, **kwargs: object) -> Outco
     pytest.fail(f"no seed in {seeds} on {store} reported {rule}")
 
 
-@pytest.mark.parametrize("store", ["memory", "file"])
-@pytest.mark.parametrize("bug", sorted(BUGS))
+@pytest.mark.parametrize(("bug", "store"), PLANTED)
 def test_the_checker_reports_a_planted_bug_with_a_seed_that_reproduces_it(
     bug: str, store: str
 ) -> None:
@@ -47,7 +55,7 @@ def test_the_checker_reports_a_planted_bug_with_a_seed_that_reproduces_it(
         ("ack_lease_from_last_send", "work_outside_lease"),
         ("reconcile_cancels_its_own_renewal", "liveness"),
         ("handler_starts_without_lease_check", "work_outside_lease"),
-        ("replayed_reconcile_on_another_instance", "work_outside_lease"),
+        ("reconcile_repeated_past_the_nonce_cache", "work_outside_lease"),
     ],
 )
 def test_the_checker_reports_each_known_bug_the_simulation_found(known: str, rule: str) -> None:

@@ -195,6 +195,7 @@ class Simulation:
             wrap_store=wrap_store,
             service_class=service_class,
             sweep_interval_ms=SWEEP_INTERVAL_MS,
+            start_slack_ms=1000 if self.known.reconcile_repeated_past_the_nonce_cache else 0,
         )
         self._nonces = 0
         self.hosts: list[RunHost] = []
@@ -266,7 +267,7 @@ class Simulation:
             return target, arrive
 
         arriving = self.network.copies()
-        exposing = self.known.replayed_reconcile_on_another_instance
+        exposing = self.known.reconcile_repeated_past_the_nonce_cache
         if exposing and call.kind == "reconcile" and arriving == 1 and self.rng.random() < 0.5:
             arriving = 2  # that known bug named: its fault more often, to show it soon
         copies = [copy_to(index)] if arriving else []
