@@ -8,6 +8,9 @@ acknowledged; from each Run it knows what was worked on and when. The rules:
 - `lease_overlap`: an attempt is granted while an earlier attempt's lease is still live (its
   latest deadline not passed, and it was not ended by its holder's result or a
   reconciliation of its endpoint).
+- `belief_exceeds_lease`: a Run comes to believe it may work on an attempt (its renewal time
+  plus the lease, less the self-fencing margin, on its own clock) beyond the latest deadline the
+  platform had recorded for it by then.
 - `work_outside_lease`, `work_overlap`: a Run works on an attempt outside that attempt's live
   lease as the platform recorded it; two handlers work on one job at once.
 - `claim_*`: a claim of a job that is not waiting, eligible and free of a cancel intent, or by
@@ -31,6 +34,7 @@ acknowledged; from each Run it knows what was worked on and when. The rules:
 
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -107,6 +111,7 @@ class Checker:
             self._chain(job_id, writes)
         self._promises()
         self._grants()
+        self._beliefs()
         self._work()
         self._durability()
         self._cancels()
@@ -466,6 +471,38 @@ class Checker:
                         f"for {live_until - at} ms more",
                     )
             granted[job_id].append(grant.attempt)
+
+    def _beliefs(self) -> None:
+        """What a Run believes it holds never outlasts what the platform had recorded: each
+        belief (renewed_until less the margin, on the Run's clock) ends by the latest deadline
+        the platform had committed or answered for that attempt when the Run formed it."""
+        recorded: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)
+        for write in self.h.writes:
+            after = write.after
+            if after.state.is_active and after.deadline_at is not None:
+                recorded[(after.id, after.attempt)].append((write.at, after.deadline_at))
+        peaks: dict[tuple[str, int], tuple[list[int], list[int]]] = {}
+        for key, events in recorded.items():
+            times, highs, high = [], [], 0
+            for at, deadline in events:
+                high = max(high, deadline)
+                times.append(at)
+                highs.append(high)
+            peaks[key] = (times, highs)
+        for belief in self.h.beliefs:
+            times, highs = peaks.get((belief.job_id, belief.attempt), ([], []))
+            index = bisect.bisect_right(times, belief.at) - 1
+            deadline = highs[index] if index >= 0 else 0
+            if belief.until > deadline:
+                start = self.h.started_at
+                self.flag(
+                    "belief_exceeds_lease",
+                    belief.at,
+                    belief.job_id,
+                    f"Run {belief.run} ({belief.boot}) came to believe it may work on attempt "
+                    f"{belief.attempt} until +{belief.until - start} ms, but the platform's lease "
+                    f"ran only until +{deadline - start} ms",
+                )
 
     def _work(self) -> None:
         """Every Run works on an attempt only inside its live lease; one job, one handler."""

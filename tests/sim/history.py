@@ -70,6 +70,19 @@ class Work:
 
 
 @dataclass(frozen=True)
+class Belief:
+    """At `at`, a Run process came to believe it may work on an attempt until `until` (true
+    time): its renewed_until less the self-fencing margin, on its own clock."""
+
+    run: str
+    boot: str
+    job_id: str
+    attempt: int
+    at: int
+    until: int
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """What a freshly (re)opened store held for every job, right after a platform restart."""
 
@@ -89,6 +102,7 @@ class History:
     writes: list[Write] = field(default_factory=list)
     answers: list[Answer] = field(default_factory=list)
     work: list[Work] = field(default_factory=list)
+    beliefs: list[Belief] = field(default_factory=list)
     snapshots: list[Snapshot] = field(default_factory=list)
     sessions: dict[str, tuple[str, int]] = field(default_factory=dict)
     """Session id -> (endpoint id, generation), from the registrations the platform answered."""

@@ -33,6 +33,15 @@ class KnownBugs:
     retried for long, can hold the start past the lease. Fixed here: the handler starts only
     while another renewal could still land in time, else Run self-fences at once."""
 
+    renewals_keyed_by_job: bool = False
+    """moonrun.run.agent: `_renewed_until` and `_cancel_known` are keyed by job id, but two
+    supervisors of one job may live at once (the job was granted again to the same Run while
+    the earlier attempt's supervisor was still busy: delivering its result, or in a slow cancel
+    poll). The earlier one then reads the later one's renewals: its handler may start, and run
+    until its next renewal tick, while the later attempt's handler runs (two at once on one
+    job); and when it ends it pops the later one's renewal, which then self-fences for
+    nothing. Fixed here: both are kept per attempt."""
+
     reconcile_repeated_past_the_nonce_cache: bool = False
     """The platform: a reconciliation is applied again when a copy of its request reaches a
     platform instance that has not seen its nonce within the 300 s signature window: another

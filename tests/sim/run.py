@@ -23,9 +23,10 @@ from typing import TYPE_CHECKING, Any
 
 from moonrun.errors import MoonrunError, PlatformUnreachable, SequenceRegression
 from moonrun.run.client import SESSION_ERRORS, TRANSIENT
+from moonrun.scheduling.jobs import JobState
 from moonrun.scheduling.messages import Evidence
 from moonrun.scheduling.reconcile import ReconcileEntry
-from tests.sim.history import Work
+from tests.sim.history import Belief, Work
 from tests.sim.kernel import Body, Call, LocalClock, Node, Resume, Signal, Sleep, Submit, Wait
 
 if TYPE_CHECKING:
@@ -260,8 +261,10 @@ class RunProcess(Node):
         self._renew_done = Signal()
         self.running: dict[str, Any] = {}
         """job id -> its supervisor task (a later attempt's replaces an earlier one's)."""
-        self.renewed_until: dict[str, float] = {}
-        self.cancel_known: dict[str, bool] = {}
+        self.renewed_until: dict[Any, float] = {}
+        """Per attempt (`key`): when (local clock) the last accepted renewal was sent, plus
+        lease_ttl."""
+        self.cancel_known: dict[Any, bool] = {}
         self.handlers: list[Handler] = []
         self.acks = SimBatcher(self, self._ack_call)
         self.results = SimBatcher(self, self._result_call)
@@ -380,9 +383,11 @@ class RunProcess(Node):
         assert session is not None
         confirmed = {item.job_id: item for item in report.confirmed}
         for item in report.confirmed:
-            self.cancel_known[item.job_id] = bool(item.cancel_requested)
-        for job_id in confirmed:
-            self.renewed_until[job_id] = sent + session.lease_ttl_ms
+            self.cancel_known[self.key(item.job_id, item.attempt)] = bool(item.cancel_requested)
+        for job_id, item in confirmed.items():
+            self.renewed_until[self.key(job_id, item.attempt)] = sent + session.lease_ttl_ms
+            if item.state is JobState.RUNNING:  # it goes on working (an accepted one acks first)
+                self._believe(job_id, item.attempt)
         for job_id in list(self.journal.entries):
             if job_id in confirmed:
                 continue
@@ -499,8 +504,22 @@ class RunProcess(Node):
         finally:
             if self.running.get(entry.job_id) is box.get("task"):
                 del self.running[entry.job_id]
-            self.renewed_until.pop(entry.job_id, None)
+            self.renewed_until.pop(self.key(entry.job_id, entry.attempt), None)
             self.slot_freed.set()
+
+    def key(self, job_id: str, attempt: int) -> Any:
+        """What renewals and cancel news are kept under: the attempt (the agent: the job)."""
+        return job_id if self.sim.known.renewals_keyed_by_job else (job_id, attempt)
+
+    def _believe(self, job_id: str, attempt: int) -> None:
+        """Record until when (true time) this process now thinks it may work on the attempt."""
+        if self.session is None:
+            return
+        margin = self.session.lease_ttl_ms / 8
+        until = self.clock.true_at(self.renewed_until.get(self.key(job_id, attempt), 0.0) - margin)
+        now = self.sim.scheduler.now()
+        belief = Belief(self.host.name, self.boot_id, job_id, attempt, now, until)
+        self.sim.history.beliefs.append(belief)
 
     def _save(self, entry: Entry) -> None:
         if self.journal.entries.get(entry.job_id) is entry:
@@ -539,12 +558,14 @@ class RunProcess(Node):
         if settled is None or session is None:
             return False
         first, sent, answer = settled
-        self.cancel_known[entry.job_id] = bool(answer.cancel_requested)
+        key = self.key(entry.job_id, entry.attempt)
+        self.cancel_known[key] = bool(answer.cancel_requested)
         if self.sim.known.ack_lease_from_last_send:
-            self.renewed_until[entry.job_id] = sent + session.lease_ttl_ms
+            self.renewed_until[key] = sent + session.lease_ttl_ms
         else:  # a repeated ack renews nothing: the lease may date from the first copy
-            known = self.renewed_until.get(entry.job_id, 0.0)
-            self.renewed_until[entry.job_id] = max(known, first + session.lease_ttl_ms)
+            known = self.renewed_until.get(key, 0.0)
+            self.renewed_until[key] = max(known, first + session.lease_ttl_ms)
+        self._believe(entry.job_id, entry.attempt)
         entry.state = "running"
         # Journaled a little later, not waited for (the real Run's RUNNING_WRITE_DELAY_S).
         self.journal.put_later(entry, self.timings.running_write_delay_ms)
@@ -559,7 +580,7 @@ class RunProcess(Node):
             return failed(
                 "run_restarted", "Run restarted and this kind cannot resume", retryable=True
             )
-        known = self.cancel_known.pop(entry.job_id, None)
+        known = self.cancel_known.pop(self.key(entry.job_id, entry.attempt), None)
         if known is None or self.host.polls_cancel:
             sid = self.session.session_id if self.session else ""
             evidence = Evidence(entry.attempt, entry.lease)
@@ -575,7 +596,8 @@ class RunProcess(Node):
         session = self.session
         if session is not None and not self.sim.known.handler_starts_without_lease_check:
             tick, margin = session.lease_ttl_ms / 4, session.lease_ttl_ms / 8
-            if self.clock.now() + tick >= self.renewed_until.get(entry.job_id, 0.0) - margin:
+            renewed_until = self.renewed_until.get(self.key(entry.job_id, entry.attempt), 0.0)
+            if self.clock.now() + tick >= renewed_until - margin:
                 yield from self._self_fence(entry, None)
                 return None
         handler = Handler(self, entry)
@@ -596,6 +618,7 @@ class RunProcess(Node):
         assert session is not None
         tick, margin = session.lease_ttl_ms / 4, session.lease_ttl_ms / 8
         job_id = entry.job_id
+        key = self.key(job_id, entry.attempt)
         while True:
             yield Wait(handler.done, tick)
             if handler.done.is_set():
@@ -604,7 +627,7 @@ class RunProcess(Node):
             self._save(entry)  # before sending: a restart never reuses a seq the platform saw
             yield Sleep(0)
             generation, sent = self.generation(), self.clock.now()
-            budget = self.renewed_until.get(job_id, 0.0) - margin - sent
+            budget = self.renewed_until.get(key, 0.0) - margin - sent
             answer: Any = PlatformUnreachable("no time left to renew")
             if budget > 0:
                 sid = self.session.session_id if self.session else ""
@@ -619,7 +642,8 @@ class RunProcess(Node):
                 )
             if not isinstance(answer, MoonrunError):
                 lease_ttl = self.session.lease_ttl_ms if self.session else 0
-                self.renewed_until[job_id] = sent + lease_ttl
+                self.renewed_until[key] = sent + lease_ttl
+                self._believe(job_id, entry.attempt)
                 if answer.cancel_requested:
                     handler.cancel()
             elif isinstance(answer, SESSION_ERRORS):
@@ -632,7 +656,7 @@ class RunProcess(Node):
                 self._forget(entry)
                 handler.stop("refused")
                 return False
-            if self.clock.now() + tick >= self.renewed_until.get(job_id, 0.0) - margin:
+            if self.clock.now() + tick >= self.renewed_until.get(key, 0.0) - margin:
                 yield from self._self_fence(entry, handler)
                 return False
 

@@ -257,12 +257,11 @@ class Simulation:
         def copy_to(index: int) -> tuple[str, Callable[[], None]]:
             target = f"platform:{index}"
 
+            def answer(outcome: Any) -> None:
+                self.network.send(target, node.name, lambda: finish(outcome))
+
             def arrive() -> None:
-                self.platform.receive(
-                    index,
-                    request,
-                    lambda outcome: self.network.send(target, node.name, lambda: finish(outcome)),
-                )
+                self.platform.receive(index, request, answer)
 
             return target, arrive
 
@@ -399,19 +398,24 @@ class Simulation:
         self._schedule()
         scheduler, history = self.scheduler, self.history
         try:
-            while scheduler.steps < STEP_CAP:
+            while True:
+                if scheduler.steps >= STEP_CAP:
+                    history.hit_step_cap = True
+                    break
                 if not scheduler.step():
                     break
                 if self.calm and scheduler.steps % 64 == 0 and self._finished():
                     break
                 bound = history.liveness_bound_ms
-                if (
+                if (  # well past the bound: liveness has failed, no need to go on
                     bound is not None
                     and history.calm_at is not None
                     and scheduler.now() > history.calm_at + 2 * bound
                 ):
                     break
             history.ended_at = scheduler.now()
+            # The bound again, over every job (a create held up by the network may land late).
+            history.liveness_bound_ms = self.liveness_bound_ms()
             for instance in list(self.platform.instances):
                 self.platform.restart(instance.index, final=True)
         finally:
