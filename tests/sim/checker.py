@@ -28,6 +28,7 @@ acknowledged; from each Run it knows what was worked on and when. The rules:
   result, cancel); a write built on a record other than the last committed one.
 - `cancel_lost`, `claim_after_cancel`: a cancel intent disappears; an attempt starts after it
   was recorded (or answered).
+- `idempotency`: a create sent again with its Idempotency-Key answers other jobs than the first.
 - `liveness`: once faults stop and Runs stay up, a job has not ended within the stated bound.
 - `internal_error`: the platform failed with a 500 (an `IllegalTransition` or an exception).
 """
@@ -100,6 +101,7 @@ class Checker:
         self.deadlines: dict[tuple[str, int], int] = defaultdict(int)
 
     def flag(self, rule: str, at: int | None, job_id: str | None, message: str) -> None:
+        """Report a violation (once per rule and job: the first tells the story)."""
         key = (rule, job_id, message if job_id is None else "")
         if key in self._seen:
             return

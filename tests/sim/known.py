@@ -14,10 +14,11 @@ from dataclasses import dataclass, fields
 class KnownBugs:
     ack_lease_from_last_send: bool = False
     """moonrun.run.agent: `_ack` takes its lease to run lease_ttl from when the *accepted* ack
-    was sent. When an earlier copy of that ack was applied and only its answer was lost, the
-    retry is answered as a repeat with the lease the first copy started, which ends before the
-    Run thinks: it then works (and self-fences) past the platform's lease. Fixed here: from the
-    earliest send."""
+    was sent. But a repeated ack renews nothing: when an earlier copy was applied and only its
+    answer was lost, or when a restarted Run acks an attempt whose `running` state its journal
+    lost (a reconciliation reported it running), the lease ends before the Run thinks, and it
+    works (and self-fences) past the platform's lease. Fixed here: from the first send of this
+    process's acks, and not at all for an attempt a reconciliation reported running."""
 
     reconcile_cancels_its_own_renewal: bool = False
     """moonrun.run.agent: `_apply_reconcile` cancels the supervisor of every attempt it drops,

@@ -265,6 +265,8 @@ class RunProcess(Node):
         """Per attempt (`key`): when (local clock) the last accepted renewal was sent, plus
         lease_ttl."""
         self.cancel_known: dict[Any, bool] = {}
+        self.confirmed_running: set[Any] = set()
+        """Attempts a reconciliation reported `running`: an ack of theirs only repeats."""
         self.handlers: list[Handler] = []
         self.acks = SimBatcher(self, self._ack_call)
         self.results = SimBatcher(self, self._result_call)
@@ -312,10 +314,8 @@ class RunProcess(Node):
 
     def crash(self) -> None:
         """The process dies: its handlers stop with it; unwritten journal changes are lost."""
-        now = self.sim.scheduler.now()
         for handler in self.handlers:
             handler.stop("crashed")
-            handler.work.stop(now, "crashed")
         self.stop()
 
     # -- session -----------------------------------------------------------------------------
@@ -387,6 +387,7 @@ class RunProcess(Node):
         for job_id, item in confirmed.items():
             self.renewed_until[self.key(job_id, item.attempt)] = sent + session.lease_ttl_ms
             if item.state is JobState.RUNNING:  # it goes on working (an accepted one acks first)
+                self.confirmed_running.add(self.key(job_id, item.attempt))
                 self._believe(job_id, item.attempt)
         for job_id in list(self.journal.entries):
             if job_id in confirmed:
@@ -562,7 +563,11 @@ class RunProcess(Node):
         self.cancel_known[key] = bool(answer.cancel_requested)
         if self.sim.known.ack_lease_from_last_send:
             self.renewed_until[key] = sent + session.lease_ttl_ms
-        else:  # a repeated ack renews nothing: the lease may date from the first copy
+        elif key not in self.confirmed_running:
+            # Only the ack that moved the attempt to running renewed its lease, and it was
+            # one of this process's: the lease runs at least from the first of them. (A
+            # repeated ack renews nothing; an attempt a reconciliation reported running was
+            # acked before, and its lease is what that reconciliation renewed.)
             known = self.renewed_until.get(key, 0.0)
             self.renewed_until[key] = max(known, first + session.lease_ttl_ms)
         self._believe(entry.job_id, entry.attempt)
