@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo screenshots test check lint format typecheck pytest bench soak clean
+.PHONY: venv demo screenshots test check lint format typecheck pytest bench soak sim clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -59,18 +59,26 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python bench/peer_bench.py
 	$(BIN)/python bench/scale_bench.py
 
-# Longer runs of the property, crash and race tests, e.g.
-# `make soak EXAMPLES=5000 STEPS=100 KILLS=2000 RACE_JOBS=20000 FUZZ=2000`.
+# Longer runs of the property, crash and race tests and of the simulation, e.g.
+# `make soak EXAMPLES=5000 STEPS=100 KILLS=2000 RACE_JOBS=20000 FUZZ=2000 SIM_SEEDS=20000`.
 EXAMPLES ?= 2000
 FUZZ ?= 1000
 STEPS ?= 80
 KILLS ?= 500
 RACE_JOBS ?= 10000
+SIM_SEEDS ?= 10000
 soak: $(STAMP)
 	MOONRUN_STATEFUL_EXAMPLES=$(EXAMPLES) MOONRUN_STATEFUL_STEPS=$(STEPS) \
 	MOONRUN_CRASH_KILLS=$(KILLS) MOONRUN_RACE_JOBS=$(RACE_JOBS) MOONRUN_FUZZ_EXAMPLES=$(FUZZ) \
+	MOONRUN_SIM_SEEDS=$(SIM_SEEDS) \
 		$(BIN)/pytest -p no:cacheprovider -x tests/test_stateful.py tests/test_crash_and_race.py \
-		tests/test_fuzz_hostile.py
+		tests/test_fuzz_hostile.py tests/sim/test_simulation.py
+
+# The whole-system simulation alone (docs/simulation.md): the seeds `make test` runs (or
+# MOONRUN_SIM_SEEDS of them), the checker's own tests, and how fast it goes.
+sim: $(STAMP)
+	$(BIN)/pytest -q -p no:cacheprovider tests/sim
+	$(BIN)/python -m tests.sim.bench --seeds 100
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

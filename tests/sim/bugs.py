@@ -1,0 +1,144 @@
+"""Bugs planted on purpose, to prove the checker catches what it says it catches.
+
+Each is a wrapper around the real store or a subclass of the real service, so the rest of the
+platform is unchanged: `MOONRUN_SIM_BUG=<name>` plants one in a replay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from moonrun.errors import MoonrunError
+from moonrun.platform.service import SchedulingService
+from moonrun.scheduling import messages
+from moonrun.scheduling.fingerprint import token_hash
+from moonrun.scheduling.jobs import Job, JobState, RunResult
+from moonrun.scheduling.messages import Decision, Evidence, ResultAnswer
+from moonrun.store.protocol import Store
+
+
+class _Wrapper:
+    def __init__(self, inner: Store) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class GrantsActiveJobs(_Wrapper):
+    """A claim that ignores the lease: every third claim also grants one of the endpoint's
+    active jobs again, as if it were waiting."""
+
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner)
+        self.claims = 0
+
+    def claim_jobs(
+        self, endpoint_id: str, now: int, limit: int, grant: Callable[[Job], Job]
+    ) -> list[Job]:
+        claimed = self._inner.claim_jobs(endpoint_id, now, limit, grant)
+        self.claims += 1
+        if self.claims % 3 or len(claimed) >= limit:
+            return claimed
+        taken = {job.id for job in claimed}
+        victims = sorted(
+            (
+                job
+                for job in self._inner.active_jobs(endpoint_id)
+                if job.id not in taken
+                and job.cancel is None
+                and job.attempt < job.policy.max_attempts
+                and (job.deadline_at or 0) > now
+            ),
+            key=lambda job: job.id,
+        )
+        if not victims:
+            return claimed
+
+        def regrant(job: Job) -> Job:
+            waiting = replace(job, state=JobState.RETRYING, eligible_at=now)
+            return grant(waiting)
+
+        done = self._inner.update_jobs([victims[0].id], regrant)
+        return [*claimed, done[victims[0].id][1]]
+
+
+class LosesWrites(_Wrapper):
+    """A lost commit: every seventh job update that changes something answers as committed
+    but is never written."""
+
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner)
+        self.updates = 0
+
+    def update_jobs(
+        self, job_ids: Sequence[str], change: Callable[[Job], Job]
+    ) -> dict[str, tuple[Job, Job]]:
+        stored = self._inner.get_jobs(job_ids)
+        changes = {job_id: change(job) for job_id, job in stored.items()}
+        if any(after is not stored[job_id] for job_id, after in changes.items()):
+            self.updates += 1
+            if self.updates % 7 == 0:
+                return {job_id: (stored[job_id], after) for job_id, after in changes.items()}
+
+        def same(job: Job) -> Job:
+            after = changes[job.id]
+            return job if after is stored[job.id] else after
+
+        return self._inner.update_jobs(job_ids, same)
+
+
+class AcceptsStaleResults(SchedulingService):
+    """A result accepted from a stale attempt: the result's evidence is believed for the
+    attempt it names, without comparing that attempt with the job's current one."""
+
+    def result_many(
+        self, session_id: str, results: Sequence[tuple[str, Evidence, Mapping[str, Any]]]
+    ) -> list[ResultAnswer | MoonrunError]:
+        caller = self._caller(session_id)
+        reported = {
+            job_id: (
+                evidence,
+                RunResult.of(f["outcome"], f["retryable"], f.get("error"), f.get("output")),
+            )
+            for job_id, evidence, f in results
+        }
+
+        def decide(job: Job, now: int, draw: float) -> Decision[ResultAnswer]:
+            evidence, result = reported[job.id]
+            if evidence.attempt < job.attempt and job.state is JobState.RUNNING:
+                named = replace(
+                    job,
+                    attempt=evidence.attempt,
+                    lease_hash=token_hash(evidence.lease),
+                    session_generation=caller.generation,
+                    last_failure=None,
+                )
+                decision = messages.result(named, caller, evidence, result, now=now, draw=draw)
+                if decision.error is None:
+                    ended = replace(decision.job, attempt=job.attempt, lease_hash=job.lease_hash)
+                    return Decision(ended, decision.answer)
+            return messages.result(job, caller, evidence, result, now=now, draw=draw)
+
+        return self._apply_many(list(reported), decide)
+
+
+@dataclass(frozen=True)
+class Bug:
+    name: str
+    rule: str
+    """The checker rule that must report it."""
+    wrap_store: Callable[[Store], Store] | None = None
+    service_class: type[SchedulingService] | None = None
+
+
+BUGS = {
+    bug.name: bug
+    for bug in (
+        Bug("double_grant", "lease_overlap", wrap_store=GrantsActiveJobs),  # type: ignore[arg-type]
+        Bug("stale_result", "stale_result", service_class=AcceptsStaleResults),
+        Bug("lost_commit", "lost_commit", wrap_store=LosesWrites),  # type: ignore[arg-type]
+    )
+}

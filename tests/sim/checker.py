@@ -1,0 +1,707 @@
+"""The checker: reads a simulation's history and names every promise it breaks.
+
+It trusts nothing the platform says about itself beyond what it committed and answered. From
+the store's committed writes (each with the request that caused it) it rebuilds every job's
+version chain; from the platform's answers it knows what was granted, promised and
+acknowledged; from each Run it knows what was worked on and when. The rules:
+
+- `lease_overlap`: an attempt is granted while an earlier attempt's lease is still live (its
+  latest deadline not passed, and it was not ended by its holder's result or a
+  reconciliation of its endpoint).
+- `belief_exceeds_lease`: a Run comes to believe it may work on an attempt (its renewal time
+  plus the lease, less the self-fencing margin, on its own clock) beyond the latest deadline the
+  platform had recorded for it by then.
+- `work_outside_lease`, `work_overlap`: a Run works on an attempt outside that attempt's live
+  lease as the platform recorded it; two handlers work on one job at once.
+- `claim_*`: a claim of a job that is not waiting, eligible and free of a cancel intent, or by
+  a session that is not its endpoint's current one.
+- `lease_renewed_by_stranger`, `expired_lease_renewed`: a deadline moved by a message that does
+  not carry the attempt's evidence from its endpoint, or after it had passed.
+- `terminal_changed`, `terminal_cause`, `stale_result`, `outcome`: a terminal record is written
+  again; a job ends other than by the result of the attempt that held it or by the platform's
+  own policy (cancel before claim, exhausted retries, reconcile loss, deadlines), or not as
+  that result and the policy say.
+- `max_attempts`, `backoff`, `policy_changed`: attempts beyond `max_attempts`; a retry whose
+  eligibility lies outside the policy's backoff bounds (jitter included).
+- `lost_commit`, `answer_lost`: after a platform restart the reopened store does not hold what
+  was committed, or contradicts an answer the platform gave (create, claim, ack, progress,
+  result, cancel); a write built on a record other than the last committed one.
+- `cancel_lost`, `claim_after_cancel`: a cancel intent disappears; an attempt starts after it
+  was recorded (or answered).
+- `idempotency`: a create sent again with its Idempotency-Key answers other jobs than the first.
+- `liveness`: once faults stop and Runs stay up, a job has not ended within the stated bound.
+- `internal_error`: the platform failed with a 500 (an `IllegalTransition` or an exception).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from moonrun.platform.answers import CancelOutcome, ClaimedJob, ReconcileReport, Registration
+from moonrun.scheduling.fingerprint import token_hash
+from moonrun.scheduling.jobs import FailureReason, Job, JobState
+from moonrun.scheduling.messages import AckAnswer, Evidence, ProgressAnswer, ResultAnswer
+from moonrun.scheduling.reconcile import ReconcileEntry
+from moonrun.scheduling.time import seconds_to_ms
+from tests.sim.history import Cause, History, Work, Write
+
+WAITING = (JobState.QUEUED, JobState.RETRYING)
+
+
+@dataclass(frozen=True)
+class Violation:
+    rule: str
+    at: int | None
+    job_id: str | None
+    message: str
+    started_at: int = 0
+
+    def __str__(self) -> str:
+        when = "" if self.at is None else f" at +{self.at - self.started_at} ms"
+        job = "" if self.job_id is None else f" {self.job_id}"
+        return f"[{self.rule}]{when}{job}: {self.message}"
+
+
+def check(history: History) -> list[Violation]:
+    """Every violation of a promised property in the history (empty: all hold)."""
+    return Checker(history).run()
+
+
+def describe(job: Job | None) -> str:
+    if job is None:
+        return "no record"
+    return f"v{job.version} {job.state} attempt {job.attempt}"
+
+
+class Checker:
+    def __init__(self, history: History) -> None:
+        self.h = history
+        self.violations: list[Violation] = []
+        self._seen: set[tuple[str, str | None, str]] = set()
+        self.writes: dict[str, list[Write]] = defaultdict(list)
+        for write in history.writes:
+            self.writes[write.after.id].append(write)
+        self.sessions = dict(history.sessions)
+        # When each endpoint's generations became current: (call number, generation).
+        self.registrations: dict[str, list[tuple[int, int]]] = defaultdict(list)
+        for answer in history.answers:
+            if isinstance(answer.value, Registration):
+                session = answer.value.session
+                self.registrations[session.endpoint_id].append(
+                    (answer.cause.call, session.generation)
+                )
+        # The live intervals of each (job, attempt), from the committed version chains.
+        self.live: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)
+        self.ends: dict[tuple[str, int], tuple[int, bool]] = {}
+        """(job, attempt) -> when it stopped being active, and whether legitimately."""
+        self.deadlines: dict[tuple[str, int], int] = defaultdict(int)
+
+    def flag(self, rule: str, at: int | None, job_id: str | None, message: str) -> None:
+        """Report a violation (once per rule and job: the first tells the story)."""
+        key = (rule, job_id, message if job_id is None else "")
+        if key in self._seen:
+            return
+        self._seen.add(key)
+        self.violations.append(Violation(rule, at, job_id, message, self.h.started_at))
+
+    def run(self) -> list[Violation]:
+        for job_id, writes in self.writes.items():
+            self._chain(job_id, writes)
+        self._promises()
+        self._grants()
+        self._beliefs()
+        self._work()
+        self._durability()
+        self._cancels()
+        self._idempotency()
+        self._liveness()
+        for at, cause, error in self.h.internal_errors:
+            self.flag("internal_error", at, None, f"{cause.kind} from {cause.sender}: {error}")
+        return self.violations
+
+    # -- sessions --------------------------------------------------------------------------------
+
+    def _session(self, cause: Cause | None) -> tuple[str, int] | None:
+        if cause is None or cause.session_id is None:
+            return None
+        return self.sessions.get(cause.session_id)
+
+    def _current_generation(self, endpoint_id: str, call: int) -> int:
+        """The endpoint's current generation when call number `call` was handled."""
+        generations = [g for c, g in self.registrations.get(endpoint_id, []) if c < call]
+        return max(generations, default=0)
+
+    # -- the version chain of each job --------------------------------------------------------
+
+    def _chain(self, job_id: str, writes: list[Write]) -> None:
+        previous: Job | None = None
+        first = writes[0].after
+        opened: tuple[int, int] | None = None  # (since, deadline) of the live version
+        for write in writes:
+            before, after, at = write.before, write.after, write.at
+            if previous is not None and previous.state.is_terminal:
+                self.flag(
+                    "terminal_changed",
+                    at,
+                    job_id,
+                    f"{describe(previous)} was written again as {describe(after)} "
+                    f"({write.cause.kind if write.cause else 'no call'})",
+                )
+            if previous is not None and before is not None and before != previous:
+                self.flag(
+                    "lost_commit",
+                    at,
+                    job_id,
+                    f"a write started from {describe(before)} although {describe(previous)} had "
+                    "been committed: a committed write was lost (or answered but not made)",
+                )
+            if before is not None and after.version <= before.version:
+                self.flag(
+                    "illegal_write", at, job_id, f"version {before.version} -> {after.version}"
+                )
+            if after.attempt > after.policy.max_attempts:
+                self.flag(
+                    "max_attempts",
+                    at,
+                    job_id,
+                    f"attempt {after.attempt} of at most {after.policy.max_attempts}",
+                )
+            if after.policy != first.policy:
+                self.flag("policy_changed", at, job_id, f"{first.policy} became {after.policy}")
+            intent = previous.cancel if previous is not None else None
+            if intent is not None and (
+                after.cancel is None or after.cancel.requested_at != intent.requested_at
+            ):
+                self.flag(
+                    "cancel_lost", at, job_id, f"the cancel intent of {describe(previous)} is gone"
+                )
+            # Judged against what had been committed (what the platform promised), which is
+            # what the store handed the service unless a commit was lost (flagged above).
+            self._transition(write, previous if previous is not None else before)
+            if opened is not None and previous is not None:
+                self._add_live((job_id, previous.attempt), opened[0], min(at, opened[1]))
+            opened = None
+            if after.state.is_active and after.deadline_at is not None:
+                key = (job_id, after.attempt)
+                self.deadlines[key] = max(self.deadlines[key], after.deadline_at)
+                opened = (at, after.deadline_at)
+            previous = after
+        if opened is not None and previous is not None:
+            self._add_live((job_id, previous.attempt), opened[0], opened[1])
+
+    def _add_live(self, key: tuple[str, int], start: int, end: int) -> None:
+        """Attempt `key` held a live lease from `start` to `end` (merged with what precedes)."""
+        if end <= start:
+            return
+        intervals = self.live[key]
+        if intervals and intervals[-1][1] >= start:
+            intervals[-1] = (intervals[-1][0], max(intervals[-1][1], end))
+        else:
+            intervals.append((start, end))
+
+    def _transition(self, write: Write, b: Job | None) -> None:
+        """Is this write (from `b`) something the protocol allows, for the reason it was made?"""
+        a, at, cause = write.after, write.at, write.cause
+        job_id = a.id
+        if b is None:
+            if cause is None or cause.kind not in ("create_job", "create_jobs"):
+                self.flag("illegal_write", at, job_id, "a job was inserted outside a create")
+            return
+        if b.state.is_terminal:
+            return  # terminal_changed already
+        if a.attempt == b.attempt + 1:
+            self._claim(write, b)
+            return
+        if a.attempt != b.attempt:
+            self.flag("illegal_write", at, job_id, f"{describe(b)} -> {describe(a)}")
+            return
+        if b.state.is_active and not a.state.is_active:
+            self._attempt_end(write, b)
+        elif b.state.is_active:
+            self._active_change(write, b)
+        elif a.state is JobState.CANCELLED:
+            if cause is None or cause.kind != "cancel_job" or a.cancel is None:
+                self.flag(
+                    "terminal_cause",
+                    at,
+                    job_id,
+                    f"waiting job cancelled by {cause.kind if cause else 'no call'}, not by a user",
+                )
+        else:
+            self.flag("illegal_write", at, job_id, f"{describe(b)} -> {describe(a)}")
+
+    def _claim(self, write: Write, b: Job) -> None:
+        a, at, cause = write.after, write.at, write.cause
+        job_id = a.id
+        what = f"attempt {a.attempt} claimed"
+        if b.state.is_active:
+            self.flag(
+                "claim_ignored_lease",
+                at,
+                job_id,
+                f"{what} while attempt {b.attempt} was {b.state} (deadline "
+                f"+{(b.deadline_at or 0) - at} ms from then)",
+            )
+        elif b.state not in WAITING:
+            self.flag("illegal_write", at, job_id, f"{what} from {b.state}")
+        if b.cancel is not None:
+            self.flag("claim_after_cancel", at, job_id, f"{what} after its cancel intent")
+        if b.state in WAITING and b.eligible_at > at:
+            self.flag(
+                "claim_before_eligible",
+                at,
+                job_id,
+                f"{what} {b.eligible_at - at} ms before it was eligible",
+            )
+        session = self._session(cause)
+        if cause is None or cause.kind != "claim" or session is None:
+            self.flag("illegal_write", at, job_id, f"{what} outside a claim")
+            return
+        endpoint_id, generation = session
+        if endpoint_id != b.endpoint_id:
+            self.flag("claim_by_stranger", at, job_id, f"{what} by another endpoint's session")
+        elif generation != self._current_generation(endpoint_id, cause.call):
+            self.flag("claim_by_stranger", at, job_id, f"{what} by rotated generation {generation}")
+        if a.state is not JobState.ACCEPTED or a.session_generation != generation:
+            self.flag("illegal_write", at, job_id, f"{what} as {describe(a)}")
+        if a.ack_deadline != at + self.h.settings.ack_timeout_ms:
+            self.flag("illegal_write", at, job_id, f"{what} with a wrong ack deadline")
+
+    def _holder_evidence(self, cause: Cause | None, b: Job) -> Any:
+        """The entry of `cause` about `b`'s job when it carries `b`'s attempt evidence and comes
+        from a session of `b`'s endpoint (None otherwise)."""
+        session = self._session(cause)
+        if cause is None or session is None or session[0] != b.endpoint_id:
+            return None
+        entry = cause.entries.get(b.id)
+        evidence = entry[0] if isinstance(entry, tuple) else entry
+        if not isinstance(evidence, Evidence | ReconcileEntry):
+            return None
+        if evidence.attempt != b.attempt or token_hash(evidence.lease) != b.lease_hash:
+            return None
+        return entry
+
+    def _attempt_end(self, write: Write, b: Job) -> None:
+        a, at, cause = write.after, write.at, write.cause
+        job_id, kind = a.id, cause.kind if cause else "no call"
+        deadline = b.deadline_at
+        reported: dict[str, Any] | None = None
+        legit = True
+        if deadline is not None and deadline <= at:
+            how = "deadline"
+            reason = (
+                FailureReason.ACK_TIMEOUT
+                if b.state is JobState.ACCEPTED
+                else FailureReason.LEASE_EXPIRED
+            )
+            if a.last_failure is None or a.last_failure.reason is not reason:
+                self.flag("outcome", at, job_id, f"deadline applied as {a.last_failure}")
+        elif cause is not None and cause.kind == "result_many" and job_id in cause.entries:
+            how = "result"
+            entry = self._holder_evidence(cause, b)
+            session = self._session(cause)
+            if (
+                entry is None
+                or session is None
+                or session[1] != b.session_generation
+                or b.state is not JobState.RUNNING
+            ):
+                legit = False
+                evidence = cause.entries[job_id][0]
+                self.flag(
+                    "stale_result",
+                    at,
+                    job_id,
+                    f"attempt {b.attempt} ({b.state}) ended by a result sent for attempt "
+                    f"{evidence.attempt} by {cause.sender}, not by the attempt that held it",
+                )
+            else:
+                reported = entry[1]
+        elif cause is not None and cause.kind == "reconcile":
+            how = "reconcile"
+            session = self._session(cause)
+            if session is None or session[0] != b.endpoint_id:
+                legit = False
+                self.flag("terminal_cause", at, job_id, "lost by another endpoint's reconciliation")
+            elif self._holder_evidence(cause, b) is not None:
+                legit = False
+                self.flag(
+                    "terminal_cause", at, job_id, "lost although its reconciliation confirmed it"
+                )
+        else:
+            legit, how = False, kind
+            self.flag(
+                "terminal_cause",
+                at,
+                job_id,
+                f"attempt {b.attempt} ended by {kind} before its deadline, neither by its "
+                "holder's result nor by a reconciliation",
+            )
+        self.ends[(job_id, b.attempt)] = (at, legit)
+        if not legit:
+            return
+        # A user's cancel may arrive with the passed deadline it applies (one write).
+        cancelled = b.cancel is not None or (
+            a.cancel is not None and cause is not None and cause.kind == "cancel_job"
+        )
+        expected = self._expected_end(b, how, reported, cancelled)
+        if expected is not None and a.state is not expected:
+            self.flag(
+                "outcome",
+                at,
+                job_id,
+                f"attempt {b.attempt} ended by {how}"
+                f"{'' if reported is None else ' ' + str(reported.get('outcome'))} as {a.state}, "
+                f"expected {expected}",
+            )
+        if a.state.is_terminal and (a.terminal is None or a.terminal.attempt != b.attempt):
+            self.flag(
+                "terminal_cause",
+                at,
+                job_id,
+                f"terminal record {a.terminal} for attempt {b.attempt}",
+            )
+        if a.state is JobState.RETRYING:
+            self._backoff(b, a, at)
+
+    def _expected_end(
+        self, b: Job, how: str, reported: dict[str, Any] | None, cancelled: bool
+    ) -> JobState | None:
+        more = b.attempt < b.policy.max_attempts
+        if how in ("deadline", "reconcile"):
+            if cancelled:
+                return JobState.CANCELLED
+            return JobState.RETRYING if more else JobState.FAILED
+        assert reported is not None
+        outcome = reported.get("outcome")
+        if outcome == "succeeded":
+            return JobState.SUCCEEDED
+        if outcome == "cancelled":
+            if b.cancel is None:
+                self.flag("outcome", None, b.id, "a cancelled result accepted without an intent")
+            return JobState.CANCELLED
+        if b.cancel is not None:
+            return JobState.CANCELLED
+        return JobState.RETRYING if reported.get("retryable") and more else JobState.FAILED
+
+    def _backoff(self, b: Job, a: Job, at: int) -> None:
+        policy = b.policy
+        delay = a.eligible_at - at
+        high = policy.backoff_ms(b.attempt, 0.0)
+        low = seconds_to_ms(policy.backoff_s(b.attempt) * (1.0 - policy.jitter))
+        if not low - 1 <= delay <= high + 1:
+            self.flag(
+                "backoff",
+                at,
+                a.id,
+                f"after attempt {b.attempt} eligible in {delay} ms, outside [{low}, {high}] ms",
+            )
+
+    def _active_change(self, write: Write, b: Job) -> None:
+        a, at, cause = write.after, write.at, write.cause
+        job_id = a.id
+        if a.lease_hash != b.lease_hash:
+            self.flag("illegal_write", at, job_id, "the lease changed within an attempt")
+        if b.deadline_at is not None and b.deadline_at <= at:
+            self.flag(
+                "expired_lease_renewed",
+                at,
+                job_id,
+                f"attempt {b.attempt}'s deadline passed {at - b.deadline_at} ms before, yet it "
+                f"stayed {a.state} ({cause.kind if cause else 'no call'})",
+            )
+        renewed = (a.deadline_at or 0) > (b.deadline_at or 0) or (
+            a.state is not b.state and a.state is JobState.RUNNING
+        )
+        if renewed and (
+            cause is None
+            or cause.kind not in ("ack_many", "progress", "reconcile")
+            or self._holder_evidence(cause, b) is None
+        ):
+            self.flag(
+                "lease_renewed_by_stranger",
+                at,
+                job_id,
+                f"attempt {b.attempt}'s lease renewed by {cause.kind if cause else 'no call'} "
+                f"from {cause.sender if cause else '?'} without its evidence",
+            )
+
+    # -- leases and work ---------------------------------------------------------------------
+
+    def _promises(self) -> None:
+        """Deadlines the platform promised in its answers (a claim's ack deadline, an ack's or a
+        progress's lease expiry, a reconciliation's confirmed deadline)."""
+        for answer in self.h.answers:
+            value, cause, job_id = answer.value, answer.cause, answer.job_id
+            if isinstance(value, ClaimedJob):
+                key = (value.job_id, value.attempt)
+                self.deadlines[key] = max(self.deadlines[key], value.ack_deadline)
+            elif isinstance(value, AckAnswer | ProgressAnswer) and job_id is not None:
+                entry = cause.entries.get(job_id)
+                evidence = entry[0] if isinstance(entry, tuple) else entry
+                if isinstance(evidence, Evidence):
+                    key = (job_id, evidence.attempt)
+                    self.deadlines[key] = max(self.deadlines[key], value.lease_expires_at)
+            elif isinstance(value, ReconcileReport):
+                for confirmed in value.confirmed:
+                    key = (confirmed.job_id, confirmed.attempt)
+                    self.deadlines[key] = max(self.deadlines[key], confirmed.deadline)
+
+    def _grants(self) -> None:
+        """No attempt is granted while an earlier one's lease is live."""
+        granted: dict[str, list[int]] = defaultdict(list)
+        for answer in self.h.answers:
+            if not isinstance(answer.value, ClaimedJob):
+                continue
+            grant = answer.value
+            job_id, at = grant.job_id, answer.at
+            for earlier in granted[job_id]:
+                live_until = self.deadlines.get((job_id, earlier), 0)
+                ended = self.ends.get((job_id, earlier))
+                if ended is not None and ended[1]:
+                    live_until = min(live_until, ended[0])
+                if at < live_until:
+                    self.flag(
+                        "lease_overlap",
+                        at,
+                        job_id,
+                        f"attempt {grant.attempt} granted while attempt {earlier}'s lease was live "
+                        f"for {live_until - at} ms more",
+                    )
+            granted[job_id].append(grant.attempt)
+
+    def _beliefs(self) -> None:
+        """What a Run believes it holds never outlasts what the platform had recorded: each
+        belief (renewed_until less the margin, on the Run's clock) ends by the latest deadline
+        the platform had committed or answered for that attempt when the Run formed it."""
+        recorded: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)
+        for write in self.h.writes:
+            after = write.after
+            if after.state.is_active and after.deadline_at is not None:
+                recorded[(after.id, after.attempt)].append((write.at, after.deadline_at))
+        peaks: dict[tuple[str, int], tuple[list[int], list[int]]] = {}
+        for key, events in recorded.items():
+            times, highs, high = [], [], 0
+            for at, deadline in events:
+                high = max(high, deadline)
+                times.append(at)
+                highs.append(high)
+            peaks[key] = (times, highs)
+        for belief in self.h.beliefs:
+            times, highs = peaks.get((belief.job_id, belief.attempt), ([], []))
+            index = bisect.bisect_right(times, belief.at) - 1
+            deadline = highs[index] if index >= 0 else 0
+            if belief.until > deadline:
+                start = self.h.started_at
+                self.flag(
+                    "belief_exceeds_lease",
+                    belief.at,
+                    belief.job_id,
+                    f"Run {belief.run} ({belief.boot}) came to believe it may work on attempt "
+                    f"{belief.attempt} until +{belief.until - start} ms, but the platform's lease "
+                    f"ran only until +{deadline - start} ms",
+                )
+
+    def _work(self) -> None:
+        """Every Run works on an attempt only inside its live lease; one job, one handler."""
+        end_of_run = self.h.ended_at or 0
+        by_job: dict[str, list[Work]] = defaultdict(list)
+        for work in self.h.work:
+            by_job[work.job_id].append(work)
+            end = work.end if work.end is not None else end_of_run
+            if end <= work.start:
+                continue
+            intervals = self.live.get((work.job_id, work.attempt), [])
+            if not _covered(intervals, work.start, end):
+                self.flag(
+                    "work_outside_lease",
+                    work.start,
+                    work.job_id,
+                    f"Run {work.run} ({work.boot}) worked on attempt {work.attempt} from "
+                    f"+{work.start - self.h.started_at} to +{end - self.h.started_at} ms "
+                    f"({work.why}), outside its live lease {self._intervals(intervals)}",
+                )
+        for job_id, works in by_job.items():
+            works.sort(key=lambda w: w.start)
+            busy_until, holder = 0, None
+            for work in works:
+                end = work.end if work.end is not None else end_of_run
+                if work.start < busy_until and holder is not None:
+                    self.flag(
+                        "work_overlap",
+                        work.start,
+                        job_id,
+                        f"attempt {work.attempt} on Run {work.run} started while attempt "
+                        f"{holder.attempt} on Run {holder.run} still worked",
+                    )
+                if end > busy_until:
+                    busy_until, holder = end, work
+
+    def _intervals(self, intervals: Iterable[tuple[int, int]]) -> str:
+        start = self.h.started_at
+        return "[" + ", ".join(f"+{a - start}..+{b - start}" for a, b in intervals) + "]"
+
+    # -- durability ------------------------------------------------------------------------------
+
+    def _durability(self) -> None:
+        """After each platform restart the reopened store holds what was committed before, and
+        every answer given before it still holds."""
+        for snapshot in self.h.snapshots:
+            committed: dict[str, Job] = {}
+            for write in self.h.writes[: snapshot.writes]:
+                committed[write.after.id] = write.after
+            when = (
+                "the final restart"
+                if snapshot.final
+                else f"restart of instance {snapshot.instance}"
+            )
+            for job_id, stored in snapshot.jobs.items():
+                expected = committed.get(job_id)
+                if expected is not None and stored != expected:
+                    self.flag(
+                        "lost_commit",
+                        snapshot.at,
+                        job_id,
+                        f"after {when} the store holds {describe(stored)}, but "
+                        f"{describe(expected)} had been committed",
+                    )
+            for answer in self.h.answers[: snapshot.answers]:
+                if answer.job_id is None:
+                    continue
+                problem = _contradiction(answer, snapshot.jobs.get(answer.job_id))
+                if problem is not None:
+                    self.flag(
+                        "answer_lost",
+                        snapshot.at,
+                        answer.job_id,
+                        f"after {when}: {problem} (answered to {answer.cause.kind} from "
+                        f"{answer.cause.sender} at +{answer.at - self.h.started_at} ms)",
+                    )
+
+    # -- cancellation ----------------------------------------------------------------------------
+
+    def _cancels(self) -> None:
+        """No attempt is granted after the platform answered a cancel of the job."""
+        cancelled_at: dict[str, int] = {}
+        for answer in self.h.answers:
+            value = answer.value
+            if isinstance(value, CancelOutcome) and value.job.cancel is not None:
+                cancelled_at.setdefault(value.job.id, answer.at)
+            elif isinstance(value, ClaimedJob):
+                since = cancelled_at.get(value.job_id)
+                if since is not None and answer.at > since:
+                    self.flag(
+                        "claim_after_cancel",
+                        answer.at,
+                        value.job_id,
+                        f"attempt {value.attempt} granted {answer.at - since} ms after the "
+                        "platform answered its cancel",
+                    )
+
+    # -- idempotency -----------------------------------------------------------------------------
+
+    def _idempotency(self) -> None:
+        """A create sent again with its Idempotency-Key answers the job(s) of the first."""
+        answered: dict[int, list[str]] = defaultdict(list)
+        causes: dict[int, Cause] = {}
+        for answer in self.h.answers:
+            key = answer.cause.entries.get("idempotency_key")
+            if key is not None and isinstance(answer.value, Job):
+                answered[answer.cause.call].append(answer.value.id)
+                causes[answer.cause.call] = answer.cause
+        first: dict[str, tuple[list[str], int]] = {}
+        for call, job_ids in answered.items():
+            key = causes[call].entries["idempotency_key"]
+            if key not in first:
+                first[key] = (job_ids, call)
+            elif first[key][0] != job_ids:
+                self.flag(
+                    "idempotency",
+                    None,
+                    job_ids[0],
+                    f"key {key} answered {job_ids}, its first request {first[key][0]}",
+                )
+
+    # -- liveness --------------------------------------------------------------------------------
+
+    def _liveness(self) -> None:
+        h = self.h
+        if h.calm_at is None or h.liveness_bound_ms is None:
+            return
+        if h.hit_step_cap:
+            self.flag("liveness", h.ended_at, None, "the simulation hit its step cap (a livelock?)")
+        for job_id, writes in self.writes.items():
+            last = writes[-1].after
+            start = max(h.calm_at, writes[0].at)
+            if not last.state.is_terminal:
+                self.flag(
+                    "liveness",
+                    h.ended_at,
+                    job_id,
+                    f"still {last.state} (attempt {last.attempt}) "
+                    f"{(h.ended_at or 0) - start} ms after faults stopped "
+                    f"(bound {h.liveness_bound_ms} ms)",
+                )
+                continue
+            ended = next(w.at for w in writes if w.after.state.is_terminal)
+            if ended - start > h.liveness_bound_ms:
+                self.flag(
+                    "liveness",
+                    ended,
+                    job_id,
+                    f"ended {ended - start} ms after faults stopped, over the bound of "
+                    f"{h.liveness_bound_ms} ms",
+                )
+
+
+def _covered(intervals: list[tuple[int, int]], start: int, end: int) -> bool:
+    return any(low <= start and end <= high for low, high in intervals)
+
+
+def _contradiction(answer: Any, stored: Job | None) -> str | None:
+    """Why the stored record contradicts an answer the platform gave (None: it does not)."""
+    value, cause, job_id = answer.value, answer.cause, answer.job_id
+    if isinstance(value, Job) and cause.kind in ("create_job", "create_jobs"):
+        return "a created job is missing" if stored is None else None
+    if stored is None:
+        return None
+    if isinstance(value, ClaimedJob):
+        if stored.attempt < value.attempt or (
+            stored.attempt == value.attempt and stored.lease_hash != token_hash(value.lease)
+        ):
+            return f"attempt {value.attempt} was granted, the store holds {describe(stored)}"
+        return None
+    if isinstance(value, CancelOutcome):
+        if value.job.cancel is not None and stored.cancel is None:
+            return "a cancel intent the platform answered is missing"
+        return None
+    entry = cause.entries.get(job_id)
+    evidence = entry[0] if isinstance(entry, tuple) else entry
+    if not isinstance(evidence, Evidence):
+        return None
+    attempt = evidence.attempt
+    if stored.attempt > attempt:
+        return None
+    if isinstance(value, AckAnswer) and stored.state is JobState.ACCEPTED:
+        return f"attempt {attempt}'s ack was accepted, the store holds {describe(stored)}"
+    if isinstance(value, ProgressAnswer) and isinstance(entry, tuple):
+        seq = entry[1]
+        if stored.progress is None or stored.progress.seq < seq:
+            return (
+                f"progress {seq} of attempt {attempt} was accepted, the store has {stored.progress}"
+            )
+    if isinstance(value, ResultAnswer) and not value.replayed:
+        if value.state.is_terminal and stored.state is not value.state:
+            return (
+                f"attempt {attempt}'s result ended it {value.state}; the store: {describe(stored)}"
+            )
+        if value.state is JobState.RETRYING and stored.state not in (
+            JobState.RETRYING,
+            JobState.CANCELLED,
+        ):
+            return f"attempt {attempt}'s result made it retry, the store holds {describe(stored)}"
+    return None
