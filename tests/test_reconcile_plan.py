@@ -41,7 +41,9 @@ from tests.jobkit import (
     T0,
     accepted,
     accepted_job,
+    acked,
     caller,
+    claimed,
     lease_of,
     queued_job,
     reported,
@@ -157,7 +159,7 @@ def test_plan_confirms_discards_and_loses() -> None:
         ),
         lost=("omitted",),
     )
-    assert expected == plan(entries, jobs, active, ENDPOINT)
+    assert expected == plan(entries, jobs, active, ENDPOINT, generation=OTHER_GENERATION)
 
 
 def test_wrong_attempt_entry_for_an_active_job_is_discarded_and_lost() -> None:
@@ -167,19 +169,29 @@ def test_wrong_attempt_entry_for_an_active_job_is_discarded_and_lost() -> None:
     expected = ReconcilePlan(
         confirm=(), discard=(Discard(job.id, 2, DiscardReason.WRONG_ATTEMPT),), lost=(job.id,)
     )
-    assert expected == plan([stale], {job.id: job}, [job], ENDPOINT)
+    assert expected == plan([stale], {job.id: job}, [job], ENDPOINT, generation=OTHER_GENERATION)
 
 
 def test_empty_journal_loses_every_active_job() -> None:
     """With no entries, every active job of the endpoint is lost, in the given order."""
     jobs = [running_job(job_id="b"), accepted_job(job_id="a")]
     expected = ReconcilePlan(confirm=(), discard=(), lost=("b", "a"))
-    assert expected == plan([], {}, jobs, ENDPOINT)
+    assert expected == plan([], {}, jobs, ENDPOINT, generation=OTHER_GENERATION)
+
+
+def test_an_active_job_of_the_reconciling_sessions_own_generation_is_never_lost() -> None:
+    """A job the reconciling session itself claimed (bound to its generation) is not lost
+    by a report that leaves it out: a retried or replayed copy of the session's own earlier
+    reconciliation cannot speak for it. A job of an older generation still is."""
+    mine = acked(claimed(queued_job(job_id="mine"), generation=OTHER_GENERATION), now=T0 + 1)
+    older = running_job(job_id="older")
+    expected = ReconcilePlan(confirm=(), discard=(), lost=("older",))
+    assert expected == plan([], {}, [mine, older], ENDPOINT, generation=OTHER_GENERATION)
 
 
 def test_empty_journal_and_no_active_jobs_is_an_empty_plan() -> None:
     """Nothing reported and nothing active: nothing to do."""
-    assert ReconcilePlan((), (), ()) == plan([], {}, [], ENDPOINT)
+    assert ReconcilePlan((), (), ()) == plan([], {}, [], ENDPOINT, generation=OTHER_GENERATION)
 
 
 # -- confirm ---------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -33,10 +34,11 @@ from moonrun.platform.http import Platform
 from moonrun.platform.logstore import MemoryLogStore
 from moonrun.platform.service import SchedulingService
 from moonrun.run.agent import Agent, RunConfig
-from moonrun.run.client import PlatformClient, Unreachable
+from moonrun.run.client import PlatformClient, SessionInfo, Unreachable
 from moonrun.run.handlers import Handler, HandlerResult, JobContext, load_handlers
 from moonrun.run.identity import Identity
-from moonrun.run.journal import Journal
+from moonrun.run.journal import Assignment, Journal
+from moonrun.scheduling.messages import Evidence
 from moonrun.scheduling.records import User
 from moonrun.security import signing
 from moonrun.security.tokens import SystemTokenSource
@@ -148,6 +150,11 @@ class RecordingClient(PlatformClient):
         self.timeline = world.timeline
         self.spoiled: set[str] = set()
         self.ack_failures: list[MoonrunError] = []
+        self.answers_lost: list[MoonrunError] = []
+        """Errors raised *after* an ack request was delivered and applied (its answer lost)."""
+        self.first_ack_sent: float | None = None
+        self.left_out: set[str] = set()
+        """Jobs whose entries this client leaves out of every reconciliation it sends."""
 
     async def claim(self, max_jobs: int, wait_s: float | None = None) -> list[dict[str, Any]]:
         self.timeline.append(("claim sent", wait_s))
@@ -159,10 +166,20 @@ class RecordingClient(PlatformClient):
         self.timeline.append(("cancel poll sent", job_id))
         return await super().cancel_poll(job_id, attempt, lease)
 
+    async def reconcile(self, entries: list[dict[str, Any]]) -> Any:
+        kept = [entry for entry in entries if entry["job_id"] not in self.left_out]
+        self.timeline.append(("reconcile sent", sorted(entry["job_id"] for entry in kept)))
+        return await super().reconcile(kept)
+
     async def acks(self, acks: list[dict[str, Any]]) -> list[Any]:
+        if self.first_ack_sent is None:
+            self.first_ack_sent = time.monotonic()
         self.timeline.append(("acks sent", sorted(ack["job_id"] for ack in acks)))
         if self.ack_failures:
             raise self.ack_failures.pop(0)
+        if self.answers_lost:
+            await super().acks(acks)
+            raise self.answers_lost.pop(0)
         sent = [
             {**ack, "lease": "mrl_" + "x" * 43} if ack["job_id"] in self.spoiled else ack
             for ack in acks
@@ -181,9 +198,11 @@ async def running_agent(
     capacity: int,
     prepare: Callable[[RecordingClient], None] = lambda client: None,
     handlers: dict[str, Handler] | None = None,
+    data_dir: Path | None = None,
 ) -> AsyncIterator[Agent]:
-    data_dir = tmp_path / "run-data"
-    data_dir.mkdir()
+    if data_dir is None:
+        data_dir = tmp_path / "run-data"
+        data_dir.mkdir()
     config = RunConfig(
         world.url,
         data_dir,
@@ -217,6 +236,19 @@ def events(timeline: list[tuple[str, Any]], *names: str) -> list[tuple[str, Any]
 
 
 # -- kinds: advertised at registration, checked before a handler runs ---------------------------
+
+
+class Gated:
+    """A handler that runs until its gate opens."""
+
+    resumable = True
+
+    def __init__(self, gate: asyncio.Event) -> None:
+        self.gate = gate
+
+    async def run(self, context: JobContext) -> HandlerResult:
+        await self.gate.wait()
+        return HandlerResult("succeeded")
 
 
 class Greet:
@@ -259,6 +291,142 @@ async def test_run_advertises_a_plugins_schema_and_never_hands_it_a_misfit(tmp_p
     assert (stored.state.value, stored.terminal.error.code) == ("failed", "bad_payload")
     assert refused.value.fields == (("name", "must be a string, not an integer"),)
     assert greet.given == [{"name": "ada"}]
+
+
+# -- leases as Run believes them (found by the simulation, docs/simulation.md) -------------------
+
+
+@pytest.mark.anyio
+async def test_after_a_lost_ack_answer_the_lease_runs_from_the_first_ack_sent(
+    tmp_path: Path,
+) -> None:
+    """The platform applied the first ack and its answer was lost; the ack sent again renews
+    nothing, so Run counts its lease from the first send, never from the repeat."""
+    async with served_platform(tmp_path) as world:
+        gate = asyncio.Event()
+        job_id = world.submit("gated", {})
+        handlers = {**load_handlers(), "gated": Gated(gate)}
+        lost = Unreachable("jobs: connection reset after the request was sent")
+        async with running_agent(
+            world,
+            tmp_path,
+            capacity=1,
+            prepare=lambda client: client.answers_lost.append(lost),
+            handlers=handlers,
+        ) as agent:
+            await world.wait_state(job_id, "running")
+            await until(lambda: (job_id, 1) in agent._renewed_until)
+            believed = agent._renewed_until[(job_id, 1)]
+            client = agent.client
+            assert isinstance(client, RecordingClient)
+            first = client.first_ack_sent
+            gate.set()
+            await world.wait_state(job_id, *TERMINAL)
+
+    assert first is not None
+    lease_ttl_s = SchedulingSettings().lease_ttl_s
+    assert believed <= first + lease_ttl_s
+    acks = events(world.timeline, "acks sent")
+    assert [("acks sent", [job_id]), ("acks sent", [job_id])] == acks
+
+
+@pytest.mark.anyio
+async def test_a_reconciliation_that_says_running_is_not_followed_by_an_ack(
+    tmp_path: Path,
+) -> None:
+    """A journal that lost its `running` state after a crash says accepted; the platform's
+    reconciliation says running. Run acks no more (a repeated ack would renew nothing) and
+    goes on with the lease the reconciliation renewed."""
+    async with served_platform(tmp_path) as world:
+        job_id = world.submit()
+        service = world.platform.service
+        session = service.register_session(
+            world.identity.endpoint_id, boot_id="before-crash", run_version="0.1.0", capacity=1
+        ).session.id
+        service.reconcile(session, [])
+        (granted,) = service.claim(session, 1)
+        service.ack(session, job_id, Evidence(granted.attempt, granted.lease))
+        data_dir = tmp_path / "run-data"
+        data_dir.mkdir()
+        journal = Journal.open(data_dir)
+        await journal.put(
+            Assignment(job_id, granted.attempt, granted.lease, "noop", {}, "srv", "accepted")
+        )
+        async with running_agent(world, tmp_path, capacity=1, data_dir=data_dir):
+            ended = await world.wait_state(job_id, *TERMINAL)
+
+    assert ended == "succeeded"
+    assert events(world.timeline, "acks sent") == []
+
+
+@pytest.mark.anyio
+async def test_a_session_renewal_that_drops_the_renewing_attempt_still_lets_run_claim(
+    tmp_path: Path,
+) -> None:
+    """An ack meets a session error; the supervisor renews the session, and the
+    reconciliation drops that very attempt (its report leaves it out). The renewal still
+    completes, so Run claims again: the next job runs."""
+    async with served_platform(tmp_path) as world:
+        dropped = world.submit()
+
+        def prepare(client: RecordingClient) -> None:
+            client.ack_failures.append(SessionRotated("a newer registration exists"))
+            client.left_out.add(dropped)
+
+        async with running_agent(world, tmp_path, capacity=1, prepare=prepare) as agent:
+            await until(lambda: dropped not in agent.journal.entries and agent._session_ok.is_set())
+            after = world.submit()
+            ended = await world.wait_state(after, *TERMINAL)
+
+    assert ended == "succeeded"
+
+
+class Noted:
+    """A handler that notes each attempt it was started for."""
+
+    resumable = True
+
+    def __init__(self) -> None:
+        self.started: list[int] = []
+
+    async def run(self, context: JobContext) -> HandlerResult:
+        self.started.append(context.attempt)
+        return HandlerResult("succeeded")
+
+
+def idle_agent(tmp_path: Path, handler: Noted) -> Agent:
+    """An agent that never connects, its session a fixed one with a 40 s lease."""
+    client = PlatformClient("http://127.0.0.1:9", "ep_idle", Ed25519PrivateKey.generate())
+    client.session = SessionInfo("ses_idle", b"k" * 32, 1, 10.0, 50.0, 30.0, 40.0)
+    config = RunConfig("http://127.0.0.1:9", tmp_path, 1)
+    identity = Identity("ep_idle", Ed25519PrivateKey.generate())
+    return Agent(config, identity, Journal.open(tmp_path), {"noted": handler}, client=client)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "renewed",
+    ["lapsing", "another attempt's"],
+)
+async def test_a_handler_never_starts_on_a_lease_that_may_lapse_before_its_first_renewal(
+    tmp_path: Path, renewed: str
+) -> None:
+    """Its lease about to lapse (a slow ack or cancel poll before it), or renewed only for
+    another attempt of the same job: the handler does not start; Run self-fences at once."""
+    handler = Noted()
+    agent = idle_agent(tmp_path, handler)
+    entry = Assignment("job_1", 2, "mrl_x", "noted", {}, "srv", "running")
+    await agent.journal.put(entry)
+    agent._cancel_known[("job_1", 2)] = False  # the ack said: no cancel
+    if renewed == "lapsing":
+        # less than a tick (lease/4) plus the margin (lease/8) is left: it may lapse first
+        agent._renewed_until[("job_1", 2)] = time.monotonic() + 40.0 * 3 / 8 - 0.01
+    else:
+        agent._renewed_until[("job_1", 1)] = time.monotonic() + 40.0
+    result = await agent._execute(entry, resumed=False)
+    await agent.journal.close()
+
+    assert (result, handler.started, entry.state) == (None, [], "self_fenced")
 
 
 # -- long-poll claims ----------------------------------------------------------------------------

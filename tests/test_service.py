@@ -329,6 +329,19 @@ def test_reconcile_of_an_expired_attempt_discards_it(world: World) -> None:
     assert world.job(job.id).state == JobState.RETRYING
 
 
+def test_a_replayed_reconciliation_loses_no_attempt_claimed_since(world: World) -> None:
+    """A copy of a session's empty reconciliation applied again after the session claimed a
+    job (another platform instance, or one restarted, had not seen its nonce) loses nothing:
+    the job stays running under its lease, and its reconcile mark stays unset."""
+    job = world.submit()
+    run = world.run().start()
+    attempt = run.run_to_running(job.id)
+    report = world.service.reconcile(run.session_id, [])
+    stored = world.job(job.id)
+    assert (list(report.lost), stored.state, stored.attempt) == ([], JobState.RUNNING, attempt)
+    assert stored.reconcile is None
+
+
 # -- sweeper ---------------------------------------------------------------------------------
 
 

@@ -1,8 +1,7 @@
-"""Bugs this simulation found in moonrun that are not fixed yet (docs/simulation.md,
-"Findings"). By default the simulation steers around each one, so that every seed goes on
-testing everything else: the simulated Run behaves as the fixed agent would, and the fault
-that exposes the platform's is not injected. Name one (`MOONRUN_SIM_KNOWN_BUGS=<name>,...`,
-or `all`) and the simulation reproduces it; tests/sim/test_checker.py shows each is caught.
+"""Bugs this simulation found in moonrun's Run, fixed since in moonrun.run.agent
+(docs/simulation.md, "Findings"). The simulated Run behaves as the fixed agent does; name one
+(`MOONRUN_SIM_KNOWN_BUGS=<name>,...`, or `all`) and it behaves as the agent did before that
+fix: tests/sim/test_checker.py shows the checker would have caught each.
 """
 
 from __future__ import annotations
@@ -17,21 +16,22 @@ class KnownBugs:
     was sent. But a repeated ack renews nothing: when an earlier copy was applied and only its
     answer was lost, or when a restarted Run acks an attempt whose `running` state its journal
     lost (a reconciliation reported it running), the lease ends before the Run thinks, and it
-    works (and self-fences) past the platform's lease. Fixed here: from the first send of this
-    process's acks, and not at all for an attempt a reconciliation reported running."""
+    works (and self-fences) past the platform's lease. Fixed (agent, sim): from the first
+    send of this process's acks, and not at all for an attempt a reconciliation reported
+    running."""
 
     reconcile_cancels_its_own_renewal: bool = False
     """moonrun.run.agent: `_apply_reconcile` cancels the supervisor of every attempt it drops,
     also the one whose `_settle` is renewing the session right now: the CancelledError then
     lands at `await self.journal.sync()`, `_renew_session` never sets `_session_ok`, and that
-    Run never claims again (its heartbeats go on). Fixed here: the current task is not
+    Run never claims again (its heartbeats go on). Fixed (agent, sim): the current task is not
     cancelled; `_settle` sees its entry gone and gives up."""
 
     handler_starts_without_lease_check: bool = False
     """moonrun.run.agent: `_execute` starts the handler without asking whether the lease still
     holds; the first check comes a tick (lease_ttl/4) later. A cancel poll that takes long (it
     is sent when the ack answer says nothing about a cancel, protocol 42), or an ack that was
-    retried for long, can hold the start past the lease. Fixed here: the handler starts only
+    retried for long, can hold the start past the lease. Fixed (agent, sim): the handler starts only
     while another renewal could still land in time, else Run self-fences at once."""
 
     renewals_keyed_by_job: bool = False
@@ -41,17 +41,7 @@ class KnownBugs:
     poll). The earlier one then reads the later one's renewals: its handler may start, and run
     until its next renewal tick, while the later attempt's handler runs (two at once on one
     job); and when it ends it pops the later one's renewal, which then self-fences for
-    nothing. Fixed here: both are kept per attempt."""
-
-    reconcile_repeated_past_the_nonce_cache: bool = False
-    """The platform: a reconciliation is applied again when a copy of its request reaches a
-    platform instance that has not seen its nonce within the 300 s signature window: another
-    instance, or the same one restarted within a second of the request's `created` (the
-    instance-start check allows 1 s, `signing.check_created`). The session is still current,
-    so the stale report's omissions mark the attempts Run claimed since as `lost` while Run
-    works on them, and they are claimed again. Withheld here unless named: a duplicate goes to
-    the instance the request went to, and an instance refuses every signature created before
-    it started."""
+    nothing. Fixed (agent, sim): both are kept per attempt."""
 
     @classmethod
     def named(cls, names: tuple[str, ...]) -> KnownBugs:

@@ -55,7 +55,6 @@ def test_the_checker_reports_a_planted_bug_with_a_seed_that_reproduces_it(
         ("ack_lease_from_last_send", "work_outside_lease"),
         ("reconcile_cancels_its_own_renewal", "liveness"),
         ("handler_starts_without_lease_check", "work_outside_lease"),
-        ("reconcile_repeated_past_the_nonce_cache", "work_outside_lease"),
     ],
 )
 def test_the_checker_reports_each_known_bug_the_simulation_found(known: str, rule: str) -> None:

@@ -195,7 +195,9 @@ class Simulation:
             wrap_store=wrap_store,
             service_class=service_class,
             sweep_interval_ms=SWEEP_INTERVAL_MS,
-            start_slack_ms=1000 if self.known.reconcile_repeated_past_the_nonce_cache else 0,
+            # An instance takes signatures made up to a second before it started
+            # (`signing.check_created`), so a copy may be applied after a restart too.
+            start_slack_ms=1000,
         )
         self._nonces = 0
         self.hosts: list[RunHost] = []
@@ -266,15 +268,13 @@ class Simulation:
             return target, arrive
 
         arriving = self.network.copies()
-        exposing = self.known.reconcile_repeated_past_the_nonce_cache
-        if exposing and call.kind == "reconcile" and arriving == 1 and self.rng.random() < 0.5:
-            arriving = 2  # that known bug named: its fault more often, to show it soon
         copies = [copy_to(index)] if arriving else []
         if arriving == 2:
-            # A late duplicate, as a proxy retrying a request sends it: to any instance (one
-            # that has not seen its nonce, now and then) only while that known bug is named.
+            # A late duplicate, as a proxy retrying a request sends it: to any instance, which
+            # may not have seen its nonce (a replayed reconciliation once lost the attempts
+            # claimed since: docs/simulation.md, finding 1).
             other = self.rng.randrange(len(self.platform.instances))
-            copies.append(copy_to(other if exposing else index))
+            copies.append(copy_to(other))
         self.network.send_copies(node.name, copies)
 
     def _boot(self, host: RunHost) -> None:

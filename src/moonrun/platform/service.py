@@ -408,7 +408,11 @@ class SchedulingService:
             reported = [entry_of[stored.id]] if stored.id in entry_of else []
             mine = fresh.state.is_active and fresh.endpoint_id == caller.endpoint_id
             plan = reconcile_domain.plan(
-                reported, {stored.id: fresh}, [fresh] if mine else [], caller.endpoint_id
+                reported,
+                {stored.id: fresh},
+                [fresh] if mine else [],
+                caller.endpoint_id,
+                generation=caller.generation,
             )
             updated = fresh
             if plan.confirm:
@@ -428,9 +432,10 @@ class SchedulingService:
         report = ReportBuilder()
         for job_id in job_ids:
             if job_id not in done:  # unknown: there is no such job
-                report.add(
-                    reconcile_domain.plan([entry_of[job_id]], {}, [], caller.endpoint_id), None
+                unknown = reconcile_domain.plan(
+                    [entry_of[job_id]], {}, [], caller.endpoint_id, generation=caller.generation
                 )
+                report.add(unknown, None)
                 continue
             before, after = done[job_id]
             if after is not before:

@@ -121,9 +121,13 @@ class Agent:
         )
         self._now_ms = now_ms
         self._running: dict[str, asyncio.Task[None]] = {}
-        self._renewed_until: dict[str, float] = {}
-        self._cancel_known: dict[str, bool] = {}
-        """Whether a cancel was requested, as the ack or the reconciliation said (no poll)."""
+        self._renewed_until: dict[tuple[str, int], float] = {}
+        """Per attempt (job id, attempt): until when (monotonic) its lease surely holds. Per
+        attempt, not per job: a job granted again to this Run may have two supervisors for a
+        moment, and neither may read the other's renewals."""
+        self._cancel_known: dict[tuple[str, int], bool] = {}
+        """Per attempt: whether a cancel was requested, as the ack or the reconciliation said
+        (no poll)."""
         self._session_ok = asyncio.Event()
         self._renew_lock = asyncio.Lock()
         self._slot_freed = asyncio.Event()
@@ -286,18 +290,27 @@ class Agent:
         """Keep and resume what the platform confirmed; drop everything else."""
         session = self.client.session
         assert session is not None
-        confirmed = {item["job_id"] for item in report.get("confirmed", [])}
-        for item in report.get("confirmed", []):
-            self._cancel_known[item["job_id"]] = bool(item.get("cancel_requested"))
-        for job_id in confirmed:
-            self._renewed_until[job_id] = sent + session.lease_ttl_s
+        confirmed = {item["job_id"]: item for item in report.get("confirmed", [])}
+        for job_id, item in confirmed.items():
+            key = (job_id, item["attempt"])
+            self._cancel_known[key] = bool(item.get("cancel_requested"))
+            self._renewed_until[key] = sent + session.lease_ttl_s
+            entry = self.journal.entries.get(job_id)
+            if entry is not None and entry.state == "accepted" and item.get("state") == "running":
+                # Acked before, the journal's `running` lost in a crash: an ack now would renew
+                # nothing (a repeated ack is answered as before), so none is sent; the lease
+                # is the one this reconciliation renewed.
+                entry.state, entry.started_at_ms = "running", self._now_ms()
+                self._save_later(entry)
         for job_id, entry in list(self.journal.entries.items()):
             if job_id in confirmed:
                 continue
             self.journal.drop(job_id)
             task = self._running.pop(job_id, None)
-            if task is not None:
-                task.cancel()
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()  # (the current task is a supervisor renewing the session: its
+                # `_settle` sees its entry gone and gives up, as it must go on to set
+                # `_session_ok`)
             elif entry.process is not None:  # left behind by a previous Run process
                 await asyncio.to_thread(stop_left_behind, entry.process, self.config.cancel_grace_s)
             log.info(
@@ -432,7 +445,8 @@ class Agent:
         finally:
             if self._running.get(entry.job_id) is asyncio.current_task():
                 del self._running[entry.job_id]
-            self._renewed_until.pop(entry.job_id, None)
+            self._renewed_until.pop((entry.job_id, entry.attempt), None)
+            self._cancel_known.pop((entry.job_id, entry.attempt), None)
             self._slot_freed.set()
 
     def _forget(self, entry: Assignment) -> None:
@@ -444,17 +458,21 @@ class Agent:
     async def _settle(
         self, entry: Assignment, what: str, send: Callable[[], Awaitable[Any]]
     ) -> float | None:
-        """Send until accepted; returns when (monotonic) the accepted request was sent.
+        """Send until accepted; returns when (monotonic) the *first* request was sent: an
+        earlier copy may be the one the platform applied, its answer lost (for an ack, the
+        lease runs from then; a repeated ack renews nothing).
 
         Session errors renew the session first; transient ones back off. None: refused for
         good, dropped by a reconciliation meanwhile, or Run is stopping.
         """
         delay = self.config.min_backoff_s
+        first: float | None = None
         while not self._stop.is_set():
             generation, sent = self._generation(), time.monotonic()
+            first = sent if first is None else first
             try:
                 await send()
-                return sent
+                return first
             except SESSION_ERRORS:
                 await self._renew_session(generation)
                 if self.journal.entries.get(entry.job_id) is not entry:
@@ -471,17 +489,18 @@ class Agent:
     async def _ack(self, entry: Assignment) -> bool:
         """True once the ack is accepted; False when the attempt is gone for good."""
         ack = {"job_id": entry.job_id, "attempt": entry.attempt, "lease": entry.lease}
+        key = (entry.job_id, entry.attempt)
 
         async def send() -> None:
             answer = await self._acks.submit(ack)
             if isinstance(answer, dict) and "cancel_requested" in answer:
-                self._cancel_known[entry.job_id] = bool(answer["cancel_requested"])
+                self._cancel_known[key] = bool(answer["cancel_requested"])
 
         sent = await self._settle(entry, "ack", send)
         session = self.client.session
         if sent is None or session is None:
             return False
-        self._renewed_until[entry.job_id] = sent + session.lease_ttl_s
+        self._renewed_until[key] = sent + session.lease_ttl_s
         entry.state, entry.started_at_ms = "running", self._now_ms()
         # Not waited for, and written only if the handler is still at work a little later: a
         # quick handler's result write carries it (one fsync, not two, between the ack and
@@ -517,13 +536,18 @@ class Agent:
             remember_process=lambda pid: self._remember_process(entry, pid),
             grace_s=self.config.cancel_grace_s,
         )
-        known = self._cancel_known.pop(entry.job_id, None)
+        known = self._cancel_known.pop((entry.job_id, entry.attempt), None)
         if known is None:  # from a platform that does not say so with the ack
             with contextlib.suppress(MoonrunError):
                 answer = await self.client.cancel_poll(entry.job_id, entry.attempt, entry.lease)
                 known = bool(answer["cancel_requested"])
         if known:
             context.cancelled.set()
+        if not self._lease_lasts_a_tick(entry):
+            # The ack or the cancel poll took so long that the lease may lapse before the
+            # first renewal could land: the handler must not start on it.
+            await self._self_fence(entry)
+            return None
         work = asyncio.create_task(handler.run(context))
         try:
             if not await self._renew_while(work, entry, context):
@@ -564,7 +588,8 @@ class Agent:
             await self._save(entry)  # before sending: a restart never reuses a seq the platform saw
             generation, sent = self._generation(), time.monotonic()
             # A renewal is only worth waiting for while the lease it renews still holds.
-            budget = self._renewed_until.get(entry.job_id, 0.0) - margin - sent
+            key = (entry.job_id, entry.attempt)
+            budget = self._renewed_until.get(key, 0.0) - margin - sent
             try:
                 if budget <= 0:
                     raise TimeoutError
@@ -580,7 +605,7 @@ class Agent:
                     timeout=budget,
                 )
                 lease_ttl = self.client.session.lease_ttl_s if self.client.session else 0
-                self._renewed_until[entry.job_id] = sent + lease_ttl
+                self._renewed_until[key] = sent + lease_ttl
                 if answer["cancel_requested"]:
                     context.cancelled.set()
             except SESSION_ERRORS:
@@ -600,10 +625,19 @@ class Agent:
                 )
                 self._forget(entry)
                 return False
-            renewed_until = self._renewed_until.get(entry.job_id, 0.0)
-            if time.monotonic() + tick >= renewed_until - margin:
+            if not self._lease_lasts_a_tick(entry):
                 await self._self_fence(entry)
                 return False
+
+    def _lease_lasts_a_tick(self, entry: Assignment) -> bool:
+        """Whether the attempt's lease surely holds until another renewal, sent a tick
+        (lease_ttl/4) from now, could land (lease_ttl/8 before the lease ends)."""
+        session = self.client.session
+        if session is None:
+            return False
+        tick, margin = session.lease_ttl_s / 4, session.lease_ttl_s / 8
+        renewed_until = self._renewed_until.get((entry.job_id, entry.attempt), 0.0)
+        return time.monotonic() + tick < renewed_until - margin
 
     async def _self_fence(self, entry: Assignment) -> None:
         """Stop an attempt whose lease may lapse before another renewal could be accepted."""

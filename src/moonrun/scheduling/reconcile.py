@@ -80,11 +80,16 @@ def plan(
     jobs: Mapping[str, Job],
     active: Sequence[Job],
     endpoint_id: str,
+    *,
+    generation: int,
 ) -> ReconcilePlan:
     """Plan a reconciliation over records whose passed deadlines are already applied.
 
     `jobs` holds the records of the entries' job ids that exist; `active` the endpoint's
-    `accepted`/`running` jobs. Every active job that no entry confirms is lost.
+    `accepted`/`running` jobs. Every active job that no entry confirms is lost, unless it is
+    bound to the reconciling session's own `generation`: that session claimed or confirmed
+    it after it registered, so a report it sent before (a retried or replayed copy of its
+    reconciliation) cannot speak for it.
     """
     confirm: list[str] = []
     discard: list[Discard] = []
@@ -95,7 +100,11 @@ def plan(
         else:
             discard.append(Discard(entry.job_id, entry.attempt, reason))
     confirmed = set(confirm)
-    lost = tuple(job.id for job in active if job.id not in confirmed)
+    lost = tuple(
+        job.id
+        for job in active
+        if job.id not in confirmed and (job.session_generation or 0) < generation
+    )
     return ReconcilePlan(tuple(confirm), tuple(discard), lost)
 
 
