@@ -10,6 +10,7 @@ import importlib.util
 import os
 from collections.abc import Iterator
 
+import hypothesis
 import pymysql
 import pytest
 
@@ -23,6 +24,11 @@ from tests.stores import (
     mysql_factory,
     mysql_test_database,
 )
+
+# Every Hypothesis failure prints the `@reproduce_failure` blob that replays it, whatever the
+# test's own settings (the randomized tests without Hypothesis print their seeds: tests/seeds.py).
+hypothesis.settings.register_profile("moonrun", print_blob=True)
+hypothesis.settings.load_profile("moonrun")
 
 
 @pytest.fixture

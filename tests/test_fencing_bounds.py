@@ -57,7 +57,7 @@ def test_transfers_are_accepted_until_exactly_the_grace_after_a_result(world: Wo
     ended = world.clock.now()
 
     at(world, ended + GRACE_MS)
-    assert JobState.SUCCEEDED == transfer(world, run, job_id, attempt)
+    assert transfer(world, run, job_id, attempt) == JobState.SUCCEEDED
     at(world, ended + GRACE_MS + 1)
     with pytest.raises(NotActive):
         transfer(world, run, job_id, attempt)
@@ -68,7 +68,7 @@ def test_transfers_are_accepted_just_after_an_attempt_ends(world: World) -> None
     run, job_id, attempt = running_attempt(world)
     run.result(job_id, attempt, "failed", retryable=True, error={"code": "x", "message": "y"})
     world.clock.advance(1)
-    assert JobState.RETRYING == transfer(world, run, job_id, attempt)
+    assert transfer(world, run, job_id, attempt) == JobState.RETRYING
 
 
 def test_the_grace_after_a_passed_lease_counts_from_the_deadline(world: World) -> None:
@@ -78,9 +78,9 @@ def test_the_grace_after_a_passed_lease_counts_from_the_deadline(world: World) -
     assert deadline is not None
 
     at(world, deadline)  # passed, and nothing applied it yet
-    assert JobState.RUNNING == transfer(world, run, job_id, attempt)
+    assert transfer(world, run, job_id, attempt) == JobState.RUNNING
     at(world, deadline + GRACE_MS)
-    assert JobState.RUNNING == transfer(world, run, job_id, attempt)
+    assert transfer(world, run, job_id, attempt) == JobState.RUNNING
     at(world, deadline + GRACE_MS + 1)
     with pytest.raises(NotActive):  # a check never writes, so no lease_expired is recorded
         transfer(world, run, job_id, attempt)
@@ -96,7 +96,7 @@ def test_the_grace_after_a_swept_deadline_counts_from_the_sweep(world: World) ->
     swept = world.clock.now()
 
     at(world, swept + GRACE_MS)
-    assert JobState.RETRYING == transfer(world, run, job.id, granted.attempt)
+    assert transfer(world, run, job.id, granted.attempt) == JobState.RETRYING
     at(world, swept + GRACE_MS + 1)
     with pytest.raises(AckDeadlineExpired):
         transfer(world, run, job.id, granted.attempt)
@@ -106,9 +106,9 @@ def test_transfers_of_an_active_attempt_need_no_grace() -> None:
     """With no grace at all, a running attempt still sends logs; its end closes them at once."""
     world = world_with(transfer_grace_s=0)
     run, job_id, attempt = running_attempt(world)
-    assert JobState.RUNNING == transfer(world, run, job_id, attempt)
+    assert transfer(world, run, job_id, attempt) == JobState.RUNNING
     run.result(job_id, attempt, "succeeded")
-    assert JobState.SUCCEEDED == transfer(world, run, job_id, attempt)  # ended + 0
+    assert transfer(world, run, job_id, attempt) == JobState.SUCCEEDED  # ended + 0
     world.clock.advance(1)
     with pytest.raises(NotActive):
         transfer(world, run, job_id, attempt)
@@ -121,7 +121,7 @@ def test_the_transfer_grace_follows_its_setting() -> None:
     run.result(job_id, attempt, "succeeded")
     ended = world.clock.now()
     at(world, ended + 5000)
-    assert JobState.SUCCEEDED == transfer(world, run, job_id, attempt)
+    assert transfer(world, run, job_id, attempt) == JobState.SUCCEEDED
     at(world, ended + 5001)
     with pytest.raises(NotActive):
         transfer(world, run, job_id, attempt)
@@ -150,7 +150,7 @@ def test_a_claim_never_grants_more_than_max_claim_batch() -> None:
     for _ in range(10):
         world.submit()
     run = world.run().start(capacity=10)
-    assert [3, 3, 3, 1] == [len(run.claim(10)) for _ in range(4)]
+    assert [len(run.claim(10)) for _ in range(4)] == [3, 3, 3, 1]
 
 
 def test_the_default_claim_batch_cap_is_64() -> None:
@@ -159,7 +159,7 @@ def test_the_default_claim_batch_cap_is_64() -> None:
     for _ in range(70):
         world.submit()
     run = world.run().start(capacity=1000)
-    assert [64, 6] == [len(run.claim(1000)) for _ in range(2)]
+    assert [len(run.claim(1000)) for _ in range(2)] == [64, 6]
 
 
 def test_log_batches_and_artifact_chunks_close_exactly_at_the_grace(tmp_path: Path) -> None:
@@ -184,6 +184,6 @@ def test_log_batches_and_artifact_chunks_close_exactly_at_the_grace(tmp_path: Pa
         outside = (late_log.status_code, late_log.json()["error"]["code"])
         outside_chunk = (late_chunk.status_code, late_chunk.json()["error"]["code"])
 
-    assert (202, 202) == inside
-    assert (409, "not_active") == outside
-    assert (409, "not_active") == outside_chunk
+    assert inside == (202, 202)
+    assert outside == (409, "not_active")
+    assert outside_chunk == (409, "not_active")

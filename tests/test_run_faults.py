@@ -35,6 +35,7 @@ from tests.e2e_faults_helpers import (
     processes,
     wait_until,
 )
+from tests.seeds import seed_from
 
 LEASE_TTL_S = FAST_TIMINGS["lease-ttl-s"]
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
@@ -289,7 +290,6 @@ def test_self_fencing_when_the_platform_is_paused(tmp_path: Path) -> None:
 
 JOBS = int(os.environ.get("MOONRUN_E2E_JOBS", "200"))
 CYCLES = int(os.environ.get("MOONRUN_E2E_CYCLES", "20"))
-SEED = int(os.environ.get("MOONRUN_E2E_SEED", str(random.SystemRandom().randrange(2**32))))
 
 
 def mixed_payloads(rng: random.Random, count: int) -> list[tuple[str, dict[str, Any] | None]]:
@@ -320,7 +320,8 @@ def check_history(view: dict[str, Any]) -> list[str]:
 @pytest.mark.slow
 def test_twenty_run_restarts_lose_and_duplicate_nothing(tmp_path: Path) -> None:
     """Jobs across 20 SIGKILLs of Run all succeed exactly once, with no stale result accepted."""
-    rng = random.Random(SEED)
+    seed = seed_from("MOONRUN_E2E_SEED")
+    rng = random.Random(seed)
     platform = Platform(tmp_path)
     run = RunAgent(tmp_path, capacity=8)
     started = time.monotonic()
@@ -355,13 +356,13 @@ def test_twenty_run_restarts_lose_and_duplicate_nothing(tmp_path: Path) -> None:
 
         assert len(views) == JOBS
         problems = {view["id"]: found for view in views if (found := check_history(view))}
-        assert problems == {}, f"seed {SEED}"
+        assert problems == {}, f"seed {seed}"
         accepted = Counter(e["job_id"] for e in events if e["msg"] == "result accepted")
         assert [job_id for job_id, count in accepted.items() if count > 1] == []
         retried = sum(1 for view in views if view["attempt"] > 1)
         refused = sum(1 for event in events if event["msg"] == "result refused")
         print(
-            f"\n{JOBS} jobs, {CYCLES} SIGKILLs of Run (seed {SEED}): all succeeded once; "
+            f"\n{JOBS} jobs, {CYCLES} SIGKILLs of Run (seed {seed}): all succeeded once; "
             f"{retried} needed more than one attempt; {refused} results refused by the "
             f"platform; attempts held at each kill: {held_at_kill}; kills done after "
             f"{killed_s:.1f} s, all ended after {total_s:.1f} s"
