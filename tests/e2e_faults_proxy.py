@@ -8,8 +8,8 @@ starts with a `--hang` prefix: those are held open without an answer until the p
 killed. `GET /__proxy/stats` answers how many requests were forwarded and held, by prefix.
 
 A partition can be switched on and off while the proxy runs: `POST /__proxy/partition`
-with `{"mode": "hang"}` holds every request that arrives (never forwarded; when the partition
-heals, their connections are closed unanswered, as packets lost on the way), `{"mode":
+with `{"mode": "hang"}` holds every request that arrives (never forwarded; when the mode
+changes, their connections are closed unanswered, as packets lost on the way), `{"mode":
 "drop"}` closes each request's connection at once without an answer, and `{"mode": "none"}`
 heals it. Stats count what each mode swallowed.
 """
@@ -87,10 +87,10 @@ class Proxy:
                     {"error": f"mode must be one of {PARTITION_MODES}"}, status=422
                 )
             self.partition = mode
-            if mode == "none":
-                self.healed.set()
-            else:
+            if mode == "hang":
                 self.healed.clear()
+            else:
+                self.healed.set()  # held requests are closed now, unanswered
             return web.json_response({"partition": mode})
         if self.partition != "none":
             return await self.swallow(request)

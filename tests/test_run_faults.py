@@ -32,23 +32,20 @@ from tests.e2e_faults_helpers import (
     BlockingProxy,
     Platform,
     RunAgent,
+    check_history,
+    is_terminal,
     processes,
     wait_until,
 )
 from tests.seeds import seed_from
 
 LEASE_TTL_S = FAST_TIMINGS["lease-ttl-s"]
-TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 SELF_FENCED = "attempt self-fenced: no lease renewal accepted in time"
 
 
 def instant(text: str) -> float:
     """Unix seconds of an RFC 3339 `...Z` time (as the platform and Run's log write them)."""
     return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC).timestamp()
-
-
-def is_terminal(view: dict[str, Any]) -> bool:
-    return view["state"] in TERMINAL
 
 
 def attempts_of(view: dict[str, Any]) -> list[tuple[int, str]]:
@@ -298,23 +295,6 @@ def mixed_payloads(rng: random.Random, count: int) -> list[tuple[str, dict[str, 
         ("noop", None) if rng.random() < 0.25 else ("sleep", {"seconds": rng.uniform(0.2, 1.5)})
         for _ in range(count)
     ]
-
-
-def check_history(view: dict[str, Any]) -> list[str]:
-    """What is wrong with a finished job's attempts (empty when nothing is)."""
-    problems = []
-    attempts = [past["attempt"] for past in view["history"]]
-    outcomes = [past["outcome"] for past in view["history"]]
-    terminal = view["terminal"] or {}
-    if view["state"] != "succeeded":
-        problems.append(f"state {view['state']}")
-    if view["attempt"] < 1 or terminal.get("attempt") != view["attempt"]:
-        problems.append(f"attempt {view['attempt']}, terminal attempt {terminal.get('attempt')}")
-    if attempts != sorted(set(attempts)) or not attempts or attempts[-1] != view["attempt"]:
-        problems.append(f"history attempts {attempts}")
-    if outcomes.count("succeeded") != 1 or outcomes[-1:] != ["succeeded"]:
-        problems.append(f"history outcomes {outcomes}")
-    return problems
 
 
 @pytest.mark.slow
