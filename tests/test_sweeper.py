@@ -20,7 +20,7 @@ from moonrun.store.memory import MemoryStore
 from tests.e2e_faults_helpers import wait_until
 from tests.harness import SETTINGS, World
 from tests.http_harness import HttpWorld
-from tests.stores import StoreFactory
+from tests.stores import StoreFactory, memory_factory
 
 
 class StopAfterSweeps(Channel):
@@ -164,3 +164,40 @@ def test_healthz_is_store_unavailable_while_the_store_is_down_and_ok_after(
     expected = [{"status": "ok"}, {"error": failure}, {"status": "ok"}]
     assert expected == [answer.json() for answer in answers]
     assert answers[1].headers["retry-after"] == "1"
+
+
+class HangsUntilReleased(Channel):
+    """An ops channel whose first pass waits, like a query to a hung database server."""
+
+    def __init__(self) -> None:
+        super().__init__("ops", 1)
+        self.entered = anyio.Event()
+        self.release = anyio.Event()
+
+    async def run(self, work: Any, *args: Any, **kwargs: Any) -> Any:
+        self.entered.set()
+        await self.release.wait()
+        return await super().run(work, *args, **kwargs)
+
+
+@pytest.mark.anyio
+async def test_a_sweep_that_does_not_come_back_reports_the_store_after_ten_seconds() -> None:
+    """A pass that hangs: None at 9.9 s, a store failure from 10 s, None once it returns."""
+    world = World(memory_factory())
+    now = [100.0]
+    channel = HangsUntilReleased()
+    sweeper = Sweeper(world.service, channel, interval_s=0, monotonic=lambda: now[0])
+    stop = anyio.Event()
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(sweeper.run, stop)
+            await channel.entered.wait()
+            now[0] = 109.9
+            early = sweeper.store_failure
+            now[0] = 110.0
+            stalled = sweeper.store_failure
+            stop.set()
+            channel.release.set()
+
+    seen = [early, stalled, sweeper.store_failure]
+    assert seen == [None, "the store has not answered for 10 s", None]
