@@ -108,7 +108,7 @@ def _schema_problems(schema: Schema, root: Schema, at: str, found: list[str]) ->
     if isinstance(schema, bool):
         return
     if not isinstance(schema, dict):
-        found.append(f"{at or 'the schema'} must be an object or a boolean")
+        found.append(f"{at.rstrip('.') or 'the schema'} must be an object or a boolean")
         return
     kind = schema.get("type")
     if kind is not None:
@@ -330,15 +330,17 @@ class _Compiler:
                 parts.append(lambda v, at, d, s: referred(v, at, d + 1, s) or True)
         if "type" in schema:
             parts.append(_type_part(schema["type"]))
+        # Each lambda below has a message variable of its own: a closure reads its variables
+        # when it runs, so two lambdas sharing one would both say the last message.
         if "const" in schema:
             const = schema["const"]
-            message = f"must be {_show(const)}"
-            parts.append(lambda v, at, d, s: _json_equal(v, const) or _add(s, at, message))
+            not_const = f"must be {_show(const)}"
+            parts.append(lambda v, at, d, s: _json_equal(v, const) or _add(s, at, not_const))
         enum = schema.get("enum")
         if isinstance(enum, list):
-            message = f"must be one of {', '.join(_show(item) for item in enum)}"
+            not_in = f"must be one of {', '.join(_show(item) for item in enum)}"
             parts.append(
-                lambda v, at, d, s: any(_json_equal(v, i) for i in enum) or _add(s, at, message)
+                lambda v, at, d, s: any(_json_equal(v, i) for i in enum) or _add(s, at, not_in)
             )
         parts.extend(self.object_parts(schema))
         parts.extend(self.array_parts(schema))
@@ -385,11 +387,11 @@ class _Compiler:
         parts: list[_Part] = []
         low, high = schema.get("minItems"), schema.get("maxItems")
         if _is_number(low):
-            message = f"must hold at least {low} item{'' if low == 1 else 's'}"
-            parts.append(lambda v, at, d, s: not _shorter(v, list, low) or _add(s, at, message))
+            too_few = f"must hold at least {low} item{'' if low == 1 else 's'}"
+            parts.append(lambda v, at, d, s: not _shorter(v, list, low) or _add(s, at, too_few))
         if _is_number(high):
-            message = f"must hold at most {high} item{'' if high == 1 else 's'}"
-            parts.append(lambda v, at, d, s: not _longer(v, list, high) or _add(s, at, message))
+            too_many = f"must hold at most {high} item{'' if high == 1 else 's'}"
+            parts.append(lambda v, at, d, s: not _longer(v, list, high) or _add(s, at, too_many))
         items = schema.get("items", True)
         if items is not True:
             item = self.node(items)
@@ -417,9 +419,9 @@ class _Compiler:
             parts.append(all_part)
         if isinstance(any_of, list):
             some = [self.node(branch) for branch in any_of]
-            message = "matches none of the forms this kind allows"
+            no_form = "matches none of the forms this kind allows"
             parts.append(
-                lambda v, at, d, s: any(_fits(b, v, d + 1, s) for b in some) or _add(s, at, message)
+                lambda v, at, d, s: any(_fits(b, v, d + 1, s) for b in some) or _add(s, at, no_form)
             )
         if isinstance(one_of, list):
             one = [self.node(branch) for branch in one_of]
@@ -434,8 +436,8 @@ class _Compiler:
             parts.append(one_part)
         if "not" in schema:
             never = self.node(schema["not"])
-            message = "has a form this kind does not allow"
-            parts.append(lambda v, at, d, s: not _fits(never, v, d + 1, s) or _add(s, at, message))
+            refused = "has a form this kind does not allow"
+            parts.append(lambda v, at, d, s: not _fits(never, v, d + 1, s) or _add(s, at, refused))
         return parts
 
 
@@ -480,11 +482,11 @@ def _string_parts(schema: dict[str, Any]) -> list[_Part]:
     parts: list[_Part] = []
     low, high = schema.get("minLength"), schema.get("maxLength")
     if _is_number(low):
-        message = f"must be at least {low} character{'' if low == 1 else 's'} long"
-        parts.append(lambda v, at, d, s: not _shorter(v, str, low) or _add(s, at, message))
+        too_short = f"must be at least {low} character{'' if low == 1 else 's'} long"
+        parts.append(lambda v, at, d, s: not _shorter(v, str, low) or _add(s, at, too_short))
     if _is_number(high):
-        message = f"must be at most {high} character{'' if high == 1 else 's'} long"
-        parts.append(lambda v, at, d, s: not _longer(v, str, high) or _add(s, at, message))
+        too_long = f"must be at most {high} character{'' if high == 1 else 's'} long"
+        parts.append(lambda v, at, d, s: not _longer(v, str, high) or _add(s, at, too_long))
     return parts
 
 
