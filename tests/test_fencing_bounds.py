@@ -2,19 +2,22 @@
 
 Logs and artifacts of an attempt are accepted while it is active and for exactly
 `transfer_grace_s` after it ends, however it ended; one millisecond later they are refused.
-A claim never grants more than `max_claim_batch` jobs, whatever Run asks for and has room for.
-Each test is named for a bound a mutation run once broke without any suite noticing.
+A claim never grants more than `max_claim_batch` jobs, whatever Run asks for and has room for;
+one that grants nothing says when to look again. Every committed change is told once. Each
+test is named for a bound a mutation run once broke without any suite noticing.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from moonrun.errors import AckDeadlineExpired, NotActive, StaleAttempt
-from moonrun.scheduling.jobs import JobState
+from moonrun.errors import AckDeadlineExpired, MoonrunError, NotActive, StaleAttempt
+from moonrun.scheduling.jobs import Job, JobState
+from moonrun.scheduling.messages import Evidence
 from tests.harness import SETTINGS, Run, World
 from tests.http_harness import http_world
 from tests.stores import memory_factory
@@ -187,3 +190,185 @@ def test_log_batches_and_artifact_chunks_close_exactly_at_the_grace(tmp_path: Pa
     assert inside == (202, 202)
     assert outside == (409, "not_active")
     assert outside_chunk == (409, "not_active")
+
+
+# -- claims, sessions and events: the service's fencing paths ---------------------------------
+
+
+class Recorded:
+    """A JobEvents listener: every committed change, as (job id, state before, state after)."""
+
+    def __init__(self) -> None:
+        self.changes: list[tuple[str, str | None, str]] = []
+
+    def job_changed(self, job: Job, before: Job | None) -> None:
+        self.changes.append((job.id, before.state.value if before else None, job.state.value))
+
+
+def test_a_claim_that_grants_nothing_says_when_to_look_again(world: World) -> None:
+    """Nothing waiting: no time; a job due later: its time; full or draining: no time."""
+    run = world.run().start(capacity=1)
+    nothing = world.service.claim_or_wait(run.session_id, 1)
+    later = world.submit(not_before=world.clock.now() + 5000)
+    waiting = world.service.claim_or_wait(run.session_id, 1)
+    world.clock.advance(5000)
+    granted = world.service.claim_or_wait(run.session_id, 1)
+    world.submit()
+    full = world.service.claim_or_wait(run.session_id, 1)
+    world.service.set_draining(world.admin, world.endpoint.id, True)
+    draining = world.service.claim_or_wait(run.session_id, 1)
+
+    ep = world.endpoint.id
+    found = [
+        (claim.jobs == [], claim.endpoint_id, claim.next_claimable_at)
+        for claim in (nothing, waiting, full, draining)
+    ]
+    assert found == [
+        (True, ep, None),
+        (True, ep, later.eligible_at),
+        (True, ep, None),
+        (True, ep, None),
+    ]
+    assert ([job.job_id for job in granted.jobs], granted.endpoint_id) == ([later.id], ep)
+    assert granted.next_claimable_at is None
+
+
+def test_every_committed_job_change_is_told_once_with_the_record_before(world: World) -> None:
+    """Claim, ack, a refused ack, progress, a swept lease: each change once, none for a refusal."""
+    events = Recorded()
+    world.service.listen(events)
+    job = world.submit()
+    run = world.run().start()
+    (granted,) = run.claim()
+    run.ack(job.id, granted.attempt)
+    with pytest.raises(StaleAttempt):
+        world.service.ack(run.session_id, job.id, Evidence(granted.attempt + 1, "mrl_x"))
+    run.progress(job.id, granted.attempt, 1)
+    world.clock.advance(world.settings.lease_ttl_ms)
+    world.service.sweep()
+
+    assert events.changes == [
+        (job.id, None, "queued"),
+        (job.id, "queued", "accepted"),
+        (job.id, "accepted", "running"),
+        (job.id, "running", "running"),
+        (job.id, "running", "retrying"),
+    ]
+
+
+def test_reconciling_tells_each_job_it_changed_once(world: World) -> None:
+    """A new session confirms one held attempt and loses one it did not report."""
+    kept, dropped = world.submit(), world.submit()
+    run = world.run().start()
+    run.claim(2)
+    events = Recorded()
+    world.service.listen(events)
+    run.register()
+    world.service.reconcile(run.session_id, [run.entry(kept.id, 1)])
+    assert sorted(events.changes) == sorted(
+        [(kept.id, "accepted", "accepted"), (dropped.id, "accepted", "retrying")]
+    )
+
+
+def test_reconciling_an_acked_nothing_renews_its_ack_deadline(world: World) -> None:
+    """A claimed attempt confirmed by a new session: bound to it, its ack deadline from now."""
+    job = world.submit()
+    run = world.run().start()
+    run.claim()
+    world.clock.advance(10_000)
+    generation = run.register()
+    world.service.reconcile(run.session_id, [run.entry(job.id, 1)])
+    stored = world.job(job.id)
+    expected = (generation, world.clock.now() + world.settings.ack_timeout_ms)
+    assert (stored.session_generation, stored.ack_deadline) == expected
+
+
+def test_a_batch_answers_an_unknown_job_and_still_every_entry_after_it(world: World) -> None:
+    """acks for [no such job, a real one]: job_not_found, then the real answer, in order."""
+    job = world.submit()
+    run = world.run().start()
+    (granted,) = run.claim()
+    answers = world.service.ack_many(
+        run.session_id,
+        [("job_missing", run.evidence(job.id, 1)), (job.id, run.evidence(job.id, 1))],
+    )
+    kinds = [type(answer).__name__ for answer in answers]
+    assert (kinds, granted.attempt) == (["JobNotFound", "AckAnswer"], 1)
+
+
+def test_a_claim_asks_for_one_to_two_to_the_31_jobs_and_only_after_reconciling(
+    world: World,
+) -> None:
+    """max_jobs out of range and a claim before reconciling: refusals that say so."""
+    run = world.run()
+    run.register()
+    early = refusal(lambda: world.service.claim(run.session_id, 1))
+    world.service.reconcile(run.session_id, [])
+    bounds = [refusal(lambda n=n: world.service.claim(run.session_id, n)) for n in (0, 2**31 + 1)]
+    assert world.service.claim(run.session_id, 2**31) == []
+    assert early == ("ReconcileRequired", "reconcile after registering, before claiming")
+    assert bounds == [("InvalidRequest", "max_jobs must be an integer from 1 to 2147483648")] * 2
+
+
+def refusal(call: Any) -> tuple[str, str]:
+    try:
+        call()
+    except MoonrunError as error:
+        return type(error).__name__, error.message
+    raise AssertionError("accepted")
+
+
+def test_a_session_is_rewritten_only_when_its_expiry_moves_by_a_second(world: World) -> None:
+    """Activity 999 ms after the last rewrite leaves the stored session; at 1000 ms it moves
+    (last seen and expiry), and the heartbeat answers the expiry the store holds."""
+    run = world.run().start()
+    registered = world.store.get_session(run.session_id)
+    assert registered is not None
+    world.clock.advance(999)
+    early = run.heartbeat()
+    unchanged = world.store.get_session(run.session_id)
+    world.clock.advance(1)
+    moved = run.heartbeat()
+    rewritten = world.store.get_session(run.session_id)
+    assert unchanged is not None
+    assert rewritten is not None
+    now, ttl = world.clock.now(), world.settings.session_ttl_ms
+    assert (unchanged.expires_at, early.session_expires_at) == (registered.expires_at,) * 2
+    assert (rewritten.last_seen_at, rewritten.expires_at, moved.session_expires_at) == (
+        now,
+        now + ttl,
+        now + ttl,
+    )
+
+
+def test_an_unknown_session_is_signature_invalid_saying_so(world: World) -> None:
+    """A session id the store does not have: signature_invalid, `unknown session`."""
+    assert refusal(lambda: world.service.heartbeat("ses_nope")) == (
+        "SignatureInvalid",
+        "unknown session",
+    )
+
+
+def test_reading_a_job_whose_lease_lapsed_applies_the_lapse_with_its_backoff(world: World) -> None:
+    """A user's read after the lease passed: retrying, eligible after the first backoff."""
+    job = world.submit()
+    run = world.run().start()
+    run.run_to_running(job.id)
+    world.clock.advance(world.settings.lease_ttl_ms)
+    seen = world.service.get_job(world.owner, job.id)
+    expected = (
+        JobState.RETRYING,
+        world.clock.now() + round(world.settings.backoff_initial_s * 1000),
+    )
+    assert (seen.state, seen.eligible_at) == expected
+
+
+def test_transfers_after_the_grace_are_refused_saying_the_attempt_ended(world: World) -> None:
+    """The refusal's words: the attempt ended; its logs and artifacts are closed."""
+    run, job_id, attempt = running_attempt(world)
+    run.result(job_id, attempt, "succeeded")
+    world.clock.advance(GRACE_MS + 1)
+    assert refusal(lambda: transfer(world, run, job_id, attempt)) == (
+        "NotActive",
+        "the attempt ended; its logs and artifacts are closed",
+    )
