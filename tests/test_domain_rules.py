@@ -34,6 +34,7 @@ from moonrun.scheduling.jobs import (
 )
 from moonrun.scheduling.messages import Caller, Evidence
 from moonrun.scheduling.retry import RetryPolicy
+from moonrun.scheduling.time import parse_instant
 from moonrun.scheduling.views import job_view
 
 NOW = 1_795_000_000_000
@@ -472,4 +473,26 @@ def test_an_illegal_transition_names_the_event_the_states_and_the_job() -> None:
         ("IllegalTransition", "ack does not lead from queued to running (job job_1)"),
         ("IllegalTransition", "job job_1 is not claimable"),
         ("TypeError", "Job has no fields ['bogus']"),
+    ]
+
+
+def test_the_depth_limit_holds_past_a_scalar_sibling() -> None:
+    """A member too deep is found whatever scalars sit beside it, in any order."""
+    for payload in ({"a": nested(32), "b": 1}, {"b": 1, "a": nested(32)}, {"a": [1, nested(32)]}):
+        assert refusal(lambda payload=payload: new_job(payload=payload)) == (
+            "InvalidRequest",
+            "payload nests deeper than 32 levels (depth limit)",
+        )
+
+
+def test_a_timestamp_that_does_not_parse_names_its_field_never_its_value() -> None:
+    """`timestamp` unless the caller names the field; the value itself is never repeated."""
+    found = [
+        refusal(lambda: parse_instant("yesterday")),
+        refusal(lambda: parse_instant("2026-02-30T00:00:00Z", "not_before")),
+    ]
+    example = "must be an RFC 3339 timestamp such as 2026-11-30T04:00:00.000Z"
+    assert found == [
+        ("InvalidRequest", f"timestamp {example}"),
+        ("InvalidRequest", f"not_before {example}"),
     ]

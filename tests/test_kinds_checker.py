@@ -576,3 +576,142 @@ def test_an_invalid_payload_joins_every_problem_in_its_message() -> None:
     with pytest.raises(InvalidPayload) as refused:
         kinds.check("k", {})
     assert refused.value.message == "payload.a is required; payload.b is required"
+
+
+# -- what the compiled checker must not lose ----------------------------------------------------
+
+
+class Ordered(dict):  # type: ignore[type-arg]
+    """A dict subclass, as a caller's own payload may be (not a parsed JSON value)."""
+
+
+class Text(str):
+    """A str subclass."""
+
+
+def test_values_that_are_not_parsed_json_are_typed_the_slow_way() -> None:
+    """A dict or str subclass has its JSON type; an unknown type name matches nothing."""
+    found = [
+        problems({"type": "object"}, Ordered(a=1)),
+        problems({"type": "integer"}, Text("1")),
+        problems({"type": ["nope", "string"]}, "x"),
+        problems({"type": "string"}, 2.0),
+    ]
+    assert found == [
+        [],
+        [("", "must be an integer, not a string")],
+        [],
+        [("", "must be a string, not an integer")],
+    ]
+
+
+def test_json_equality_tells_empty_containers_from_empty_strings() -> None:
+    """`[]` and `{}` are neither `""` nor each other."""
+    found = [
+        problems({"const": []}, ""),
+        problems({"const": {}}, ""),
+        problems({"const": {}}, []),
+        problems({"const": ""}, []),
+    ]
+    assert found == [
+        [("", "must be []")],
+        [("", "must be {}")],
+        [("", "must be {}")],
+        [("", 'must be ""')],
+    ]
+
+
+def test_a_value_of_forty_characters_is_shown_whole_and_one_more_is_cut() -> None:
+    """A const's JSON of 40 characters is named whole; at 41, its first 37 and `...`."""
+    forty, forty_one = "x" * 38, "x" * 39
+    found = [problems({"const": forty}, 1), problems({"const": forty_one}, 1)]
+    assert found == [
+        [("", f'must be "{forty}"')],
+        [("", 'must be "' + "x" * 36 + "...")],
+    ]
+
+
+def test_members_without_a_schema_of_their_own_cost_no_steps() -> None:
+    """With no additionalProperties schema, 20,000 unnamed members are not walked: the named
+    one's misfit is still found (walking them would pass the step budget and accept)."""
+    schema = {"properties": {"zzz": {"type": "null"}}}
+    payload = {f"k{n}": 0 for n in range(STEP_BUDGET)} | {"zzz": 1}
+    assert problems(schema, payload) == [("zzz", "must be null, not an integer")]
+
+
+def test_items_without_a_schema_of_their_own_cost_no_steps() -> None:
+    """With no items schema, 20,000 items are not walked: maxItems still answers."""
+    assert problems({"maxItems": 1}, [0] * STEP_BUDGET) == [("", "must hold at most 1 item")]
+
+
+def test_additional_members_are_named_from_the_payload_top() -> None:
+    """An additionalProperties misfit inside a member is named `o.b`, not `b`."""
+    schema = {"properties": {"o": {"additionalProperties": {"type": "string"}}}}
+    assert problems(schema, {"o": {"b": 1}}) == [("o.b", "must be a string, not an integer")]
+
+
+@pytest.mark.parametrize(
+    ("schema", "payload", "expected"),
+    [
+        (
+            {"items": {}, "anyOf": [{"type": "null"}]},
+            [],
+            "matches none of the forms this kind allows",
+        ),
+        ({"allOf": [{}], "not": {}}, 1, "has a form this kind does not allow"),
+        ({"oneOf": [{}], "not": {}}, 1, "has a form this kind does not allow"),
+        ({"required": ["a"], "minimum": 5}, 1, "must be at least 5"),
+        (
+            {"properties": {"a": {}}, "anyOf": [{"type": "null"}]},
+            {"a": 1},
+            "matches none of the forms this kind allows",
+        ),
+    ],
+    ids=["items", "allOf", "oneOf", "members of a non-object", "members"],
+)
+def test_a_keyword_that_fits_lets_the_next_keywords_speak(
+    schema: Any, payload: Any, expected: str
+) -> None:
+    """items, allOf, oneOf and properties go on to the keywords after them (only a wrong type
+    stops a node)."""
+    assert problems(schema, payload) == [("", expected)]
+
+
+def test_refs_anywhere_in_a_schema_resolve_against_its_root() -> None:
+    """A `$ref` in properties, items, not, anyOf or $defs points into the root's $defs."""
+    ref = {"$ref": "#/$defs/a"}
+    schema = {
+        "$defs": {"a": {}, "b": ref},
+        "definitions": {"c": ref},
+        "properties": {"p": ref},
+        "items": ref,
+        "not": ref,
+        "additionalProperties": ref,
+        "anyOf": [ref],
+    }
+    assert schema_problems(schema) == []
+
+
+def test_a_member_name_ending_in_x_is_named_whole() -> None:
+    """Only the trailing dot of a path is dropped: `properties.boX`, not `properties.bo`."""
+    assert schema_problems({"properties": {"boX": 3}}) == [
+        "properties.boX must be an object or a boolean"
+    ]
+
+
+def test_one_kinds_schema_past_its_bounds_is_refused_naming_the_kind() -> None:
+    """Over 16 KiB: 413 naming `kinds.noop`; deeper than 32 levels: 422 naming it too."""
+    deep: Any = {}
+    for _ in range(33):
+        deep = {"not": deep}
+    found = [
+        refusal({"noop": {"description": "x" * 17_000}}),
+        refusal({"noop": deep}),
+        refusal({f"k{n}": {"description": "x" * 15_000} for n in range(10)}),
+    ]
+    assert [(kind, message.split(" is ")[0].split(" nests ")[0]) for kind, message in found] == [
+        (TooLarge, "kinds.noop"),
+        (InvalidRequest, "kinds.noop"),
+        (TooLarge, "kinds"),
+    ]
+    assert found[1][1] == "kinds.noop nests deeper than 32 levels (depth limit)"
