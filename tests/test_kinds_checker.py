@@ -593,12 +593,14 @@ def test_values_that_are_not_parsed_json_are_typed_the_slow_way() -> None:
     """A dict or str subclass has its JSON type; an unknown type name matches nothing."""
     found = [
         problems({"type": "object"}, Ordered(a=1)),
+        problems({"type": "object", "required": ["b"]}, Ordered(a=1)),
         problems({"type": "integer"}, Text("1")),
         problems({"type": ["nope", "string"]}, "x"),
         problems({"type": "string"}, 2.0),
     ]
     assert found == [
         [],
+        [("b", "is required")],
         [("", "must be an integer, not a string")],
         [],
         [("", "must be a string, not an integer")],
