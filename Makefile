@@ -80,7 +80,7 @@ $(MUTATE_STAMP): $(STAMP) pyproject.toml
 
 # Mutation testing (docs/testing.md), not part of `make test`: mutmut mutates scheduling/,
 # security/signing.py and the service's fencing paths, and runs the fast in-process tests on
-# MemoryStore against each mutant, niced (it is CPU heavy: about 40 minutes on 2 cores from
+# MemoryStore against each mutant, niced (it is CPU heavy: about 7 minutes on 2 cores from
 # scratch; later runs test only the functions that changed). Then the score per area, and
 # exit 1 below 90% on scheduling/ or signing.py. `make mutate MUTANTS='moonrun.scheduling.retry.*'`
 # runs fewer.
