@@ -88,10 +88,12 @@ def transitions(
 
 
 def race(url: str, session_id: str) -> None:
-    """Claim until nothing is left; print every grant, then finish the job."""
+    """Once told to go (a line on stdin), claim until nothing is left; print every grant,
+    then finish the job."""
     store = open_store(url)
     service = SchedulingService(store, SystemClock(), SystemTokenSource(), SETTINGS)
     print("ready", flush=True)
+    sys.stdin.readline()  # the parent starts both racers together
     idle = 0
     while idle < 3:
         granted = service.claim(session_id, 16)

@@ -10,6 +10,7 @@ import importlib.util
 import os
 from collections.abc import Iterator
 
+import hypothesis
 import pymysql
 import pytest
 
@@ -23,6 +24,11 @@ from tests.stores import (
     mysql_factory,
     mysql_test_database,
 )
+
+# Every Hypothesis failure prints the `@reproduce_failure` blob that replays it, whatever the
+# test's own settings (the randomized tests without Hypothesis print their seeds: tests/seeds.py).
+hypothesis.settings.register_profile("moonrun", print_blob=True)
+hypothesis.settings.load_profile("moonrun")
 
 
 @pytest.fixture
@@ -60,14 +66,21 @@ def build_factory(
     return mysql_factory(request.getfixturevalue("mysql_url"), name)
 
 
-@pytest.fixture(params=STORE_NAMES)
+def chosen_stores(names: list[str]) -> list[str]:
+    """The stores a parametrized suite runs on: all, or those `MOONRUN_TEST_STORES` names
+    (comma-separated; `make mutate` runs the in-process suites on `memory` only)."""
+    only = os.environ.get("MOONRUN_TEST_STORES", "").strip()
+    return [name for name in names if name in only.split(",")] if only else names
+
+
+@pytest.fixture(params=chosen_stores(STORE_NAMES))
 def store_factory(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> StoreFactory:
     return build_factory(request.param, request, tmp_path_factory)
 
 
-@pytest.fixture(params=["file", "mysql"])
+@pytest.fixture(params=chosen_stores(["file", "mysql"]))
 def durable_factory(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> StoreFactory:

@@ -11,9 +11,12 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -21,6 +24,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
+import pymysql
 
 from tests.processes import command_env, free_port
 
@@ -42,6 +46,28 @@ FAST_TIMINGS: dict[str, float] = {
 """Short platform timings: a lease is renewed every second and lapses after 4 s."""
 
 T = TypeVar("T")
+TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
+
+
+def is_terminal(view: dict[str, Any]) -> bool:
+    return view["state"] in TERMINAL
+
+
+def check_history(view: dict[str, Any]) -> list[str]:
+    """What is wrong with a finished job's attempts (empty when nothing is)."""
+    problems = []
+    attempts = [past["attempt"] for past in view["history"]]
+    outcomes = [past["outcome"] for past in view["history"]]
+    terminal = view["terminal"] or {}
+    if view["state"] != "succeeded":
+        problems.append(f"state {view['state']}")
+    if view["attempt"] < 1 or terminal.get("attempt") != view["attempt"]:
+        problems.append(f"attempt {view['attempt']}, terminal attempt {terminal.get('attempt')}")
+    if attempts != sorted(set(attempts)) or not attempts or attempts[-1] != view["attempt"]:
+        problems.append(f"history attempts {attempts}")
+    if outcomes.count("succeeded") != 1 or outcomes[-1:] != ["succeeded"]:
+        problems.append(f"history outcomes {outcomes}")
+    return problems
 
 
 def wait_until(
@@ -61,10 +87,14 @@ def wait_until(
 class Process:
     """One subprocess at a time, its output appended to `log`."""
 
-    def __init__(self, name: str, log: Path) -> None:
+    def __init__(self, name: str, log: Path, *, piped: bool = False) -> None:
         self.name = name
         self.log = log
+        self.piped = piped
+        """Output through a pipe that this process copies to `log`, rather than straight into
+        the file: a child whose file size is limited (RLIMIT_FSIZE) can still write it."""
         self.process: subprocess.Popen[bytes] | None = None
+        self.copier: threading.Thread | None = None
         self.starts = 0
 
     def spawn(self, command: list[str], cwd: Path) -> None:
@@ -78,9 +108,19 @@ class Process:
                 cwd=cwd,
                 env=command_env(ADMIN_TOKEN),
                 stdin=subprocess.DEVNULL,
-                stdout=log,
+                stdout=subprocess.PIPE if self.piped else log,
                 stderr=subprocess.STDOUT,
             )
+        if self.piped:
+            self.copier = threading.Thread(target=self._copy, args=(self.process,), daemon=True)
+            self.copier.start()
+
+    def _copy(self, process: subprocess.Popen[bytes]) -> None:
+        assert process.stdout is not None
+        with self.log.open("ab") as log:
+            for line in process.stdout:
+                log.write(line)
+                log.flush()
 
     @property
     def pid(self) -> int:
@@ -104,6 +144,11 @@ class Process:
                 except ProcessLookupError:
                     break
         self.process.wait(timeout=30)
+        if self.copier is not None:
+            self.copier.join(timeout=30)
+            self.copier = None
+        if self.process.stdout is not None:
+            self.process.stdout.close()
         self.process = None
 
     def tail(self) -> str:
@@ -134,14 +179,23 @@ def wait_healthy(process: Process, client: httpx.Client, path: str) -> None:
 
 
 class Platform:
-    """`moonrun platform serve` over a FileStore in `workdir`, with the user API at hand."""
+    """`moonrun platform serve` over a FileStore in `workdir` (or `store_url`), with the user
+    API at hand."""
 
-    def __init__(self, workdir: Path, timings: dict[str, float] | None = None) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        timings: dict[str, float] | None = None,
+        *,
+        store_url: str | None = None,
+        piped: bool = False,
+    ) -> None:
         self.workdir = workdir
         self.timings = dict(FAST_TIMINGS if timings is None else timings)
+        self.store_url = store_url or f"file:{workdir / 'platform.db'}"
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.process = Process("platform", workdir / "platform.log")
+        self.process = Process("platform", workdir / "platform.log", piped=piped)
         self.client = httpx.Client(
             base_url=self.url,
             timeout=10.0,
@@ -156,7 +210,7 @@ class Platform:
             "platform",
             "serve",
             "--store",
-            f"file:{self.workdir / 'platform.db'}",
+            self.store_url,
             "--listen",
             f"127.0.0.1:{self.port}",
             "--secret-file",
@@ -245,12 +299,12 @@ class Platform:
 class RunAgent:
     """`moonrun run join` once, then `moonrun run start` as often as the test likes."""
 
-    def __init__(self, workdir: Path, capacity: int = 4) -> None:
+    def __init__(self, workdir: Path, capacity: int = 4, name: str = "run") -> None:
         self.workdir = workdir
-        self.data_dir = workdir / "run-data"
+        self.data_dir = workdir / f"{name}-data"
         self.data_dir.mkdir(exist_ok=True)
         self.capacity = capacity
-        self.process = Process("run", workdir / "run.log")
+        self.process = Process(name, workdir / f"{name}.log")
 
     def join(self, platform_url: str, token: str) -> None:
         command = [
@@ -336,13 +390,19 @@ class BlockingProxy:
         stats: dict[str, Any] = self.client.get("/__proxy/stats").json()
         return stats
 
+    def partition(self, mode: str) -> None:
+        """Cut Run off the platform (`hang`: requests held unanswered; `drop`: connections
+        closed at once), or heal it (`none`)."""
+        answer = self.client.post("/__proxy/partition", json={"mode": mode})
+        assert answer.status_code == 200, answer.text
+
     def close(self) -> None:
         self.process.stop()
         self.client.close()
 
 
 @contextmanager
-def processes(*owners: Platform | RunAgent | BlockingProxy) -> Iterator[None]:
+def processes(*owners: Platform | RunAgent | BlockingProxy | PrivateMariaDB) -> Iterator[None]:
     """Stop every process at the end; a failure carries each process's log tail."""
     try:
         yield
@@ -357,3 +417,102 @@ def processes(*owners: Platform | RunAgent | BlockingProxy) -> Iterator[None]:
                 owner.kill()
             else:
                 owner.close()
+
+
+MARIADBD = "/usr/sbin/mariadbd"
+INSTALL_DB = ("mariadb-install-db", "mysql_install_db")
+
+
+class PrivateMariaDB:
+    """A `mariadbd` of the test's own: its data directory in `workdir`, a free loopback port,
+    no grant tables (root, no password). Never the machine's shared server, which other suites
+    use at the same time: this one the test kills and starts again at will."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.datadir = workdir / "mariadb-data"
+        # A socket path must stay short (108 bytes); TCP is what the platform uses.
+        self.rundir = Path(tempfile.mkdtemp(prefix="moonrun-mdb-"))
+        self.port = free_port()
+        self.process = Process("mariadb", workdir / "mariadb.log")
+
+    @staticmethod
+    def missing() -> str | None:
+        """Why no private MariaDB can run here, or None when it can."""
+        if not Path(MARIADBD).exists():
+            return f"{MARIADBD} is not installed (apt-get install mariadb-server)"
+        if not any(shutil.which(name) for name in INSTALL_DB):
+            return "mariadb-install-db is not installed (apt-get install mariadb-server)"
+        return None
+
+    def url(self, database: str) -> str:
+        return f"mysql://root@127.0.0.1:{self.port}/{database}"
+
+    def _as_user(self) -> list[str]:
+        return ["--user=root"] if os.geteuid() == 0 else []
+
+    def install(self) -> None:
+        """Create the system tables in a fresh data directory."""
+        tool = next(path for name in INSTALL_DB if (path := shutil.which(name)))
+        installed = subprocess.run(
+            [
+                tool,
+                "--no-defaults",
+                f"--datadir={self.datadir}",
+                "--auth-root-authentication-method=normal",
+                "--skip-test-db",
+                *self._as_user(),
+            ],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert installed.returncode == 0, installed.stdout + installed.stderr
+
+    def start(self) -> None:
+        """Start the server on the data directory and port (again, after a kill) and wait,
+        with a bound, until it answers."""
+        command = [
+            MARIADBD,
+            "--no-defaults",
+            f"--datadir={self.datadir}",
+            f"--socket={self.rundir / 'sock'}",
+            f"--pid-file={self.rundir / 'pid'}",
+            f"--port={self.port}",
+            "--bind-address=127.0.0.1",
+            "--skip-grant-tables",
+            "--skip-name-resolve",
+            "--skip-log-bin",
+            "--innodb-buffer-pool-size=32M",
+            *self._as_user(),
+        ]
+        self.process.spawn(command, self.rundir)
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while True:
+            assert self.process.alive(), f"mariadbd exited: {self.process.tail()}"
+            try:
+                pymysql.connect(
+                    host="127.0.0.1", port=self.port, user="root", connect_timeout=1
+                ).close()
+                return
+            except pymysql.err.MySQLError:
+                assert time.monotonic() < deadline, (
+                    f"mariadbd did not answer: {self.process.tail()}"
+                )
+                time.sleep(0.05)
+
+    def create_database(self, name: str) -> None:
+        connection = pymysql.connect(host="127.0.0.1", port=self.port, user="root", autocommit=True)
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute(f"CREATE DATABASE {name} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+        finally:
+            connection.close()
+
+    def kill(self) -> None:
+        """SIGKILL, as a crashed or powered-off database server: nothing is flushed."""
+        self.process.stop()
+
+    def close(self) -> None:
+        self.process.stop()
+        shutil.rmtree(self.rundir, ignore_errors=True)

@@ -6,6 +6,12 @@ Every request is forwarded to the upstream as it came (method, path, query, head
 not hop-by-hop, body) and its answer is sent back as it came, except requests whose path
 starts with a `--hang` prefix: those are held open without an answer until the proxy is
 killed. `GET /__proxy/stats` answers how many requests were forwarded and held, by prefix.
+
+A partition can be switched on and off while the proxy runs: `POST /__proxy/partition`
+with `{"mode": "hang"}` holds every request that arrives (never forwarded; when the mode
+changes, their connections are closed unanswered, as packets lost on the way), `{"mode":
+"drop"}` closes each request's connection at once without an answer, and `{"mode": "none"}`
+heals it. Stats count what each mode swallowed.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ import aiohttp
 from aiohttp import web
 
 STATS_PATH = "/__proxy/stats"
+PARTITION_PATH = "/__proxy/partition"
+PARTITION_MODES = ("none", "hang", "drop")
 HOP_BY_HOP = frozenset(
     {
         "connection",
@@ -55,13 +63,37 @@ class Proxy:
         self.failed = 0
         self.forever = asyncio.Event()  # never set: held requests wait for the proxy's end
         self.session: aiohttp.ClientSession | None = None
+        self.partition = "none"
+        self.healed = asyncio.Event()
+        self.healed.set()
+        self.partitioned: Counter[str] = Counter()
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         path = request.rel_url.path
         if path == STATS_PATH:
             return web.json_response(
-                {"held": dict(self.held), "forwarded": dict(self.forwarded), "failed": self.failed}
+                {
+                    "held": dict(self.held),
+                    "forwarded": dict(self.forwarded),
+                    "failed": self.failed,
+                    "partition": self.partition,
+                    "partitioned": dict(self.partitioned),
+                }
             )
+        if path == PARTITION_PATH and request.method == "POST":
+            mode = (await request.json()).get("mode")
+            if mode not in PARTITION_MODES:
+                return web.json_response(
+                    {"error": f"mode must be one of {PARTITION_MODES}"}, status=422
+                )
+            self.partition = mode
+            if mode == "hang":
+                self.healed.clear()
+            else:
+                self.healed.set()  # held requests are closed now, unanswered
+            return web.json_response({"partition": mode})
+        if self.partition != "none":
+            return await self.swallow(request)
         for prefix in self.hang:
             if path.startswith(prefix):
                 self.held[prefix] += 1
@@ -87,6 +119,18 @@ class Proxy:
             return web.Response(status=502, text="upstream unreachable")
         self.forwarded[route_of(path)] += 1
         return web.Response(status=status, body=data, headers=back)
+
+    async def swallow(self, request: web.Request) -> web.StreamResponse:
+        """A partitioned request: held until the partition heals, or dropped at once; either
+        way its connection is closed without an answer and nothing reaches the upstream."""
+        mode = self.partition
+        self.partitioned[mode] += 1
+        await request.read()
+        if mode == "hang":
+            await self.healed.wait()
+        if request.transport is not None:
+            request.transport.abort()
+        return web.Response(status=502)  # never sent: the connection is gone
 
 
 async def serve(port: int, upstream: str, hang: list[str]) -> None:

@@ -2,8 +2,9 @@
 
 Crash: a child applies transitions and prints each one after the store acknowledged it; we
 kill it with SIGKILL at random moments, reopen the store, and find every acknowledged
-transition present and every record whole. Race: two processes claim from one store at once;
-no (job, attempt) is granted twice and no job is lost.
+transition present and every record whole (the kill timings' seed is printed; replay it with
+`MOONRUN_CRASH_SEED`). Race: two processes claim from one store at once; both are granted
+jobs, no (job, attempt) is granted twice and no job is lost.
 
 Counts are parameters (`MOONRUN_CRASH_KILLS`, `MOONRUN_RACE_JOBS`) so a soak can run
 thousands; `make test` runs the issue's minimums.
@@ -25,6 +26,7 @@ from moonrun.clock import ManualClock, SystemClock
 from moonrun.scheduling.jobs import Job, JobState
 from moonrun.store.protocol import Store
 from tests.harness import World
+from tests.seeds import seed_from
 from tests.stores import StoreFactory, file_factory
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,6 +42,7 @@ def spawn(*args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "tests.child", *args],
         cwd=ROOT,
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -94,7 +97,7 @@ def kill_and_check(factory: StoreFactory, threads: int) -> tuple[dict[str, Any],
     world.store.close()
     acknowledged: dict[str, tuple[int, str]] = {}
     grouping = (0, 0)
-    rng = random.Random(int(os.environ.get("MOONRUN_CRASH_SEED", "0")) or None)
+    rng = random.Random(seed_from("MOONRUN_CRASH_SEED"))
 
     for _ in range(kills_for(factory.name)):
         child = spawn("crash", url, world.endpoint.id, world.server.id, admin_token, str(threads))
@@ -130,7 +133,8 @@ def kill_and_check(factory: StoreFactory, threads: int) -> tuple[dict[str, Any],
 def test_two_platform_processes_never_grant_an_attempt_twice(
     durable_factory: StoreFactory,
 ) -> None:
-    """Two processes claiming from one store: no duplicate (job, attempt), no lost job."""
+    """Two processes claiming from one store at once: both are granted jobs, no (job, attempt)
+    is granted twice, no job is lost."""
     # The children run on the system clock, so the world starts at the real time too.
     world = World(durable_factory, clock=ManualClock(SystemClock().now()))
     job_ids = {world.submit().id for _ in range(RACE_JOBS)}
@@ -139,12 +143,22 @@ def test_two_platform_processes_never_grant_an_attempt_twice(
     world.store.close()
 
     children = [spawn("race", url, run.session_id) for _ in range(2)]
+    for child in children:
+        wait_ready(child)
     outputs = []
+    for child in children:  # both are ready: let them claim at once
+        assert child.stdin is not None
+        child.stdin.write("go\n")
+        child.stdin.flush()
     for child in children:
         out, err = child.communicate(timeout=600)
         assert child.returncode == 0, err[-2000:]
         outputs.append(out)
 
+    granted_by = [
+        sum(1 for line in out.splitlines() if line.startswith("grant ")) for out in outputs
+    ]
+    print(f"grants per process: {granted_by}")
     grants = Counter(
         (job_id, int(attempt))
         for out in outputs
@@ -155,6 +169,7 @@ def test_two_platform_processes_never_grant_an_attempt_twice(
     store = durable_factory.reopen(world.store)
     try:
         assert [grant for grant, count in grants.items() if count > 1] == []
+        assert all(count > 0 for count in granted_by), f"grants per process: {granted_by}"
         assert sum(grants.values()) >= RACE_JOBS
         assert job_ids == {job_id for job_id, _ in grants}
         states = Counter(store.get_job(job_id).state for job_id in job_ids)  # type: ignore[union-attr]

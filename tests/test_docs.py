@@ -48,6 +48,19 @@ def test_requirements_map_names_only_tests_that_exist() -> None:
     assert set() == missing
 
 
+def test_the_testing_notes_name_only_tests_that_exist() -> None:
+    """Every `tests/file.py::test_name` in docs/testing.md is a real test function."""
+    text = (ROOT / "docs" / "testing.md").read_text()
+    named = re.findall(r"`(tests/[\w/]+\.py)::(test_\w+)`", text)
+    assert named, "docs/testing.md names no tests"
+    missing = {
+        f"{file}::{name}"
+        for file, name in named
+        if not (ROOT / file).exists() or name not in test_function_names(ROOT / file)
+    }
+    assert set() == missing
+
+
 def test_every_spec_scenario_is_in_the_requirements_map() -> None:
     """Each of the spec's 23 scenarios has a row naming a test of the scenario's own name."""
     text = (ROOT / "docs" / "requirements.md").read_text()

@@ -130,6 +130,13 @@ def test_error_and_output_are_kept_canonical() -> None:
 # -- validation ------------------------------------------------------------------------------
 
 
+class NotJson:
+    """A value JSON cannot hold, with a repr that is the same in every process (a test id)."""
+
+    def __repr__(self) -> str:
+        return "NotJson()"
+
+
 @pytest.mark.parametrize(
     "fields",
     [
@@ -156,7 +163,7 @@ def test_error_and_output_are_kept_canonical() -> None:
         {"output": {"ratio": math.nan}},
         {"output": [math.inf]},
         {"output": {1: "non-string key"}},
-        {"output": {"value": object()}},
+        {"output": {"value": NotJson()}},
     ],
     ids=repr,
 )

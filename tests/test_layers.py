@@ -120,8 +120,6 @@ def test_scheduling_never_reads_the_clock() -> None:
 def test_layers_import_only_downwards(package: str) -> None:
     """Each layer imports nothing from the layers above it (DESIGN.md, "Layers")."""
     modules = modules_of(package)
-    if package == "run" and not modules:
-        pytest.skip("the Run agent is not built yet")
     assert modules, f"no modules found for {package}"
     offenders = {
         f"{path.relative_to(SRC)}: {name}"

@@ -32,6 +32,7 @@ from moonrun.security import signing
 from moonrun.store import open_store
 from tests.console_kit import sign_in
 from tests.processes import command_env, free_port, serve_command
+from tests.seeds import seed_from
 from tests.stores import StoreFactory
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -379,7 +380,7 @@ def test_sigkill_while_serving_loses_no_acknowledged_job(tmp_path: Path) -> None
     started again, every job it answered 201 for (an answer follows the commit of its write)."""
     store_url = f"file:{tmp_path / 'platform.db'}"
     kills = int(os.environ.get("MOONRUN_CRASH_KILLS", "50"))
-    rng = random.Random(int(os.environ.get("MOONRUN_CRASH_SEED", "0")) or None)
+    rng = random.Random(seed_from("MOONRUN_CRASH_SEED"))
     acknowledged: set[str] = set()
     headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
     with platform_process(tmp_path, store_url, tmp_path / "platform.secret") as platform:

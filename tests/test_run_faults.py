@@ -32,22 +32,20 @@ from tests.e2e_faults_helpers import (
     BlockingProxy,
     Platform,
     RunAgent,
+    check_history,
+    is_terminal,
     processes,
     wait_until,
 )
+from tests.seeds import seed_from
 
 LEASE_TTL_S = FAST_TIMINGS["lease-ttl-s"]
-TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 SELF_FENCED = "attempt self-fenced: no lease renewal accepted in time"
 
 
 def instant(text: str) -> float:
     """Unix seconds of an RFC 3339 `...Z` time (as the platform and Run's log write them)."""
     return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC).timestamp()
-
-
-def is_terminal(view: dict[str, Any]) -> bool:
-    return view["state"] in TERMINAL
 
 
 def attempts_of(view: dict[str, Any]) -> list[tuple[int, str]]:
@@ -289,7 +287,6 @@ def test_self_fencing_when_the_platform_is_paused(tmp_path: Path) -> None:
 
 JOBS = int(os.environ.get("MOONRUN_E2E_JOBS", "200"))
 CYCLES = int(os.environ.get("MOONRUN_E2E_CYCLES", "20"))
-SEED = int(os.environ.get("MOONRUN_E2E_SEED", str(random.SystemRandom().randrange(2**32))))
 
 
 def mixed_payloads(rng: random.Random, count: int) -> list[tuple[str, dict[str, Any] | None]]:
@@ -300,27 +297,11 @@ def mixed_payloads(rng: random.Random, count: int) -> list[tuple[str, dict[str, 
     ]
 
 
-def check_history(view: dict[str, Any]) -> list[str]:
-    """What is wrong with a finished job's attempts (empty when nothing is)."""
-    problems = []
-    attempts = [past["attempt"] for past in view["history"]]
-    outcomes = [past["outcome"] for past in view["history"]]
-    terminal = view["terminal"] or {}
-    if view["state"] != "succeeded":
-        problems.append(f"state {view['state']}")
-    if view["attempt"] < 1 or terminal.get("attempt") != view["attempt"]:
-        problems.append(f"attempt {view['attempt']}, terminal attempt {terminal.get('attempt')}")
-    if attempts != sorted(set(attempts)) or not attempts or attempts[-1] != view["attempt"]:
-        problems.append(f"history attempts {attempts}")
-    if outcomes.count("succeeded") != 1 or outcomes[-1:] != ["succeeded"]:
-        problems.append(f"history outcomes {outcomes}")
-    return problems
-
-
 @pytest.mark.slow
 def test_twenty_run_restarts_lose_and_duplicate_nothing(tmp_path: Path) -> None:
     """Jobs across 20 SIGKILLs of Run all succeed exactly once, with no stale result accepted."""
-    rng = random.Random(SEED)
+    seed = seed_from("MOONRUN_E2E_SEED")
+    rng = random.Random(seed)
     platform = Platform(tmp_path)
     run = RunAgent(tmp_path, capacity=8)
     started = time.monotonic()
@@ -355,13 +336,13 @@ def test_twenty_run_restarts_lose_and_duplicate_nothing(tmp_path: Path) -> None:
 
         assert len(views) == JOBS
         problems = {view["id"]: found for view in views if (found := check_history(view))}
-        assert problems == {}, f"seed {SEED}"
+        assert problems == {}, f"seed {seed}"
         accepted = Counter(e["job_id"] for e in events if e["msg"] == "result accepted")
         assert [job_id for job_id, count in accepted.items() if count > 1] == []
         retried = sum(1 for view in views if view["attempt"] > 1)
         refused = sum(1 for event in events if event["msg"] == "result refused")
         print(
-            f"\n{JOBS} jobs, {CYCLES} SIGKILLs of Run (seed {SEED}): all succeeded once; "
+            f"\n{JOBS} jobs, {CYCLES} SIGKILLs of Run (seed {seed}): all succeeded once; "
             f"{retried} needed more than one attempt; {refused} results refused by the "
             f"platform; attempts held at each kill: {held_at_kill}; kills done after "
             f"{killed_s:.1f} s, all ended after {total_s:.1f} s"

@@ -208,3 +208,190 @@ def test_structured_fields_parse_and_serialize() -> None:
     for bad in ('a="unterminated', "a=(", "A=1", "a=1,", 'a="\x01"', "a=:!!:"):
         with pytest.raises(SfvError):
             parse_dictionary(bad)
+
+
+@pytest.mark.parametrize(
+    ("header", "value", "error", "message"),
+    [
+        (
+            "signature-input",
+            run_input(label="other"),
+            SignatureInvalid,
+            "no signature labelled run",
+        ),
+        ("signature", "other=:AAAA:", SignatureInvalid, "no signature labelled run"),
+        ("signature", "run=AAAA", SignatureInvalid, "no signature labelled run"),
+        ("signature", "run=(1 2)", SignatureInvalid, "no signature labelled run"),
+        (
+            "signature-input",
+            run_input('"@method" "@path"'),
+            SignatureInvalid,
+            "covered components must be exactly @method @path @query content-digest",
+        ),
+        (
+            "signature-input",
+            run_input('"@method" "@path" "@query" content-digest'),
+            SignatureInvalid,
+            "covered components must be exactly @method @path @query content-digest",
+        ),
+        (
+            "signature-input",
+            run_input(created=None),
+            SignatureInvalid,
+            "created must be an integer",
+        ),
+        (
+            "signature-input",
+            run_input(created='"1"'),
+            SignatureInvalid,
+            "created must be an integer",
+        ),
+        (
+            "signature-input",
+            run_input(created="?1"),
+            SignatureInvalid,
+            "created must be an integer",
+        ),
+        (
+            "signature-input",
+            run_input(nonce='"c2hvcnQ"'),
+            SignatureInvalid,
+            "nonce must be at least 16 bytes",
+        ),
+        ("signature-input", run_input(nonce='"a"'), SignatureInvalid, "nonce is not base64url"),
+        (
+            "signature-input",
+            run_input(nonce="tok"),
+            SignatureInvalid,
+            "nonce must be a string parameter",
+        ),
+        (
+            "signature-input",
+            run_input(nonce=None),
+            SignatureInvalid,
+            "nonce must be a string parameter",
+        ),
+        (
+            "signature-input",
+            run_input(keyid=None),
+            SignatureInvalid,
+            "keyid must be a string parameter",
+        ),
+        (
+            "signature-input",
+            run_input(alg=None),
+            SignatureInvalid,
+            "alg must be a string parameter",
+        ),
+        (
+            "signature-input",
+            run_input(alg='"ed25519"'),
+            SignatureInvalid,
+            "alg 'ed25519' does not fit keyid session:",
+        ),
+        (
+            "signature-input",
+            run_input(keyid='"endpoint:e"'),
+            SignatureInvalid,
+            "alg 'hmac-sha256' does not fit keyid endpoint:",
+        ),
+        *(
+            (
+                "signature-input",
+                run_input(keyid=keyid),
+                SignatureInvalid,
+                "keyid must be endpoint:<id> or session:<id>",
+            )
+            for keyid in ('"user:u"', '"session:"', '"session"', '"endpoint"')
+        ),
+        (
+            "content-digest",
+            "sha-512=:AAAA:",
+            SignatureInvalid,
+            "Content-Digest needs a sha-256 member",
+        ),
+        (
+            "content-digest",
+            "sha-256=abc",
+            SignatureInvalid,
+            "Content-Digest needs a sha-256 member",
+        ),
+        (
+            "content-digest",
+            "sha-256=:" + base64.b64encode(b"x" * 32).decode() + ":",
+            SignatureInvalid,
+            "Content-Digest does not match the body",
+        ),
+        ("signature", "run=:AAAA", SignatureMissing, "signature headers do not parse: "),
+    ],
+    ids=repr,
+)
+def test_each_malformed_signature_says_what_is_wrong(
+    header: str, value: str, error: type[Exception], message: str
+) -> None:
+    """The refusal's type and its words, one per check, in the checks' order."""
+    headers = signed()
+    headers[header] = value
+    with pytest.raises(error) as refused:
+        parse(headers)
+    assert refused.value.args[0].startswith(message), refused.value.args[0]
+    if not message.endswith(": "):
+        assert refused.value.args[0] == message
+
+
+def test_a_signature_covers_the_query() -> None:
+    """`?a=1` is in the base; the same signature with another query does not verify."""
+    headers = {
+        k.lower(): v
+        for k, v in signing.sign(
+            "GET", "/p", "a=1", b"", key_id="session:s", key=KEY, created=NOW, nonce=NONCE
+        ).items()
+    }
+    same = signing.parse("GET", "/p", "a=1", headers, b"")
+    signing.verify_hmac(same, KEY)
+    assert b'"@query": ?a=1\n' in same.base
+    with pytest.raises(SignatureInvalid):
+        signing.verify_hmac(signing.parse("GET", "/p", "a=2", headers, b""), KEY)
+    with pytest.raises(SignatureInvalid):
+        signing.verify_hmac(signing.parse("GET", "/p", "", headers, b""), KEY)
+
+
+def test_the_signature_headers_carry_their_rfc_names_and_the_parsed_parameters() -> None:
+    """sign() answers Content-Digest, Signature-Input and Signature; parse() gives back the
+    key id, algorithm, created and nonce that were signed."""
+    identity = Ed25519PrivateKey.generate()
+    headers = signing.sign(
+        "POST", "/p", "", b"{}", key_id="endpoint:ep_1", key=identity, created=NOW, nonce=NONCE
+    )
+    result = signing.parse("POST", "/p", "", {k.lower(): v for k, v in headers.items()}, b"{}")
+    assert sorted(headers) == ["Content-Digest", "Signature", "Signature-Input"]
+    assert headers["Signature-Input"].startswith(
+        'run=("@method" "@path" "@query" "content-digest")'
+    )
+    assert (result.key_id, result.alg, result.created, result.nonce) == (
+        "endpoint:ep_1",
+        "ed25519",
+        NOW,
+        NONCE,
+    )
+
+
+def test_a_key_id_names_its_subject_after_the_first_colon() -> None:
+    """`session:a:b` is session `a:b` (ids have no colons; the split is still the first)."""
+    result = parse(signed(key_id="session:a:b"))
+    assert (result.key_kind, result.key_subject) == ("session", "a:b")
+
+
+def test_a_signature_created_up_to_one_second_before_the_start_is_accepted() -> None:
+    """Clocks tick in whole seconds: created 1 s before the instance started still passes,
+    anything earlier is expired, saying why."""
+    result = parse(signed(created=NOW))
+    signing.check_created(result, now_s=NOW, started_s=NOW + 1)
+    with pytest.raises(SignatureExpired) as early:
+        signing.check_created(result, now_s=NOW, started_s=NOW + 1.5)
+    with pytest.raises(SignatureExpired) as late:
+        signing.check_created(result, now_s=NOW + 301, started_s=NOW)
+    assert (early.value.message, late.value.message) == (
+        "the signature predates this platform instance; sign again",
+        "created is more than 300 s from the platform clock",
+    )

@@ -10,7 +10,6 @@ The invariants hold after every step. `make soak` raises the counts; a failure p
 from __future__ import annotations
 
 import os
-import random
 from dataclasses import fields
 from typing import Any
 
@@ -39,6 +38,7 @@ from moonrun.scheduling.messages import Evidence
 from moonrun.scheduling.reconcile import ReconcileEntry
 from moonrun.scheduling.records import User
 from tests.harness import Run, World
+from tests.seeds import seed_from
 from tests.stores import StoreFactory
 
 FAST = SchedulingSettings(
@@ -498,7 +498,7 @@ class SchedulingMachine(RuleBasedStateMachine):
 
 def test_scheduling_state_machine(store_factory: StoreFactory) -> None:
     """Random interleavings of every message, restart and clock move keep every invariant."""
-    chosen_seed = int(os.environ.get("MOONRUN_HYPOTHESIS_SEED") or random.randrange(2**32))
+    chosen_seed = seed_from("MOONRUN_HYPOTHESIS_SEED")
     examples, steps = run_counts(store_factory.name)
     machine_settings = settings(
         max_examples=examples,

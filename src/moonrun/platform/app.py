@@ -90,10 +90,13 @@ def create_app(platform: Platform, *, sweep: bool = True, api_docs: bool = False
 
     @app.get("/healthz", response_model=HealthAnswer, tags=["ops"])
     async def healthz(request: Request) -> Any:
-        """200 once the store is open and the sweeper runs."""
+        """200 once the store is open and the sweeper runs; 503 `store_unavailable` while the
+        sweeper's latest pass could not reach the store."""
         sweeper: Sweeper | None = getattr(request.app.state, "sweeper", None)
         if sweep and (sweeper is None or not sweeper.running):
             return error_response(503, "starting", "the sweeper is not running yet")
+        if sweeper is not None and sweeper.store_failure is not None:
+            return error_response(503, "store_unavailable", sweeper.store_failure)
         return {"status": "ok"}
 
     @app.get("/metrics", tags=["ops"], response_class=Response)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from moonrun.errors import ArtifactConflict, ArtifactTooLarge, InvalidRequest
+from moonrun.errors import ArtifactConflict, ArtifactTooLarge, InvalidRequest, StoreUnavailable
 from moonrun.security.files import open_private, private_directory
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -97,13 +97,24 @@ class FileArtifactStore:
                         f"chunk {index} of {name} would take attempt {attempt}'s artifacts past "
                         f"the platform's cap of {self._attempt_bytes} bytes"
                     )
-                private_directory(directory)
-                temporary = directory / f".{index:06d}.tmp"
-                _write(temporary, data)
-                os.replace(temporary, chunk)
+                # A write that fails (a full disk) is 503, never a bug: Run sends the chunk
+                # again, and a half-written temporary file or marker is rewritten then.
+                try:
+                    private_directory(directory)
+                    temporary = directory / f".{index:06d}.tmp"
+                    _write(temporary, data)
+                    os.replace(temporary, chunk)
+                except OSError as error:
+                    raise self._unwritable(error) from None
                 self._held[(job_id, attempt)] = held + len(data)
             if final:
-                _write(directory / "final", f"{index + 1}\n".encode())
+                try:
+                    _write(directory / "final", f"{index + 1}\n".encode())
+                except OSError as error:
+                    raise self._unwritable(error) from None
+
+    def _unwritable(self, error: OSError) -> StoreUnavailable:
+        return StoreUnavailable(f"cannot write artifacts under {self._root}: {error.strerror}")
 
     def artifacts(self, job_id: str) -> list[ArtifactInfo]:
         found = []

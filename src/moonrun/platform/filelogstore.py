@@ -32,6 +32,7 @@ from typing import Any
 
 import orjson
 
+from moonrun.errors import StoreUnavailable
 from moonrun.platform.logstore import LogLine, LogPage, MemoryLogStore, _AttemptLog
 from moonrun.security.files import open_private, private_directory
 
@@ -70,8 +71,14 @@ class FileLogStore(MemoryLogStore):
                 if seq in log.batches or seq <= log.floor:
                     return log.highest
                 new = key not in self._file_bytes
-            # On disk before in memory: a batch whose write fails is not stored at all.
-            written = self._write(key, record, new=new, sync=True)
+            # On disk before in memory: a batch whose write fails is not stored at all, and is
+            # answered 503 (Run sends it again) rather than as a bug.
+            try:
+                written = self._write(key, record, new=new, sync=True)
+            except OSError as error:
+                raise StoreUnavailable(
+                    f"cannot write log lines under {self._root}: {error.strerror}"
+                ) from None
             with self._lock:
                 self._file_bytes[key] = self._file_bytes.get(key, 0) + written
                 log = self._attempt_log(key)
@@ -81,7 +88,10 @@ class FileLogStore(MemoryLogStore):
                 compact = self._file_bytes[key] > 2 * self._compacted.get(key, 0) + COMPACT_SLACK
                 kept = _state(log) if compact else []
             if kept:
-                self._rewrite(key, kept)
+                # The batch is on disk already: a rewrite that fails (a full disk) leaves the
+                # file as it was, to be rewritten at a later append.
+                with contextlib.suppress(OSError):
+                    self._rewrite(key, kept)
             return highest
 
     def read(self, job_id: str, attempt: int, after_seq: int, limit: int = 1000) -> LogPage:
@@ -145,8 +155,13 @@ class FileLogStore(MemoryLogStore):
 
     def _dropped_for_total(self, key: tuple[str, int], count: int) -> None:
         if self._loaded:
-            # Unsynced: losing it in a crash only brings back lines the cap would drop again.
-            written = self._write(key, {"drop": count}, new=key not in self._file_bytes, sync=False)
+            # Unsynced: losing it in a crash (or to a full disk) only brings back lines the cap
+            # would drop again.
+            new = key not in self._file_bytes
+            try:
+                written = self._write(key, {"drop": count}, new=new, sync=False)
+            except OSError:
+                return
             self._file_bytes[key] = self._file_bytes.get(key, 0) + written
 
     def _load(self) -> None:

@@ -7,35 +7,76 @@ sure that jobs whose Run went silent move on even when nobody asks about them.
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 
 import anyio
 
-from moonrun.errors import MoonrunError
+from moonrun.errors import MoonrunError, StoreUnavailable
 from moonrun.platform.channels import Channel
 from moonrun.platform.service import SchedulingService
 
 log = logging.getLogger("moonrun.sweeper")
 
+STALLED_AFTER_S = 10.0
+"""A pass that has not come back for this long counts as a store that does not answer (a
+database server that hangs rather than refuses: its queries wait, they do not fail)."""
+
 
 class Sweeper:
-    """Sweeps every `interval_s`, and at once again while whole batches come back."""
+    """Sweeps every `interval_s`, and at once again while whole batches come back.
 
-    def __init__(self, service: SchedulingService, channel: Channel, interval_s: float) -> None:
+    Its passes also tell whether the store answers (`/healthz` reports it): see
+    `store_failure`.
+    """
+
+    def __init__(
+        self,
+        service: SchedulingService,
+        channel: Channel,
+        interval_s: float,
+        *,
+        stalled_after_s: float = STALLED_AFTER_S,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._service = service
         self._channel = channel
         self._interval_s = interval_s
+        self._stalled_after_s = stalled_after_s
+        self._monotonic = monotonic
+        self._failure: str | None = None
+        self._pass_began: float | None = None
         self.running = False
         self.swept = 0
+
+    @property
+    def store_failure(self) -> str | None:
+        """Why the store does not answer, or None: the error of the latest pass while that
+        pass could not reach the store, or a pass that has not come back for
+        `stalled_after_s`; None again after a pass that could."""
+        began = self._pass_began
+        if began is not None:
+            waited = self._monotonic() - began
+            if waited >= self._stalled_after_s:
+                return f"the store has not answered for {waited:.0f} s"
+        return self._failure
 
     async def run(self, stop: anyio.Event) -> None:
         self.running = True
         try:
             while not stop.is_set():
+                self._pass_began = self._monotonic()
                 try:
                     applied = await self._channel.run(self._service.sweep)
                 except MoonrunError as error:  # the store is down: log, and try again later
                     log.warning("sweep failed", extra={"fields": {"error": error.message}})
+                    if isinstance(error, StoreUnavailable):
+                        self._failure = error.message
                     applied = 0
+                else:
+                    self._failure = None
+                finally:
+                    self._pass_began = None
                 self.swept += applied
                 if applied >= self._service.settings.sweep_batch:
                     continue

@@ -108,7 +108,7 @@ def _schema_problems(schema: Schema, root: Schema, at: str, found: list[str]) ->
     if isinstance(schema, bool):
         return
     if not isinstance(schema, dict):
-        found.append(f"{at or 'the schema'} must be an object or a boolean")
+        found.append(f"{at.rstrip('.') or 'the schema'} must be an object or a boolean")
         return
     kind = schema.get("type")
     if kind is not None:
@@ -330,15 +330,17 @@ class _Compiler:
                 parts.append(lambda v, at, d, s: referred(v, at, d + 1, s) or True)
         if "type" in schema:
             parts.append(_type_part(schema["type"]))
+        # Each lambda below has a message variable of its own: a closure reads its variables
+        # when it runs, so two lambdas sharing one would both say the last message.
         if "const" in schema:
             const = schema["const"]
-            message = f"must be {_show(const)}"
-            parts.append(lambda v, at, d, s: _json_equal(v, const) or _add(s, at, message))
+            not_const = f"must be {_show(const)}"
+            parts.append(lambda v, at, d, s: _json_equal(v, const) or _add(s, at, not_const))
         enum = schema.get("enum")
         if isinstance(enum, list):
-            message = f"must be one of {', '.join(_show(item) for item in enum)}"
+            not_in = f"must be one of {', '.join(_show(item) for item in enum)}"
             parts.append(
-                lambda v, at, d, s: any(_json_equal(v, i) for i in enum) or _add(s, at, message)
+                lambda v, at, d, s: any(_json_equal(v, i) for i in enum) or _add(s, at, not_in)
             )
         parts.extend(self.object_parts(schema))
         parts.extend(self.array_parts(schema))
@@ -410,9 +412,9 @@ class _Compiler:
             parts.append(all_part)
         if isinstance(any_of, list):
             some = [self.node(branch) for branch in any_of]
-            message = "matches none of the forms this kind allows"
+            no_form = "matches none of the forms this kind allows"
             parts.append(
-                lambda v, at, d, s: any(_fits(b, v, d + 1, s) for b in some) or _add(s, at, message)
+                lambda v, at, d, s: any(_fits(b, v, d + 1, s) for b in some) or _add(s, at, no_form)
             )
         if isinstance(one_of, list):
             one = [self.node(branch) for branch in one_of]
@@ -427,8 +429,8 @@ class _Compiler:
             parts.append(one_part)
         if "not" in schema:
             never = self.node(schema["not"])
-            message = "has a form this kind does not allow"
-            parts.append(lambda v, at, d, s: not _fits(never, v, d + 1, s) or _add(s, at, message))
+            refused = "has a form this kind does not allow"
+            parts.append(lambda v, at, d, s: not _fits(never, v, d + 1, s) or _add(s, at, refused))
         return parts
 
 

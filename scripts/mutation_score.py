@@ -1,0 +1,111 @@
+"""The mutation score of `make mutate`, per area, from mutmut's results in `mutants/`.
+
+    python scripts/mutation_score.py [--survivors] [--min 90]
+
+A mutant is killed when a test failed (or timed out) with it applied; it survived when every
+test passed; "no tests" means no selected test ran its function at all (it counts against the
+score: nothing would notice it). The score of an area is killed / (killed + survived + no
+tests). With `--min`, the exit status is 1 when `scheduling/` or `security/signing.py` scores
+below it (docs/testing.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+MUTANTS = Path(__file__).resolve().parent.parent / "mutants"
+AREAS = {
+    "scheduling/": "moonrun.scheduling.",
+    "security/signing.py": "moonrun.security.signing.",
+    "service.py fencing": "moonrun.platform.service.",
+}
+GATED = ("scheduling/", "security/signing.py")
+KILLED = {1, 3, 36, 24, -24, 152, 255, 37}
+SURVIVED = {0}
+NO_TESTS = {5, 33}
+FENCING = (
+    "check_transfer",
+    "claim_or_wait",
+    "_session_and_endpoint",
+    "_caller",
+    "_live",
+    "_apply",
+    "_apply_many",
+    "_apply_deadline",
+    "_deadline_decision",
+    "sweep",
+    "reconcile",
+)
+"""The service's fencing paths: the functions `make mutate` runs the mutants of."""
+
+
+def area_of(key: str) -> str | None:
+    for area, prefix in AREAS.items():
+        if key.startswith(prefix):
+            if area == "service.py fencing" and not is_fencing(key):
+                return None
+            return area
+    return None
+
+
+def is_fencing(key: str) -> bool:
+    function = key.rsplit("__mutmut_", 1)[0].rsplit("ǁ", 1)[-1].rsplit(".", 1)[-1]
+    function = function.removeprefix("x_")
+    return function in FENCING
+
+
+def results() -> dict[str, int | None]:
+    found: dict[str, int | None] = {}
+    for meta in sorted(MUTANTS.rglob("*.meta")):
+        found.update(json.loads(meta.read_text())["exit_code_by_key"])
+    return found
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--survivors", action="store_true", help="list surviving mutants")
+    parser.add_argument("--min", type=float, default=None, help="fail below this score (%%)")
+    options = parser.parse_args()
+    if not MUTANTS.is_dir():
+        print("no mutants/: run `make mutate` first", file=sys.stderr)
+        return 2
+    counts: dict[str, Counter[str]] = {area: Counter() for area in AREAS}
+    survivors: list[str] = []
+    for key, code in results().items():
+        area = area_of(key)
+        if area is None:
+            continue
+        if code in KILLED:
+            counts[area]["killed"] += 1
+        elif code in SURVIVED:
+            counts[area]["survived"] += 1
+            survivors.append(key)
+        elif code in NO_TESTS:
+            counts[area]["no tests"] += 1
+            survivors.append(key)
+        else:
+            counts[area]["not checked" if code is None else f"other ({code})"] += 1
+    failing = []
+    for area, count in counts.items():
+        scored = count["killed"] + count["survived"] + count["no tests"]
+        score = 100 * count["killed"] / scored if scored else 0.0
+        rest = ", ".join(f"{v} {k}" for k, v in sorted(count.items()) if k != "killed")
+        print(f"{area:22} {score:5.1f}%  {count['killed']} of {scored} killed ({rest or 'none'})")
+        if options.min is not None and area in GATED and score < options.min:
+            failing.append(area)
+    if options.survivors:
+        print("\nsurviving mutants (mutmut show NAME):")
+        for key in sorted(survivors):
+            print(f"  {key}")
+    if failing:
+        print(f"below {options.min}%: {', '.join(failing)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
