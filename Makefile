@@ -35,8 +35,12 @@ format: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# Two lanes: real-process tests serially, the rest on PYTEST_WORKERS xdist workers beside them
+# (scripts/pytest_lanes.sh). Bytecode first: each xdist worker would otherwise compile it again.
+PYTEST_WORKERS ?= 2
 pytest: $(STAMP)
-	$(BIN)/pytest
+	$(BIN)/python -m compileall -q src tests
+	bash scripts/pytest_lanes.sh $(BIN) $(PYTEST_WORKERS)
 
 check: lint typecheck
 

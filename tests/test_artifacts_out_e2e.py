@@ -8,9 +8,14 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from moonrun.client import Client
 from tests.e2e import ADMIN_TOKEN, cluster, moonrun, wait_for
 from tests.processes import command_env
+
+# Real platform and Run processes: the serial lane of `make test` (docs/testing.md).
+pytestmark = pytest.mark.processes
 
 COMMAND_TIMEOUT_S = 90
 

@@ -23,6 +23,9 @@ import pytest
 from tests.e2e import ADMIN_TOKEN, Cluster, Server, cluster, moonrun
 from tests.processes import command_env, free_port
 
+# Real platform and Run processes: the serial lane of `make test` (docs/testing.md).
+pytestmark = pytest.mark.processes
+
 COMMAND_TIMEOUT_S = 90
 READ_BOUND_S = 30
 

@@ -32,6 +32,9 @@ from moonrun.errors import (
 from tests.e2e import ADMIN_TOKEN, Cluster, Server, cluster
 from tests.processes import free_port
 
+# Real platform and Run processes: the serial lane of `make test` (docs/testing.md).
+pytestmark = pytest.mark.processes
+
 FAR_FUTURE = datetime.now(UTC) + timedelta(days=365)
 """A not_before that keeps a job queued for the whole test."""
 

@@ -31,6 +31,9 @@ from tests.console_kit import (
 )
 from tests.stores import memory_factory
 
+# A real platform process and Chromium: the serial lane of `make test` (docs/testing.md).
+pytestmark = pytest.mark.processes
+
 TIMEOUT_MS = 10_000
 """The longest wait for a page to show something (polling is every 2 s)."""
 

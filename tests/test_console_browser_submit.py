@@ -6,6 +6,7 @@ Content-Security-Policy violation or script error fails the test that caused it.
 
 from __future__ import annotations
 
+import pytest
 from playwright.sync_api import expect
 
 from moonrun.run.handlers import ANY_PAYLOAD
@@ -13,6 +14,9 @@ from moonrun.run.handlers.command import PAYLOAD_SCHEMA as COMMAND
 from moonrun.run.handlers.sleep import PAYLOAD_SCHEMA as SLEEP
 from tests import test_console_browser
 from tests.test_console_browser import Site
+
+# A real platform process and Chromium: the serial lane of `make test` (docs/testing.md).
+pytestmark = pytest.mark.processes
 
 browser = test_console_browser.browser
 site = test_console_browser.site

@@ -11,6 +11,9 @@ import pytest
 
 from tests.e2e import Cluster, Server, cluster, wait_for
 
+# Real platform and Run processes: the serial lane of `make test` (docs/testing.md).
+pytestmark = pytest.mark.processes
+
 
 @pytest.fixture
 def one_host(tmp_path: Path) -> Iterator[tuple[Cluster, Server]]:

@@ -22,6 +22,9 @@ import pytest
 
 from tests.e2e import Cluster, JobView, cluster, wait_for
 
+# Real platform and Run processes: the serial lane of `make test` (docs/testing.md).
+pytestmark = pytest.mark.processes
+
 B_JOBS = 100
 FLOOD_LINE_BYTES = 30_000_000
 CONTROLS = r"printf '\033[2J\342\200\256evil\r\nB: ok\n\377\376\355\240\200\n'"

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.console_kit import csrf_of
 from tests.processes import command_env, free_port, serve_command
@@ -85,6 +86,8 @@ def slow_client(port: int, first: bytes) -> socket.socket:
     return connection
 
 
+# Its timings need a core of their own: the serial lane of `make test` (docs/testing.md).
+@pytest.mark.processes
 def test_slow_clients_never_starve_healthz_and_are_closed_after_the_header_timeout(
     tmp_path: Path,
 ) -> None:

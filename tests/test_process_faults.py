@@ -45,6 +45,9 @@ from tests.e2e_faults_helpers import (
 )
 from tests.processes import command_env
 
+# Real platform and Run processes: the serial lane of `make test` (docs/testing.md).
+pytestmark = pytest.mark.processes
+
 SELF_FENCED = "attempt self-fenced: no lease renewal accepted in time"
 MAX_ATTEMPTS = 20
 """Far more than any fault here costs a job: the test is about how jobs end, not budgets."""

@@ -41,6 +41,9 @@ from tests.e2e import (
 from tests.processes import command_env, free_port
 from tests.stores import StoreFactory
 
+# Real platform and Run processes: the serial lane of `make test` (docs/testing.md).
+pytestmark = pytest.mark.processes
+
 
 def new_lease() -> str:
     return "mrl_" + secrets.token_urlsafe(32)

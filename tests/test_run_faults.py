@@ -39,6 +39,9 @@ from tests.e2e_faults_helpers import (
 )
 from tests.seeds import seed_from
 
+# Real platform and Run processes: the serial lane of `make test` (docs/testing.md).
+pytestmark = pytest.mark.processes
+
 LEASE_TTL_S = FAST_TIMINGS["lease-ttl-s"]
 SELF_FENCED = "attempt self-fenced: no lease renewal accepted in time"
 
