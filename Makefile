@@ -100,8 +100,8 @@ FENCING := check_transfer claim_or_wait _session_and_endpoint _caller _live _app
 	_apply_deadline \
 	sweep reconcile
 MUTANTS ?= 'moonrun.scheduling.*' 'moonrun.security.signing.*' \
-	$(foreach f,$(FENCING),'moonrun.platform.service.xǁSchedulingServiceǁ$(f)__mutmut_*') \
-	'moonrun.platform.service.x__deadline_decision__mutmut_*'
+	$(foreach f,$(FENCING),'moonrun.service.scheduling.xǁSchedulingServiceǁ$(f)__mutmut_*') \
+	'moonrun.service.scheduling.x__deadline_decision__mutmut_*'
 mutate: $(MUTATE_STAMP)
 	MOONRUN_TEST_STORES=memory nice -n 19 $(BIN)/mutmut run --max-children 2 $(MUTANTS)
 	$(BIN)/python scripts/mutation_score.py --survivors --min 90

@@ -65,14 +65,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from kit import Served, child_env, free_port, mysql_connect, mysql_database, platform_command
 from moonrun.clock import SystemClock
-from moonrun.platform.config import SchedulingSettings
-from moonrun.platform.directory import Directory
-from moonrun.platform.service import SchedulingService
 from moonrun.scheduling import messages
 from moonrun.scheduling.fingerprint import token_hash
 from moonrun.scheduling.jobs import Job, JobState, RunResult, claim, create_job
 from moonrun.security import signing
 from moonrun.security.tokens import SystemTokenSource
+from moonrun.service.config import SchedulingSettings
+from moonrun.service.directory import Directory
+from moonrun.service.scheduling import SchedulingService
 from moonrun.store.file import FileStore
 from moonrun.store.mysql import MySQLStore
 from moonrun.store.protocol import Store

@@ -15,15 +15,15 @@ import statistics
 import time
 
 from moonrun.clock import SystemClock
-from moonrun.platform.config import SchedulingSettings
-from moonrun.platform.directory import Directory
-from moonrun.platform.service import SchedulingService
 from moonrun.run.handlers import advertised_kinds, load_handlers
 from moonrun.scheduling import jobs, messages
 from moonrun.scheduling.fingerprint import token_hash
 from moonrun.scheduling.jobs import RunResult
 from moonrun.scheduling.messages import Caller, Evidence
 from moonrun.security.tokens import SystemTokenSource
+from moonrun.service.config import SchedulingSettings
+from moonrun.service.directory import Directory
+from moonrun.service.scheduling import SchedulingService
 from moonrun.store.memory import MemoryStore
 
 PUBLIC_KEY = "A" * 43

@@ -39,12 +39,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from kit import mysql_connect, mysql_database
 from moonrun.clock import SystemClock
-from moonrun.platform.config import SchedulingSettings
-from moonrun.platform.directory import Directory
-from moonrun.platform.service import SchedulingService
 from moonrun.scheduling import jobs as domain
 from moonrun.scheduling.messages import Evidence
 from moonrun.security.tokens import SystemTokenSource
+from moonrun.service.config import SchedulingSettings
+from moonrun.service.directory import Directory
+from moonrun.service.scheduling import SchedulingService
 from moonrun.store.file import FileStore
 from moonrun.store.memory import MemoryStore
 from moonrun.store.mysql import MySQLStore

@@ -21,7 +21,7 @@ MUTANTS = Path(__file__).resolve().parent.parent / "mutants"
 AREAS = {
     "scheduling/": "moonrun.scheduling.",
     "security/signing.py": "moonrun.security.signing.",
-    "service.py fencing": "moonrun.platform.service.",
+    "service/scheduling.py fencing": "moonrun.service.scheduling.",
 }
 GATED = ("scheduling/", "security/signing.py")
 KILLED = {1, 3, 36, 24, -24, 152, 255, 37}

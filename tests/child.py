@@ -11,13 +11,13 @@ import threading
 
 from moonrun.clock import SystemClock
 from moonrun.errors import MoonrunError
-from moonrun.platform.config import SchedulingSettings
-from moonrun.platform.directory import Directory
-from moonrun.platform.service import SchedulingService
 from moonrun.scheduling.jobs import Job
 from moonrun.scheduling.messages import Evidence
 from moonrun.scheduling.records import User
 from moonrun.security.tokens import SystemTokenSource
+from moonrun.service.config import SchedulingSettings
+from moonrun.service.directory import Directory
+from moonrun.service.scheduling import SchedulingService
 from moonrun.store import open_store
 from moonrun.store.file import FileStore
 from moonrun.store.protocol import Store

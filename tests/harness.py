@@ -7,15 +7,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from moonrun.clock import ManualClock
-from moonrun.platform.answers import ClaimedJob
-from moonrun.platform.config import SchedulingSettings
-from moonrun.platform.directory import Directory
-from moonrun.platform.service import SchedulingService
 from moonrun.scheduling.jobs import Job
 from moonrun.scheduling.messages import Evidence
 from moonrun.scheduling.reconcile import ReconcileEntry
 from moonrun.scheduling.records import Endpoint, Server, User
 from moonrun.security.tokens import SeededTokenSource
+from moonrun.service.answers import ClaimedJob
+from moonrun.service.config import SchedulingSettings
+from moonrun.service.directory import Directory
+from moonrun.service.scheduling import SchedulingService
 from moonrun.store.protocol import Store
 from tests.stores import StoreFactory
 

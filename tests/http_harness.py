@@ -23,17 +23,18 @@ from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 
 from moonrun.clock import ManualClock
-from moonrun.platform.app import create_app
-from moonrun.platform.artifacts import ArtifactStore, FileArtifactStore
-from moonrun.platform.channels import Channels
-from moonrun.platform.config import SchedulingSettings
-from moonrun.platform.directory import Directory
-from moonrun.platform.http import Platform
-from moonrun.platform.logstore import LogStore, MemoryLogStore
-from moonrun.platform.service import SchedulingService
+from moonrun.http.app import create_app
+from moonrun.http.channels import Channels
+from moonrun.http.platform import Platform
 from moonrun.scheduling.jobs import Job
 from moonrun.security import signing
 from moonrun.security.tokens import SeededTokenSource
+from moonrun.service.artifacts import ArtifactStore, FileArtifactStore
+from moonrun.service.config import SchedulingSettings
+from moonrun.service.directory import Directory
+from moonrun.service.logstore import LogStore, MemoryLogStore
+from moonrun.service.scheduling import SchedulingService
+from moonrun.service.websessions import WebSessions
 from moonrun.store import codec
 from tests.stores import StoreFactory
 
@@ -232,9 +233,9 @@ class HttpWorld:
         directory.ensure_bootstrap_admin(ADMIN_TOKEN)
         self.settings = settings
         self.platform = Platform(
-            store=self.store,
             service=service,
             directory=directory,
+            web=WebSessions(self.store, self.clock, SECRET),
             clock=self.clock,
             secret=SECRET,
             logs=logs or MemoryLogStore(),
@@ -309,9 +310,9 @@ class HttpWorld:
         service = SchedulingService(self.store, self.clock, self.tokens, self.settings)
         directory = Directory(self.store, self.clock, self.tokens)
         self.platform = Platform(
-            store=self.store,
             service=service,
             directory=directory,
+            web=WebSessions(self.store, self.clock, SECRET),
             clock=self.clock,
             secret=SECRET,
             logs=self.platform.logs,

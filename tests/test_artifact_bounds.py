@@ -22,12 +22,12 @@ import typer
 
 from moonrun import errors
 from moonrun.cli import app
-from moonrun.platform.artifacts import FileArtifactStore
-from moonrun.platform.config import ArtifactLimits
 from moonrun.run.confinement import CommandUser, Confinement
 from moonrun.run.handlers import HandlerResult, JobContext
 from moonrun.run.handlers.command import CommandHandler
 from moonrun.run.transfers import CHUNK_BYTES, ArtifactUploader, Attempt
+from moonrun.service.artifacts import FileArtifactStore
+from moonrun.service.config import ArtifactLimits
 from moonrun.settings import PlatformConfig, build_platform
 from tests.http_harness import Cast, http_world
 from tests.stores import memory_factory
@@ -456,7 +456,7 @@ def test_the_platforms_attempt_cap_is_a_setting(tmp_path: Path) -> None:
             platform.artifacts.put_chunk("job_1", 1, "a", 1, b"x", True)
     finally:
         platform.close()
-        platform.store.close()
+        platform.release()
 
 
 @pytest.mark.parametrize(

@@ -21,9 +21,9 @@ import anyio.to_thread
 import httpx2 as httpx
 import pytest
 
-from moonrun.platform.artifacts import FileArtifactStore
-from moonrun.platform.channels import Channel
-from moonrun.platform.logstore import LogLine, LogPage, MemoryLogStore
+from moonrun.http.channels import Channel
+from moonrun.service.artifacts import FileArtifactStore
+from moonrun.service.logstore import LogLine, LogPage, MemoryLogStore
 from tests.http_harness import Cast, SignedRun, http_world
 from tests.stores import StoreFactory, file_factory, memory_factory
 

@@ -19,9 +19,9 @@ import pytest
 from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 
-from moonrun.platform.web import views
 from moonrun.scheduling.fingerprint import token_hash
 from moonrun.store.file import FileStore
+from moonrun.web import views
 from tests.canary_scan import found_forms, haystack_of
 from tests.console_kit import (
     PASSWORDS,

@@ -22,8 +22,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fastapi.testclient import TestClient
 
 from moonrun import usercli
-from moonrun.platform.web import views
 from moonrun.scheduling.fingerprint import token_hash
+from moonrun.web import views
 from tests.console_kit import PASSWORDS, Console, cheap_passwords, console, csrf_of, sign_in
 from tests.http_harness import public_key_of
 from tests.stores import memory_factory

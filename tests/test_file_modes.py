@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from moonrun.platform.artifacts import FileArtifactStore
+from moonrun.service.artifacts import FileArtifactStore
 from moonrun.store.file import FileStore
 
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from moonrun.platform import artifacts, filelogstore
-from moonrun.platform.filelogstore import FileLogStore
+from moonrun.service import artifacts, filelogstore
+from moonrun.service.filelogstore import FileLogStore
 from tests.http_harness import Cast, http_world
 from tests.stores import memory_factory
 

@@ -29,8 +29,8 @@ import pytest
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from moonrun.platform import run_api, user_api
-from moonrun.platform.api import Route
+from moonrun.http import run_api, user_api
+from moonrun.http.api import Route
 from moonrun.store import codec
 from tests.http_harness import ADMIN_TOKEN, Cast, http_world
 from tests.stores import memory_factory

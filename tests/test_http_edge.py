@@ -10,7 +10,7 @@ import httpx2 as httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from moonrun.platform.app import create_app
+from moonrun.http.app import create_app
 from tests.http_harness import Cast, http_world
 from tests.stores import memory_factory
 

@@ -1,8 +1,11 @@
-"""The import rules of the architecture: the domain stays pure, layers point downwards."""
+"""The import rules of the architecture: the domain stays pure, layers point downwards, and
+the platform's three rooms (use cases, HTTP, console) keep to their own rules."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -30,21 +33,39 @@ IMPURE_MODULES = {
 }
 IMPURE_CALLS = {"now", "utcnow", "today", "time", "time_ns", "monotonic", "urandom"}
 
-LAYER_RULES = {
+# The platform's three rooms (docs/architecture.md, "Rooms").
+PLATFORM = ("moonrun.service", "moonrun.http", "moonrun.web")
+ABOVE_THE_PLATFORM = ("moonrun.cli", "moonrun.settings", "moonrun.client", "moonrun.usercli")
+HTTP_AND_TEMPLATES = ("fastapi", "starlette", "jinja2", "markupsafe", "uvicorn", "pydantic")
+# The HTTP room's modules that answer routes; only app.py and error_handlers.py, which
+# assemble the service, mount the console and render its error pages, may import moonrun.web.
+ROUTE_MODULES = ("moonrun.http.api", "moonrun.http.run_api", "moonrun.http.user_api")
+
+LAYER_RULES: dict[str, set[str]] = {
     "scheduling": {
         "moonrun.store",
-        "moonrun.platform",
+        *PLATFORM,
         "moonrun.run",
         "moonrun.clock",
         "moonrun.security",
-        "moonrun.cli",
-        "moonrun.settings",
+        *ABOVE_THE_PLATFORM,
     },
-    "store": {"moonrun.platform", "moonrun.run", "moonrun.cli", "moonrun.settings"},
-    "security": {"moonrun.platform", "moonrun.run", "moonrun.store", "moonrun.cli"},
-    "run": {"moonrun.platform", "moonrun.store", "moonrun.cli", "moonrun.settings"},
+    "store": {*PLATFORM, "moonrun.run", *ABOVE_THE_PLATFORM},
+    "security": {*PLATFORM, "moonrun.run", "moonrun.store", *ABOVE_THE_PLATFORM},
+    "run": {*PLATFORM, "moonrun.store", *ABOVE_THE_PLATFORM},
+    # The use cases: the only code above store/ that touches a store, and no HTTP or templates.
+    "service": {
+        "moonrun.http",
+        "moonrun.web",
+        "moonrun.run",
+        *ABOVE_THE_PLATFORM,
+        *HTTP_AND_TEMPLATES,
+    },
+    # HTTP and console reach the store only through the use cases.
+    "http": {"moonrun.store", "moonrun.run", *ABOVE_THE_PLATFORM, "jinja2"},
+    "web": {"moonrun.store", "moonrun.run", *ABOVE_THE_PLATFORM, *ROUTE_MODULES},
     "client": {
-        "moonrun.platform",
+        *PLATFORM,
         "moonrun.store",
         "moonrun.run",
         "moonrun.cli",
@@ -55,7 +76,7 @@ LAYER_RULES = {
     # The user CLI is a client of the API like any other: it reaches the platform through
     # moonrun.client only.
     "usercli": {
-        "moonrun.platform",
+        *PLATFORM,
         "moonrun.store",
         "moonrun.run",
         "moonrun.cli",
@@ -64,13 +85,18 @@ LAYER_RULES = {
         "moonrun.security",
     },
     "userconfig": {
-        "moonrun.platform",
+        *PLATFORM,
         "moonrun.store",
         "moonrun.run",
         "moonrun.cli",
         "moonrun.settings",
         "moonrun.client",
     },
+}
+# Per module, beyond its room's rule: the route modules never import the console.
+MODULE_RULES: dict[str, set[str]] = {
+    f"{name.removeprefix('moonrun.').replace('.', '/')}.py": {"moonrun.web"}
+    for name in ROUTE_MODULES
 }
 
 
@@ -85,10 +111,22 @@ def imports_of(path: Path) -> set[str]:
     return found
 
 
-def modules_of(package: str) -> list[Path]:
+def modules_of(package: str, root: Path = SRC) -> list[Path]:
     """The modules of a package, or the one module of that name."""
-    module = SRC / f"{package}.py"
-    return [module] if module.exists() else sorted((SRC / package).rglob("*.py"))
+    module = root / f"{package}.py"
+    return [module] if module.exists() else sorted((root / package).rglob("*.py"))
+
+
+def offenders_in(package: str, root: Path = SRC) -> set[str]:
+    """Every import in `package` (under `root`) that its room's or its module's rule bans."""
+    found = set()
+    for path in modules_of(package, root):
+        relative = path.relative_to(root).as_posix()
+        banned = LAYER_RULES[package] | MODULE_RULES.get(relative, set())
+        for name in imports_of(path):
+            if any(name == ban or name.startswith(ban + ".") for ban in banned):
+                found.add(f"{relative}: {name}")
+    return found
 
 
 def test_scheduling_imports_no_io_clock_or_randomness() -> None:
@@ -119,16 +157,8 @@ def test_scheduling_never_reads_the_clock() -> None:
 @pytest.mark.parametrize("package", sorted(LAYER_RULES))
 def test_layers_import_only_downwards(package: str) -> None:
     """Each layer imports nothing from the layers above it (DESIGN.md, "Layers")."""
-    modules = modules_of(package)
-    assert modules, f"no modules found for {package}"
-    offenders = {
-        f"{path.relative_to(SRC)}: {name}"
-        for path in modules
-        for name in imports_of(path)
-        for banned in LAYER_RULES[package]
-        if name == banned or name.startswith(banned + ".")
-    }
-    assert set() == offenders
+    assert modules_of(package), f"no modules found for {package}"
+    assert set() == offenders_in(package)
 
 
 def test_the_import_checker_sees_violations(tmp_path: Path) -> None:
@@ -136,3 +166,89 @@ def test_the_import_checker_sees_violations(tmp_path: Path) -> None:
     module = tmp_path / "bad.py"
     module.write_text("import time\nfrom moonrun.store.memory import MemoryStore\n")
     assert {"time", "moonrun.store.memory"} == imports_of(module)
+
+
+PLANTED = {
+    "http/run_api.py": "from moonrun.store.protocol import Store\nfrom moonrun.web import views\n",
+    "http/planted.py": "import moonrun.store.sql\n",
+    "web/planted.py": (
+        "from moonrun.store import open_store\nfrom moonrun.http.user_api import ROUTES\n"
+    ),
+    "service/planted.py": (
+        "from fastapi import Request\nimport jinja2\nfrom moonrun.http import api\n"
+    ),
+}
+
+
+def test_the_room_rules_catch_an_import_planted_in_each_room(tmp_path: Path) -> None:
+    """A route or console module that imports the store, a route module that imports the
+    console, and a use case that imports an HTTP or template library are each reported."""
+    for relative, source in PLANTED.items():
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / relative).write_text(source)
+    expected = {
+        "http": {
+            "http/run_api.py: moonrun.store.protocol",
+            "http/run_api.py: moonrun.web",
+            "http/planted.py: moonrun.store.sql",
+        },
+        "web": {"web/planted.py: moonrun.store", "web/planted.py: moonrun.http.user_api"},
+        "service": {
+            "service/planted.py: fastapi",
+            "service/planted.py: jinja2",
+            "service/planted.py: moonrun.http",
+        },
+    }
+    actual = {room: offenders_in(room, root=tmp_path) for room in expected}
+    assert expected == actual
+
+
+def test_the_console_may_use_the_platform_bundle_but_no_route_module() -> None:
+    """The console shares the HTTP room's `Platform` bundle (http/platform.py), and the HTTP
+    room's wiring (app.py, error_handlers.py) mounts the console: neither is a route module."""
+    assert "moonrun.http.platform" not in LAYER_RULES["web"]
+    assert {"moonrun.http.api", "moonrun.http.run_api", "moonrun.http.user_api"} <= LAYER_RULES[
+        "web"
+    ]
+
+
+LOADED_AFTER = """
+import sys
+from moonrun import cli
+sys.argv = ["moonrun", *sys.argv[1:]]
+try:
+    cli.main()
+except SystemExit:
+    pass
+client = ("httpx", "moonrun.usercli", "moonrun.client")
+print("loaded:" + ",".join(sorted(name for name in client if name in sys.modules)))
+"""
+
+
+def loaded_by(*argv: str) -> str:
+    """Which of the user client's modules `moonrun ARGV` loaded, in a fresh interpreter."""
+    done = subprocess.run(
+        [sys.executable, "-c", LOADED_AFTER, *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return done.stdout.rpartition("loaded:")[2].strip()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [("run", "start", "--help"), ("platform", "serve", "--help"), ("store", "check", "--help")],
+    ids=lambda argv: " ".join(argv),
+)
+def test_the_service_verbs_start_without_the_user_client(argv: tuple[str, ...]) -> None:
+    """Run and the platform start without loading the user verbs or httpx (start-up time)."""
+    expected = ""
+    assert expected == loaded_by(*argv)
+
+
+def test_the_user_verbs_are_there_for_every_other_command_line() -> None:
+    """`moonrun job ...` (and `moonrun --help`) load the user verbs."""
+    expected = "httpx,moonrun.client,moonrun.usercli"
+    assert expected == loaded_by("job", "list", "--help")

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from moonrun.platform.config import LogLimits
-from moonrun.platform.filelogstore import FileLogStore
-from moonrun.platform.logstore import LogLine, LogStore, MemoryLogStore
+from moonrun.service.config import LogLimits
+from moonrun.service.filelogstore import FileLogStore
+from moonrun.service.logstore import LogLine, LogStore, MemoryLogStore
 from moonrun.settings import PlatformConfig, build_platform
 from tests.console_kit import Console, cheap_passwords, console
 from tests.http_harness import Cast, SignedRun, http_world
@@ -181,7 +181,7 @@ def test_the_platforms_log_store_takes_its_bounds_from_the_configuration(tmp_pat
         page = platform.logs.read("job", 1, -1)
     finally:
         platform.close()
-        platform.store.close()
+        platform.release()
     assert ([ln.text for ln in page.lines], page.dropped_lines) == (["gh", "ij"], 1)
 
 
@@ -279,7 +279,7 @@ def test_a_platform_with_a_durable_store_keeps_its_logs_under_its_data_dir(
         platform.logs.append("job", 1, 1, lines(1, "kept"))
     finally:
         platform.close()
-        platform.store.close()
+        platform.release()
     assert texts(FileLogStore(tmp_path / "data" / "logs")) == ["kept"]
 
 

@@ -25,14 +25,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from moonrun.clock import SystemClock
 from moonrun.errors import InvalidPayload, MoonrunError, SessionRotated
-from moonrun.platform.app import create_app
-from moonrun.platform.artifacts import FileArtifactStore
-from moonrun.platform.channels import Channels
-from moonrun.platform.config import SchedulingSettings
-from moonrun.platform.directory import Directory
-from moonrun.platform.http import Platform
-from moonrun.platform.logstore import MemoryLogStore
-from moonrun.platform.service import SchedulingService
+from moonrun.http.app import create_app
+from moonrun.http.channels import Channels
+from moonrun.http.platform import Platform
 from moonrun.run.agent import Agent, RunConfig
 from moonrun.run.client import PlatformClient, SessionInfo, Unreachable
 from moonrun.run.handlers import Handler, HandlerResult, JobContext, load_handlers
@@ -42,7 +37,14 @@ from moonrun.scheduling.messages import Evidence
 from moonrun.scheduling.records import User
 from moonrun.security import signing
 from moonrun.security.tokens import SystemTokenSource
+from moonrun.service.artifacts import FileArtifactStore
+from moonrun.service.config import SchedulingSettings
+from moonrun.service.directory import Directory
+from moonrun.service.logstore import MemoryLogStore
+from moonrun.service.scheduling import SchedulingService
+from moonrun.service.websessions import WebSessions
 from moonrun.store.memory import MemoryStore
+from moonrun.store.protocol import Store
 
 HANG_GUARD_S = 10.0
 """Only a guard against a hang; every wait below is expected to end well before it."""
@@ -55,6 +57,7 @@ class World:
     """One platform, one endpoint with one server, and what happened, in order."""
 
     platform: Platform
+    store: Store
     url: str
     admin: User
     identity: Identity
@@ -69,7 +72,7 @@ class World:
         return job.id
 
     def state(self, job_id: str) -> str:
-        job = self.platform.store.get_job(job_id)
+        job = self.store.get_job(job_id)
         assert job is not None
         return str(job.state.value)
 
@@ -91,9 +94,9 @@ async def served_platform(tmp_path: Path) -> AsyncIterator[World]:
     directory = Directory(store, clock, tokens)
     admin = directory.ensure_bootstrap_admin(ADMIN_TOKEN)
     platform = Platform(
-        store=store,
         service=service,
         directory=directory,
+        web=WebSessions(store, clock, bytes(range(32))),
         clock=clock,
         secret=bytes(range(32)),
         logs=MemoryLogStore(),
@@ -125,6 +128,7 @@ async def served_platform(tmp_path: Path) -> AsyncIterator[World]:
                 await asyncio.sleep(0.01)
         yield World(
             platform,
+            store,
             f"http://127.0.0.1:{port}",
             admin,
             Identity(endpoint.id, key),
@@ -284,7 +288,7 @@ async def test_run_advertises_a_plugins_schema_and_never_hands_it_a_misfit(tmp_p
                 world.submit("greet", {"name": 5})
             fits = world.submit("greet", {"name": "ada"})
             await world.wait_state(fits, *TERMINAL)
-        stored = world.platform.store.get_job(misfit)
+        stored = world.store.get_job(misfit)
 
     assert stored is not None
     assert stored.terminal is not None
@@ -580,7 +584,7 @@ async def test_a_session_error_on_a_whole_ack_request_renews_the_session_once(
             world, tmp_path, 3, lambda client: client.ack_failures.append(rotated)
         ):
             ended = [await world.wait_state(job_id, *TERMINAL) for job_id in job_ids]
-            endpoint = world.platform.store.get_endpoint(world.identity.endpoint_id)
+            endpoint = world.store.get_endpoint(world.identity.endpoint_id)
 
     assert endpoint is not None
     registered_once_more = (2, ["succeeded"] * 3)

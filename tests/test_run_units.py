@@ -57,7 +57,7 @@ from moonrun.errors import (
     Unauthenticated,
     WrongEndpoint,
 )
-from moonrun.platform.http import HttpSettings
+from moonrun.http.platform import HttpSettings
 from moonrun.run import handlers as handlers_module
 from moonrun.run import identity, transfers
 from moonrun.run.client import SESSION_ERRORS, TRANSIENT, Unreachable, error_from

@@ -23,11 +23,11 @@ from moonrun.errors import (
     TooLarge,
     Unauthenticated,
 )
-from moonrun.platform.directory import Bootstrap, Directory, check_bootstrap_token
-from moonrun.platform.service import SchedulingService
 from moonrun.scheduling.jobs import JobState
 from moonrun.scheduling.messages import Evidence
 from moonrun.security.tokens import SeededTokenSource
+from moonrun.service.directory import Bootstrap, Directory, check_bootstrap_token
+from moonrun.service.scheduling import SchedulingService
 from moonrun.store.memory import MemoryStore
 from tests.harness import World, public_key
 

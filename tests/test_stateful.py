@@ -31,12 +31,12 @@ from moonrun.errors import (
     SessionRotated,
     StaleAttempt,
 )
-from moonrun.platform.config import SchedulingSettings
 from moonrun.scheduling.fingerprint import token_hash
 from moonrun.scheduling.jobs import FailureReason, Job, JobState
 from moonrun.scheduling.messages import Evidence
 from moonrun.scheduling.reconcile import ReconcileEntry
 from moonrun.scheduling.records import User
+from moonrun.service.config import SchedulingSettings
 from tests.harness import Run, World
 from tests.seeds import seed_from
 from tests.stores import StoreFactory

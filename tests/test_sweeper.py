@@ -11,11 +11,11 @@ import pytest
 from fastapi.testclient import TestClient
 
 from moonrun.errors import StoreUnavailable
-from moonrun.platform.app import create_app
-from moonrun.platform.channels import Channel
-from moonrun.platform.http import HttpSettings
-from moonrun.platform.sweeper import Sweeper
+from moonrun.http.app import create_app
+from moonrun.http.channels import Channel
+from moonrun.http.platform import HttpSettings
 from moonrun.scheduling.jobs import JobState
+from moonrun.service.sweeper import Sweeper
 from moonrun.store.memory import MemoryStore
 from tests.e2e_faults_helpers import wait_until
 from tests.harness import SETTINGS, World

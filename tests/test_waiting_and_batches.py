@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from moonrun.platform.channels import Channels
+from moonrun.http.channels import Channels
 from moonrun.store.file import FileStore
 from tests.http_harness import ADMIN_TOKEN, Cast, HttpWorld, http_world
 from tests.stores import StoreFactory, file_factory, memory_factory

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 import typer
 
-from moonrun import __version__, usercli
+from moonrun import __version__
 from moonrun.errors import InvalidRequest, MoonrunError
 from moonrun.store import DEFAULT_STORE_URL
 
@@ -32,7 +32,10 @@ run_app = typer.Typer(no_args_is_help=True, help="Run, the agent on each host.")
 app.add_typer(run_app, name="run")
 admin_app = typer.Typer(no_args_is_help=True, help="Platform administration on the store itself.")
 app.add_typer(admin_app, name="admin")
-usercli.register(app)
+SERVICE_GROUPS = frozenset({"store", "platform", "run", "admin"})
+"""The verbs that run moonrun's own processes. `main` loads the user verbs (moonrun.usercli,
+and httpx under it) only for other command lines, so `moonrun run start` and `moonrun
+platform serve` start without them (docs/benchmarks.md, "Start-up")."""
 
 StoreOption = Annotated[
     str,
@@ -226,15 +229,15 @@ def platform_serve(
     import uvicorn
 
     from moonrun import jsonlog
-    from moonrun.platform.app import create_app
-    from moonrun.platform.config import ArtifactLimits, LogLimits, SchedulingSettings
-    from moonrun.platform.directory import check_bootstrap_token
-    from moonrun.platform.edge import (
+    from moonrun.http.app import create_app
+    from moonrun.http.edge import (
         EdgeLimits,
         ServeSettings,
         default_max_connections,
         server_config,
     )
+    from moonrun.service.config import ArtifactLimits, LogLimits, SchedulingSettings
+    from moonrun.service.directory import check_bootstrap_token
     from moonrun.settings import PlatformConfig, build_platform
 
     jsonlog.configure(log_level)
@@ -302,7 +305,7 @@ def platform_serve(
         server.run()
     finally:
         platform.close()
-        platform.store.close()
+        platform.release()
 
 
 @admin_app.command("bootstrap")
@@ -327,8 +330,8 @@ def admin_bootstrap(
     or password, a name held by a user who is not a platform admin, a memory:// store).
     """
     from moonrun.clock import SystemClock
-    from moonrun.platform.directory import Directory
     from moonrun.security.tokens import API_PREFIX, SystemTokenSource
+    from moonrun.service.directory import Directory
     from moonrun.store import open_store
 
     if store.startswith("memory:"):
@@ -532,9 +535,18 @@ def _event_loop_run(main: Any, *, uvloop_allowed: bool = True) -> None:
     uvloop.run(main)
 
 
+def with_user_verbs() -> Any:
+    """Add the user verbs to `app`; returns what they read from the environment."""
+    from moonrun import usercli
+
+    usercli.register(app)
+    # The user verbs read MOONRUN_PLATFORM, MOONRUN_TOKEN and the config location from here.
+    return usercli.Environment.of(os.environ)
+
+
 def main() -> None:
+    service_verb = len(sys.argv) > 1 and sys.argv[1] in SERVICE_GROUPS
     try:
-        # The user verbs read MOONRUN_PLATFORM, MOONRUN_TOKEN and the config location from here.
-        app(obj=usercli.Environment.of(os.environ))
+        app(obj=None if service_verb else with_user_verbs())
     except KeyboardInterrupt:
         sys.exit(130)

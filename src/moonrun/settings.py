@@ -11,16 +11,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from moonrun.clock import SystemClock
-from moonrun.platform.artifacts import FileArtifactStore
-from moonrun.platform.channels import Channels
-from moonrun.platform.config import ArtifactLimits, LogLimits, SchedulingSettings
-from moonrun.platform.directory import Bootstrap, Directory
-from moonrun.platform.filelogstore import FileLogStore
-from moonrun.platform.http import HttpSettings, Platform
-from moonrun.platform.logstore import LogStore, MemoryLogStore
-from moonrun.platform.service import SchedulingService
+from moonrun.http.channels import Channels
+from moonrun.http.platform import HttpSettings, Platform
 from moonrun.security.keys import load_or_create_secret
 from moonrun.security.tokens import SystemTokenSource
+from moonrun.service.artifacts import FileArtifactStore
+from moonrun.service.config import ArtifactLimits, LogLimits, SchedulingSettings
+from moonrun.service.directory import Bootstrap, Directory
+from moonrun.service.filelogstore import FileLogStore
+from moonrun.service.logstore import LogStore, MemoryLogStore
+from moonrun.service.scheduling import SchedulingService
+from moonrun.service.websessions import WebSessions
 from moonrun.store import DEFAULT_STORE_URL, open_store
 from moonrun.store.file import FileStore
 from moonrun.store.memory import MemoryStore
@@ -106,9 +107,9 @@ def build_platform(config: PlatformConfig) -> Platform:
                     extra=fields,
                 )
         return Platform(
-            store=store,
             service=service,
             directory=directory,
+            web=WebSessions(store, clock, secret),
             clock=clock,
             secret=secret,
             logs=log_store(config, store),
@@ -122,6 +123,7 @@ def build_platform(config: PlatformConfig) -> Platform:
                 sweep_interval_s=config.sweep_interval_s,
                 recheck_s=0.25 if isinstance(store, MySQLStore) else 1.0,
             ),
+            release=store.close,
         )
     except BaseException:
         store.close()

@@ -11,11 +11,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from moonrun.errors import MoonrunError
-from moonrun.platform.service import SchedulingService
 from moonrun.scheduling import messages
 from moonrun.scheduling.fingerprint import token_hash
 from moonrun.scheduling.jobs import Job, JobState, RunResult
 from moonrun.scheduling.messages import Decision, Evidence, ResultAnswer
+from moonrun.service.scheduling import SchedulingService
 from moonrun.store.protocol import Store
 
 

@@ -41,12 +41,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from moonrun.platform.answers import CancelOutcome, ClaimedJob, ReconcileReport, Registration
 from moonrun.scheduling.fingerprint import token_hash
 from moonrun.scheduling.jobs import FailureReason, Job, JobState
 from moonrun.scheduling.messages import AckAnswer, Evidence, ProgressAnswer, ResultAnswer
 from moonrun.scheduling.reconcile import ReconcileEntry
 from moonrun.scheduling.time import seconds_to_ms
+from moonrun.service.answers import CancelOutcome, ClaimedJob, ReconcileReport, Registration
 from tests.sim.history import Cause, History, Work, Write
 
 WAITING = (JobState.QUEUED, JobState.RETRYING)

@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from moonrun.platform.config import SchedulingSettings
 from moonrun.scheduling.jobs import Job
+from moonrun.service.config import SchedulingSettings
 
 
 @dataclass(frozen=True)

@@ -19,12 +19,12 @@ from moonrun.errors import (
     Replayed,
     SignatureExpired,
 )
-from moonrun.platform.answers import CancelOutcome, ClaimedJob, Registration
-from moonrun.platform.config import SchedulingSettings
-from moonrun.platform.directory import Directory
-from moonrun.platform.service import SchedulingService
 from moonrun.scheduling.jobs import Job
 from moonrun.security.tokens import SeededTokenSource
+from moonrun.service.answers import CancelOutcome, ClaimedJob, Registration
+from moonrun.service.config import SchedulingSettings
+from moonrun.service.directory import Directory
+from moonrun.service.scheduling import SchedulingService
 from moonrun.store.protocol import Store
 from tests.sim.history import Cause, History, Snapshot
 from tests.sim.kernel import Scheduler

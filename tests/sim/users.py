@@ -7,9 +7,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from moonrun.errors import MoonrunError
-from moonrun.platform.service import JobSpec
 from moonrun.run.client import TRANSIENT
 from moonrun.scheduling.records import Server, User
+from moonrun.service.scheduling import JobSpec
 from tests.sim.kernel import Body, Call, LocalClock, Node, Resume, Sleep
 
 if TYPE_CHECKING:

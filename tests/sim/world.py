@@ -21,8 +21,8 @@ from typing import Any
 
 from moonrun.clock import ManualClock
 from moonrun.errors import PlatformUnreachable
-from moonrun.platform.config import SchedulingSettings
-from moonrun.platform.service import JobSpec, SchedulingService
+from moonrun.service.config import SchedulingSettings
+from moonrun.service.scheduling import JobSpec, SchedulingService
 from tests.harness import public_key
 from tests.sim.checker import Violation, check
 from tests.sim.history import History

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from moonrun.errors import StoreUnavailable
-from moonrun.store.protocol import Store
+from typing import TYPE_CHECKING
 
-__all__ = ["DEFAULT_STORE_URL", "Store", "open_store"]
+from moonrun.errors import StoreUnavailable
+
+if TYPE_CHECKING:  # `moonrun run start` imports this module for its default; not the domain
+    from moonrun.store.protocol import Store
+
+__all__ = ["DEFAULT_STORE_URL", "open_store"]
 
 DEFAULT_STORE_URL = "file:.moonrun/platform.db"
 

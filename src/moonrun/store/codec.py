@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Generic, TypeVar
+
+from sqlalchemy import Boolean, Table
 
 from moonrun.scheduling.jobs import (
     AttemptSummary,
@@ -26,8 +29,10 @@ from moonrun.scheduling.jobs import (
 )
 from moonrun.scheduling.records import Endpoint, Server, Session, User
 from moonrun.scheduling.retry import RetryPolicy
+from moonrun.store import schema
 
 Row = Mapping[str, Any]
+R = TypeVar("R")
 
 
 def job_to_row(job: Job) -> dict[str, Any]:
@@ -190,109 +195,43 @@ def _error(code: str | None, message: str | None) -> ErrorInfo | None:
     return None if code is None else ErrorInfo(code, message or "")
 
 
-def endpoint_to_row(endpoint: Endpoint) -> dict[str, Any]:
-    return {
-        "id": endpoint.id,
-        "name": endpoint.name,
-        "created_at": endpoint.created_at,
-        "join_token_hash": endpoint.join_token_hash,
-        "join_token_expires_at": endpoint.join_token_expires_at,
-        "version": endpoint.version,
-        "identity_public_key": endpoint.identity_public_key,
-        "joined_at": endpoint.joined_at,
-        "generation": endpoint.generation,
-        "current_session_id": endpoint.current_session_id,
-        "draining": endpoint.draining,
-    }
+class FlatCodec(Generic[R]):
+    """A record whose fields are its table's columns one to one (but for `extra` fields kept
+    elsewhere): both directions are built from the table's definition in schema.py, and a
+    field without a column or a column without a field is an error at import."""
+
+    def __init__(self, record: Callable[..., R], table: Table, *, extra: tuple[str, ...] = ()):
+        self.columns = tuple(column.name for column in table.columns)
+        fields = {field.name for field in dataclasses.fields(record)}  # type: ignore[arg-type]
+        if fields - set(extra) != set(self.columns):
+            raise TypeError(f"{table.name} columns {self.columns} do not match {sorted(fields)}")
+        # The SQL drivers answer booleans as 0/1.
+        self.booleans = frozenset(c.name for c in table.columns if isinstance(c.type, Boolean))
+        self.record = record
+
+    def to_row(self, value: R) -> dict[str, Any]:
+        return {name: getattr(value, name) for name in self.columns}
+
+    def from_row(self, row: Row, **extra: Any) -> R:
+        booleans = self.booleans
+        fields = {name: bool(row[name]) if name in booleans else row[name] for name in self.columns}
+        return self.record(**fields, **extra)
 
 
-def row_to_endpoint(row: Row) -> Endpoint:
-    return Endpoint(
-        id=row["id"],
-        name=row["name"],
-        created_at=row["created_at"],
-        join_token_hash=row["join_token_hash"],
-        join_token_expires_at=row["join_token_expires_at"],
-        version=row["version"],
-        identity_public_key=row["identity_public_key"],
-        joined_at=row["joined_at"],
-        generation=row["generation"],
-        current_session_id=row["current_session_id"],
-        draining=bool(row["draining"]),
-    )
+_endpoints = FlatCodec(Endpoint, schema.endpoints)
+_sessions = FlatCodec(Session, schema.sessions)
+_users = FlatCodec(User, schema.users)
+_servers = FlatCodec(Server, schema.servers, extra=("admin_ids",))
 
-
-def session_to_row(session: Session) -> dict[str, Any]:
-    return {
-        "id": session.id,
-        "endpoint_id": session.endpoint_id,
-        "generation": session.generation,
-        "boot_id": session.boot_id,
-        "capacity": session.capacity,
-        "run_version": session.run_version,
-        "created_at": session.created_at,
-        "last_seen_at": session.last_seen_at,
-        "expires_at": session.expires_at,
-        "reconciled_at": session.reconciled_at,
-    }
-
-
-def row_to_session(row: Row) -> Session:
-    return Session(
-        id=row["id"],
-        endpoint_id=row["endpoint_id"],
-        generation=row["generation"],
-        boot_id=row["boot_id"],
-        capacity=row["capacity"],
-        run_version=row["run_version"],
-        created_at=row["created_at"],
-        last_seen_at=row["last_seen_at"],
-        expires_at=row["expires_at"],
-        reconciled_at=row["reconciled_at"],
-    )
-
-
-def user_to_row(user: User) -> dict[str, Any]:
-    return {
-        "id": user.id,
-        "name": user.name,
-        "platform_admin": user.platform_admin,
-        "created_at": user.created_at,
-        "password_hash": user.password_hash,
-        "disabled": user.disabled,
-    }
-
-
-def row_to_user(row: Row) -> User:
-    return User(
-        id=row["id"],
-        name=row["name"],
-        platform_admin=bool(row["platform_admin"]),
-        created_at=row["created_at"],
-        password_hash=row["password_hash"],
-        disabled=bool(row["disabled"]),
-    )
-
-
-def server_to_row(server: Server) -> dict[str, Any]:
-    """The `servers` row; administrators live in `server_admins`."""
-    return {
-        "id": server.id,
-        "name": server.name,
-        "endpoint_id": server.endpoint_id,
-        "owner_id": server.owner_id,
-        "created_at": server.created_at,
-        "version": server.version,
-    }
+endpoint_to_row = _endpoints.to_row
+row_to_endpoint = _endpoints.from_row
+session_to_row = _sessions.to_row
+row_to_session = _sessions.from_row
+user_to_row = _users.to_row
+row_to_user = _users.from_row
+server_to_row = _servers.to_row
+"""The `servers` row; administrators live in `server_admins`."""
 
 
 def row_to_server(row: Row, admin_ids: tuple[str, ...]) -> Server:
-    return Server(
-        id=row["id"],
-        name=row["name"],
-        endpoint_id=row["endpoint_id"],
-        owner_id=row["owner_id"],
-        created_at=row["created_at"],
-        admin_ids=admin_ids,
-        version=row["version"],
-    )
+    return _servers.from_row(row, admin_ids=admin_ids)

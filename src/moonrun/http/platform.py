@@ -14,17 +14,16 @@ from fastapi.responses import JSONResponse
 
 from moonrun.clock import Clock
 from moonrun.errors import MoonrunError, TooLarge
-from moonrun.platform.artifacts import ArtifactStore
-from moonrun.platform.channels import Channels
-from moonrun.platform.directory import Directory
-from moonrun.platform.logstore import LogStore
-from moonrun.platform.metrics import Metrics
-from moonrun.platform.service import SchedulingService
-from moonrun.platform.watch import Watch
-from moonrun.platform.web.sessions import SignInThrottle, WebSessions
+from moonrun.http.channels import Channels
+from moonrun.http.metrics import Metrics
+from moonrun.http.watch import Watch
 from moonrun.security.keys import NonceCache
 from moonrun.security.signing import WINDOW_S
-from moonrun.store.protocol import Store
+from moonrun.service.artifacts import ArtifactStore
+from moonrun.service.directory import Directory
+from moonrun.service.logstore import LogStore
+from moonrun.service.scheduling import SchedulingService
+from moonrun.service.websessions import SignInThrottle, WebSessions
 
 log = logging.getLogger("moonrun.http")
 
@@ -66,32 +65,36 @@ class HttpSettings:
 
 @dataclass
 class Platform:
-    """Everything the HTTP service needs, built once at the edge (cli.py) and passed in."""
+    """Everything the HTTP service needs, built once at the edge (settings.py) and passed in.
 
-    store: Store
+    It holds the use cases, never the store: the HTTP and console rooms reach the store only
+    through them (docs/architecture.md). `release` closes the store for whoever opened it.
+    """
+
     service: SchedulingService
     directory: Directory
+    web: WebSessions
     clock: Clock
     secret: bytes
     logs: LogStore
     artifacts: ArtifactStore
+    release: Callable[[], None] = lambda: None
     channels: Channels = field(default_factory=Channels.with_limits)
     http: HttpSettings = field(default_factory=HttpSettings)
     metrics: Metrics = field(init=False)
     nonces: NonceCache = field(default_factory=lambda: NonceCache(WINDOW_S))
     started_at_s: float = field(init=False)
-    web: WebSessions = field(init=False)
     throttle: SignInThrottle = field(init=False)
     watch: Watch = field(init=False)
 
     def close(self) -> None:
-        """Release the channels' threads (the store is closed by whoever opened it)."""
+        """Release the channels' threads (the store is closed by `release`, for whoever opened
+        it)."""
         self.channels.close()
 
     def __post_init__(self) -> None:
-        self.metrics = Metrics(self.store)
+        self.metrics = Metrics(self.service.job_counts)
         self.started_at_s = self.clock.now() / 1000
-        self.web = WebSessions(self.store, self.clock, self.secret)
         self.throttle = SignInThrottle(self.clock)
         self.watch = Watch(self.http.recheck_s, self.http.max_waiting)
         self.service.listen(self.watch)

@@ -33,8 +33,8 @@ from typing import Any
 import orjson
 
 from moonrun.errors import StoreUnavailable
-from moonrun.platform.logstore import LogLine, LogPage, MemoryLogStore, _AttemptLog
 from moonrun.security.files import open_private, private_directory
+from moonrun.service.logstore import LogLine, LogPage, MemoryLogStore, _AttemptLog
 
 COMPACT_SLACK = 64 * 1024
 """Bytes an attempt's file may grow beyond twice its last rewritten size before a rewrite."""

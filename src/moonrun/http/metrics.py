@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -11,18 +11,17 @@ from prometheus_client.registry import Collector
 
 from moonrun.errors import JobRejected, MoonrunError
 from moonrun.scheduling.jobs import JobState
-from moonrun.store.protocol import Store
 
 
 class _JobsByState(Collector):
     """Reads the store's counts at scrape time, so every replica reports the same truth."""
 
-    def __init__(self, store: Store) -> None:
-        self._store = store
+    def __init__(self, job_counts: Callable[[], Mapping[JobState, int]]) -> None:
+        self._job_counts = job_counts
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         family = GaugeMetricFamily("moonrun_jobs", "Jobs by scheduling state", labels=["state"])
-        counts = self._store.job_counts()
+        counts = self._job_counts()
         for state in JobState:
             family.add_metric([state.value], counts.get(state, 0))
         yield family
@@ -31,7 +30,7 @@ class _JobsByState(Collector):
 class Metrics:
     """The counters and histograms the HTTP service updates, in a registry of its own."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, job_counts: Callable[[], Mapping[JobState, int]]) -> None:
         self.registry = CollectorRegistry()
         self.claims = Counter(
             "moonrun_claims", "Attempts granted to Run by claims", registry=self.registry
@@ -54,7 +53,7 @@ class Metrics:
             registry=self.registry,
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
         )
-        self.registry.register(_JobsByState(store))
+        self.registry.register(_JobsByState(job_counts))
         self._latency: dict[str, Any] = {}
 
     def latency_of(self, channel: str) -> Any:

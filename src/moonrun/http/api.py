@@ -36,10 +36,10 @@ from moonrun.errors import (
     TooLarge,
     Unauthenticated,
 )
-from moonrun.platform.channels import Admission, Channel
-from moonrun.platform.http import Platform, channel_of
-from moonrun.platform.web.sessions import SESSION_COOKIE
+from moonrun.http.channels import Admission, Channel
+from moonrun.http.platform import Platform, channel_of
 from moonrun.scheduling.records import User
+from moonrun.service.websessions import SESSION_COOKIE
 
 log = logging.getLogger("moonrun.http")
 

@@ -12,10 +12,10 @@ from fastapi.responses import Response
 from fastapi.staticfiles import StaticFiles
 
 from moonrun import __version__
-from moonrun.platform import run_api, user_api
-from moonrun.platform.api import Api, openapi_paths
-from moonrun.platform.error_handlers import install_error_handlers
-from moonrun.platform.http import (
+from moonrun.http import run_api, user_api
+from moonrun.http.api import Api, openapi_paths
+from moonrun.http.error_handlers import install_error_handlers
+from moonrun.http.platform import (
     BodyLimit,
     Platform,
     RequestLog,
@@ -23,9 +23,9 @@ from moonrun.platform.http import (
     error_response,
     platform_of,
 )
-from moonrun.platform.schemas import ErrorBody, HealthAnswer
-from moonrun.platform.sweeper import Sweeper
-from moonrun.platform.web import views
+from moonrun.http.schemas import ErrorBody, HealthAnswer
+from moonrun.service.sweeper import Sweeper
+from moonrun.web import views
 
 API_ROUTES = (*run_api.ROUTES, *user_api.ROUTES)
 """The routes `Api` serves: everything under /run/ and /api/."""
@@ -86,7 +86,7 @@ def create_app(platform: Platform, *, sweep: bool = True, api_docs: bool = False
     app.state.templates = views.environment()
     install_error_handlers(app)
     app.include_router(views.router)
-    app.mount("/static", StaticFiles(packages=[("moonrun.platform.web", "static")]), "static")
+    app.mount("/static", StaticFiles(packages=[("moonrun.web", "static")]), "static")
 
     @app.get("/healthz", response_model=HealthAnswer, tags=["ops"])
     async def healthz(request: Request) -> Any:

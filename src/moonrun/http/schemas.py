@@ -12,9 +12,9 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from moonrun.errors import InvalidRequest
-from moonrun.platform.checks import NAME_PATTERN
 from moonrun.scheduling.jobs import KIND_PATTERN
 from moonrun.scheduling.time import parse_instant
+from moonrun.service.checks import NAME_PATTERN
 
 SEQ_MAX = 2**63 - 1
 """Sequence numbers fit a signed 64-bit integer, so every store and client can hold them."""

@@ -9,18 +9,26 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import Protocol, TypeVar
 
 import anyio
 
 from moonrun.errors import MoonrunError, StoreUnavailable
-from moonrun.platform.channels import Channel
-from moonrun.platform.service import SchedulingService
+from moonrun.service.scheduling import SchedulingService
+
+T = TypeVar("T")
 
 log = logging.getLogger("moonrun.sweeper")
 
 STALLED_AFTER_S = 10.0
 """A pass that has not come back for this long counts as a store that does not answer (a
 database server that hangs rather than refuses: its queries wait, they do not fail)."""
+
+
+class Runner(Protocol):
+    """Where a pass runs: the HTTP service hands in its ops channel (`http/channels.py`)."""
+
+    async def run(self, work: Callable[[], T]) -> T: ...
 
 
 class Sweeper:
@@ -33,7 +41,7 @@ class Sweeper:
     def __init__(
         self,
         service: SchedulingService,
-        channel: Channel,
+        channel: Runner,
         interval_s: float,
         *,
         stalled_after_s: float = STALLED_AFTER_S,

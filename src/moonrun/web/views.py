@@ -23,17 +23,17 @@ from moonrun.errors import (
     TooLarge,
     Unauthenticated,
 )
-from moonrun.platform.answers import JobPage
-from moonrun.platform.directory import Directory
-from moonrun.platform.http import on_user_channel, platform_of
-from moonrun.platform.service import SchedulingService
-from moonrun.platform.web import logview, progressview, submitform
-from moonrun.platform.web.sessions import SESSION_COOKIE, SIGN_IN_COOKIE
+from moonrun.http.platform import on_user_channel, platform_of
 from moonrun.scheduling.jobs import JobState
 from moonrun.scheduling.records import User
 from moonrun.scheduling.time import format_instant
 from moonrun.scheduling.views import EndpointView, job_view, server_view, user_view
 from moonrun.security.access import can_manage_admins, require
+from moonrun.service.answers import JobPage
+from moonrun.service.directory import Directory
+from moonrun.service.scheduling import SchedulingService
+from moonrun.service.websessions import SESSION_COOKIE, SIGN_IN_COOKIE
+from moonrun.web import logview, progressview, submitform
 
 router = APIRouter(include_in_schema=False)
 
@@ -71,7 +71,7 @@ texts: a page never shows text taken from its address."""
 
 def environment() -> Environment:
     templates = Environment(
-        loader=PackageLoader("moonrun.platform.web", "templates"),
+        loader=PackageLoader("moonrun.web", "templates"),
         autoescape=select_autoescape(["html"]),
         trim_blocks=True,
         lstrip_blocks=True,
@@ -104,6 +104,20 @@ def render(request: Request, template: str, status: int = 200, **context: Any) -
     values.update(context)
     html = request.app.state.templates.get_template(template).render(**values)
     return HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)
+
+
+def render_outcome(
+    request: Request, template: str, notice: str, problem: MoonrunError | None, **context: Any
+) -> HTMLResponse:
+    """A page as it stands after a form: its notice, or the refusal's message and status."""
+    return render(
+        request,
+        template,
+        problem.status if problem else 200,
+        notice=notice,
+        problem=problem.message if problem else "",
+        **context,
+    )
 
 
 async def signed_in(request: Request) -> User:
@@ -690,15 +704,14 @@ async def _servers(
     if user.platform_admin:  # the create form's choices
         endpoints = await on_user_channel(request, service.endpoint_views, user)
         people = [user_view(u) for u in await on_user_channel(request, directory.list_users, user)]
-    return render(
+    return render_outcome(
         request,
         "servers.html",
-        problem.status if problem else 200,
+        notice,
+        problem,
         servers=rows,
         endpoints=endpoints,
         people=people,
-        notice=notice,
-        problem=problem.message if problem else "",
     )
 
 
@@ -792,13 +805,12 @@ async def _endpoints(
     request: Request, user: User, *, notice: str = "", problem: MoonrunError | None = None
 ) -> Response:
     views = await on_user_channel(request, platform_of(request).service.endpoint_views, user)
-    return render(
+    return render_outcome(
         request,
         "endpoints.html",
-        problem.status if problem else 200,
+        notice,
+        problem,
         endpoints=views,
-        notice=notice,
-        problem=problem.message if problem else "",
     )
 
 
@@ -912,13 +924,12 @@ async def _users(
     request: Request, user: User, *, notice: str = "", problem: MoonrunError | None = None
 ) -> Response:
     users = await on_user_channel(request, platform_of(request).directory.list_users, user)
-    return render(
+    return render_outcome(
         request,
         "users.html",
-        problem.status if problem else 200,
+        notice,
+        problem,
         users=[user_view(u) for u in users],
-        notice=notice,
-        problem=problem.message if problem else "",
     )
 
 
@@ -1058,13 +1069,12 @@ async def account_page(request: Request, done: str | None = None) -> Response:
 def _account(
     request: Request, user: User, *, notice: str = "", problem: MoonrunError | None = None
 ) -> Response:
-    return render(
+    return render_outcome(
         request,
         "account.html",
-        problem.status if problem else 200,
+        notice,
+        problem,
         me=user_view(user),
-        notice=notice,
-        problem=problem.message if problem else "",
     )
 
 

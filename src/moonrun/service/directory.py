@@ -7,7 +7,6 @@ from enum import Enum
 
 from moonrun.clock import Clock
 from moonrun.errors import Contention, InvalidRequest, NotFound, ServerBusy, Unauthenticated
-from moonrun.platform.checks import NAME_PATTERN
 from moonrun.scheduling.fingerprint import token_hash
 from moonrun.scheduling.records import Server, User
 from moonrun.security.access import (
@@ -18,6 +17,7 @@ from moonrun.security.access import (
 )
 from moonrun.security.passwords import hash_password, password_matches
 from moonrun.security.tokens import API_PREFIX, TokenSource
+from moonrun.service.checks import NAME_PATTERN
 from moonrun.store.protocol import Store
 
 BOOTSTRAP_ADMIN_NAME = "admin"

@@ -1,5 +1,5 @@
 """Errors to HTTP for FastAPI's routes (the console and operations): moonrun's one table, and
-validation and routing errors in the same shape. (`platform/api.py` answers the APIs' own.)"""
+validation and routing errors in the same shape. (`http/api.py` answers the APIs' own.)"""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from moonrun.errors import MoonrunError, NotFound
-from moonrun.platform.http import error_response
-from moonrun.platform.web import views
+from moonrun.http.platform import error_response
+from moonrun.web import views
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -36,18 +36,6 @@ from moonrun.errors import (
     SignatureInvalid,
     UnknownKind,
 )
-from moonrun.platform import checks
-from moonrun.platform.answers import (
-    CancelOutcome,
-    ClaimedJob,
-    EnrolledEndpoint,
-    Heartbeat,
-    JobPage,
-    ReconcileReport,
-    Registration,
-    ReportBuilder,
-)
-from moonrun.platform.config import SchedulingSettings
 from moonrun.scheduling import jobs as jobs_domain
 from moonrun.scheduling import kinds as kinds_domain
 from moonrun.scheduling import messages
@@ -70,6 +58,18 @@ from moonrun.scheduling.time import Instant
 from moonrun.scheduling.views import EndpointView, endpoint_view
 from moonrun.security.access import can_manage_jobs, require, require_platform_admin
 from moonrun.security.tokens import JOIN_PREFIX, LEASE_PREFIX, TokenSource, b64url_decode
+from moonrun.service import checks
+from moonrun.service.answers import (
+    CancelOutcome,
+    ClaimedJob,
+    EnrolledEndpoint,
+    Heartbeat,
+    JobPage,
+    ReconcileReport,
+    Registration,
+    ReportBuilder,
+)
+from moonrun.service.config import SchedulingSettings
 from moonrun.store.protocol import IdempotencyRecord, Store
 
 T = TypeVar("T")
@@ -706,6 +706,10 @@ class SchedulingService:
     def _apply_deadline(self, job_id: str, now: Instant) -> bool:
         """Apply a passed deadline to one job; True when this call changed it."""
         return self._apply(job_id, _deadline_decision(now))
+
+    def job_counts(self) -> dict[JobState, int]:
+        """How many jobs are in each state (for the metrics), read from the store at once."""
+        return self._store.job_counts()
 
     def sweep(self, limit: int | None = None) -> int:
         """Apply passed ack deadlines and execution leases, one bounded batch in one commit;

@@ -1,6 +1,6 @@
 """The Run API (PROTOCOL.md sections 2-5): its routes, handlers and signature checks.
 
-Served by `platform/api.py` like the user API. Every route but join is signed (RFC 9421
+Served by `http/api.py` like the user API. Every route but join is signed (RFC 9421
 subset): the signature is verified before anything looks at the body. Handlers answer exactly
 what the service answers, with instants as RFC 3339 strings.
 """
@@ -15,11 +15,10 @@ from typing import Any
 import orjson
 
 from moonrun.errors import InvalidRequest, MoonrunError, SignatureInvalid
-from moonrun.platform.api import Auth, Call, Receive, Route, error_body
-from moonrun.platform.channels import Channel
-from moonrun.platform.http import Platform
-from moonrun.platform.logstore import LogLine
-from moonrun.platform.schemas import (
+from moonrun.http.api import Auth, Call, Receive, Route, error_body
+from moonrun.http.channels import Channel
+from moonrun.http.platform import Platform
+from moonrun.http.schemas import (
     AckAnswerModel,
     AckBatchRequest,
     BatchAnswer,
@@ -44,7 +43,7 @@ from moonrun.platform.schemas import (
     ResultRequest,
     SessionEndAnswer,
 )
-from moonrun.platform.watch import wait_for
+from moonrun.http.watch import wait_for
 from moonrun.scheduling.messages import (
     AckAnswer,
     CancelPollAnswer,
@@ -57,6 +56,7 @@ from moonrun.scheduling.time import format_instant, format_optional
 from moonrun.security import signing
 from moonrun.security.keys import session_key
 from moonrun.security.tokens import b64url
+from moonrun.service.logstore import LogLine
 
 # -- answers -------------------------------------------------------------------------------------
 

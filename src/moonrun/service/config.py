@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from moonrun.platform.artifacts import ATTEMPT_BYTES
 from moonrun.scheduling.retry import RetryPolicy
 from moonrun.scheduling.time import seconds_to_ms
+from moonrun.service.artifacts import ATTEMPT_BYTES
 
 
 @dataclass(frozen=True, slots=True)

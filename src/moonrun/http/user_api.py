@@ -2,7 +2,7 @@
 
 No credentials is 401 `unauthenticated`; a resource that exists but is not the caller's is
 403 `forbidden`; a resource that does not exist is 404 `not_found`. Served by
-`platform/api.py` like the Run API. Each request makes one trip to the user channel's
+`http/api.py` like the Run API. Each request makes one trip to the user channel's
 threads, which checks its credentials and then does the work (`as_caller`): a thread hop is
 the largest cost of a small request.
 """
@@ -17,10 +17,8 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from moonrun.errors import ArtifactIncomplete, InvalidRequest, NotFound
-from moonrun.platform.api import Answer, Call, Route, Stream
-from moonrun.platform.artifacts import NAME_PATTERN, ArtifactInfo, ArtifactStore
-from moonrun.platform.logstore import LogPage
-from moonrun.platform.schemas import (
+from moonrun.http.api import Answer, Call, Route, Stream
+from moonrun.http.schemas import (
     SEQ_MAX,
     AddAdminRequest,
     ArtifactsAnswer,
@@ -45,8 +43,7 @@ from moonrun.platform.schemas import (
     UserModel,
     UsersAnswer,
 )
-from moonrun.platform.service import JobSpec
-from moonrun.platform.watch import wait_for
+from moonrun.http.watch import wait_for
 from moonrun.scheduling.jobs import Job
 from moonrun.scheduling.kinds import load_advertisement
 from moonrun.scheduling.records import Server, User
@@ -58,6 +55,9 @@ from moonrun.scheduling.views import (
     server_view,
     user_view,
 )
+from moonrun.service.artifacts import NAME_PATTERN, ArtifactInfo, ArtifactStore
+from moonrun.service.logstore import LogPage
+from moonrun.service.scheduling import JobSpec
 
 T = TypeVar("T")
 

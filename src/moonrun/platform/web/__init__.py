@@ -1,1 +1,0 @@
-"""platform_web: the crystal-moonlight console, served by the platform under `/`."""
