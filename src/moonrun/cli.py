@@ -35,7 +35,7 @@ app.add_typer(admin_app, name="admin")
 SERVICE_GROUPS = frozenset({"store", "platform", "run", "admin"})
 """The verbs that run moonrun's own processes. `main` loads the user verbs (moonrun.usercli,
 and httpx under it) only for other command lines, so `moonrun run start` and `moonrun
-platform serve` start without them (docs/benchmarks.md, "Start-up")."""
+platform serve` start without them (docs/benchmarks.md, "After the layout")."""
 
 StoreOption = Annotated[
     str,
