@@ -63,7 +63,8 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python bench/peer_bench.py
 	$(BIN)/python bench/scale_bench.py
 
-# Longer runs of the property, crash and race tests and of the simulation, e.g.
+# Longer runs of the property, crash (KILLS: the store's and the serving platform's) and race
+# tests and of the simulation, e.g.
 # `make soak EXAMPLES=5000 STEPS=100 KILLS=2000 RACE_JOBS=20000 FUZZ=2000 SIM_SEEDS=20000`.
 EXAMPLES ?= 2000
 FUZZ ?= 1000
@@ -76,7 +77,8 @@ soak: $(STAMP)
 	MOONRUN_CRASH_KILLS=$(KILLS) MOONRUN_RACE_JOBS=$(RACE_JOBS) MOONRUN_FUZZ_EXAMPLES=$(FUZZ) \
 	MOONRUN_SIM_SEEDS=$(SIM_SEEDS) \
 		$(BIN)/pytest -p no:cacheprovider -x tests/test_stateful.py tests/test_crash_and_race.py \
-		tests/test_fuzz_hostile.py tests/sim/test_simulation.py
+		tests/test_fuzz_hostile.py tests/sim/test_simulation.py \
+		tests/test_platform_process.py::test_sigkill_while_serving_loses_no_acknowledged_job
 
 # The whole-system simulation alone (docs/simulation.md): the seeds `make test` runs (or
 # MOONRUN_SIM_SEEDS of them), the checker's own tests, and how fast it goes.
