@@ -60,16 +60,20 @@ def is_fencing(key: str) -> bool:
     return function in FENCING
 
 
+def scored(count: Counter[str]) -> int:
+    """How many of an area's mutants ran: killed, survived or reached by no test."""
+    return count["killed"] + count["survived"] + count["no tests"]
+
+
 def below(counts: dict[str, Counter[str]], minimum: float | None) -> list[str]:
     """The areas whose mutants ran and scored below `minimum` (%)."""
     if minimum is None:
         return []
-    found = []
-    for area, count in counts.items():
-        scored = count["killed"] + count["survived"] + count["no tests"]
-        if scored and 100 * count["killed"] / scored < minimum:
-            found.append(area)
-    return found
+    return [
+        area
+        for area, count in counts.items()
+        if scored(count) and 100 * count["killed"] / scored(count) < minimum
+    ]
 
 
 def results() -> dict[str, int | None]:
@@ -105,13 +109,13 @@ def main() -> int:
             counts[area]["not checked" if code is None else f"other ({code})"] += 1
     failing = [area for area in below(counts, options.min) if area in GATED]
     for area, count in counts.items():
-        scored = count["killed"] + count["survived"] + count["no tests"]
+        ran = scored(count)
         rest = ", ".join(f"{v} {k}" for k, v in sorted(count.items()) if k != "killed")
-        if not scored:
+        if not ran:
             print(f"{area:30} not run ({rest or 'no mutants'})")
             continue
-        score = 100 * count["killed"] / scored
-        print(f"{area:30} {score:5.1f}%  {count['killed']} of {scored} killed ({rest or 'none'})")
+        score = 100 * count["killed"] / ran
+        print(f"{area:30} {score:5.1f}%  {count['killed']} of {ran} killed ({rest or 'none'})")
     if options.survivors:
         print("\nsurviving mutants (mutmut show NAME):")
         for key in sorted(survivors):

@@ -10,7 +10,7 @@
 set -uo pipefail
 BIN="${1:-.venv/bin}"
 WORKERS="${2:-2}"
-shift 2 2>/dev/null || shift $#
+shift $(($# < 2 ? $# : 2))  # the rest goes to both pytests
 report="$(mktemp)"
 trap 'rm -f "$report"' EXIT
 

@@ -2,23 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
 from collections import Counter
-from pathlib import Path
-from types import ModuleType
 
-
-def load_script() -> ModuleType:
-    path = Path(__file__).resolve().parent.parent / "scripts" / "mutation_score.py"
-    spec = importlib.util.spec_from_file_location("mutation_score", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-score = load_script()
+from scripts import mutation_score as score
 
 
 def test_only_the_fencing_paths_of_the_service_count_for_its_area() -> None:
