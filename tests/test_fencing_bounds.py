@@ -208,15 +208,15 @@ class Recorded:
 def test_a_claim_that_grants_nothing_says_when_to_look_again(world: World) -> None:
     """Nothing waiting: no time; a job due later: its time; full or draining: no time."""
     run = world.run().start(capacity=1)
-    nothing = world.service.claim_or_wait(run.session_id, 1)
+    nothing = world.service.claim_now(run.session_id, 1)
     later = world.submit(not_before=world.clock.now() + 5000)
-    waiting = world.service.claim_or_wait(run.session_id, 1)
+    waiting = world.service.claim_now(run.session_id, 1)
     world.clock.advance(5000)
-    granted = world.service.claim_or_wait(run.session_id, 1)
+    granted = world.service.claim_now(run.session_id, 1)
     world.submit()
-    full = world.service.claim_or_wait(run.session_id, 1)
+    full = world.service.claim_now(run.session_id, 1)
     world.service.set_draining(world.admin, world.endpoint.id, True)
-    draining = world.service.claim_or_wait(run.session_id, 1)
+    draining = world.service.claim_now(run.session_id, 1)
 
     ep = world.endpoint.id
     found = [

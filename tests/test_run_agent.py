@@ -462,7 +462,7 @@ async def test_an_acked_attempt_learns_its_cancel_intent_from_the_ack(tmp_path: 
     async with served_platform(tmp_path) as world:
         plain = world.submit()
         doomed = world.submit("sleep", {"seconds": 30})
-        claimed = world.platform.service.claim_or_wait  # the cancel lands between claim and ack
+        claimed = world.platform.service.claim_now  # the cancel lands between claim and ack
 
         def claim_then_cancel(session_id: str, max_jobs: int) -> Any:
             outcome = claimed(session_id, max_jobs)
@@ -470,7 +470,7 @@ async def test_an_acked_attempt_learns_its_cancel_intent_from_the_ack(tmp_path: 
                 world.platform.service.cancel_job(world.admin, doomed)
             return outcome
 
-        world.platform.service.claim_or_wait = claim_then_cancel  # type: ignore[method-assign]
+        world.platform.service.claim_now = claim_then_cancel  # type: ignore[method-assign]
         async with running_agent(world, tmp_path, capacity=4):
             ended = [await world.wait_state(job_id, *TERMINAL) for job_id in (plain, doomed)]
 

@@ -209,6 +209,10 @@ class ChannelBusy(MoonrunError):
     """This channel is at its concurrency limit; retry later."""
 
 
+class TooManyWaiting(ChannelBusy):
+    """Too many of your requests are waiting already; retry later."""
+
+
 class PlatformUnreachable(MoonrunError):
     """The platform did not answer (connection failed, timed out, or answered 5xx)."""
 
@@ -275,6 +279,7 @@ ERROR_TABLE: Final[Mapping[type[MoonrunError], tuple[int, str]]] = {
     SequenceRegression: (409, "sequence_regression"),
     TerminalConflict: (409, "terminal_conflict"),
     ChannelBusy: (429, "channel_busy"),
+    TooManyWaiting: (429, "too_many_waiting"),
     Contention: (503, "contention"),
     PlatformUnreachable: (503, "unreachable"),
     WaitTimedOut: (504, "wait_timed_out"),

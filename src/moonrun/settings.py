@@ -16,7 +16,7 @@ from moonrun.http.platform import HttpSettings, Platform
 from moonrun.security.keys import load_or_create_secret
 from moonrun.security.tokens import SystemTokenSource
 from moonrun.service.artifacts import FileArtifactStore
-from moonrun.service.config import ArtifactLimits, LogLimits, SchedulingSettings
+from moonrun.service.config import ArtifactLimits, LogLimits, SchedulingSettings, WaitLimits
 from moonrun.service.directory import Bootstrap, Directory
 from moonrun.service.filelogstore import FileLogStore
 from moonrun.service.logstore import LogStore, MemoryLogStore
@@ -89,7 +89,10 @@ def build_platform(config: PlatformConfig) -> Platform:
     try:
         secret = load_or_create_secret(config.secret_path)
         clock, tokens = SystemClock(), SystemTokenSource()
-        service = SchedulingService(store, clock, tokens, config.scheduling)
+        # A waiting request looks again this often: the only way to see a change another
+        # platform process made over the same MySQL store.
+        waiting = WaitLimits(recheck_s=0.25 if isinstance(store, MySQLStore) else 1.0)
+        service = SchedulingService(store, clock, tokens, config.scheduling, waiting)
         directory = Directory(store, clock, tokens)
         if config.bootstrap_admin_token:
             admin, outcome = directory.bootstrap_admin(config.bootstrap_admin_token)
@@ -119,10 +122,7 @@ def build_platform(config: PlatformConfig) -> Platform:
             # Memory and file stores answer from memory, the page cache or one fsync: their work
             # runs on the event loop, without thread hops (MySQL waits on the network).
             channels=Channels.with_limits(inline=isinstance(store, MemoryStore | FileStore)),
-            http=HttpSettings(
-                sweep_interval_s=config.sweep_interval_s,
-                recheck_s=0.25 if isinstance(store, MySQLStore) else 1.0,
-            ),
+            http=HttpSettings(sweep_interval_s=config.sweep_interval_s),
             release=store.close,
         )
     except BaseException:

@@ -39,6 +39,7 @@ from moonrun.errors import (
 from moonrun.http.channels import Admission, Channel
 from moonrun.http.platform import Platform, channel_of
 from moonrun.scheduling.records import User
+from moonrun.service.waiting import Waiting
 from moonrun.service.websessions import SESSION_COOKIE
 
 log = logging.getLogger("moonrun.http")
@@ -104,6 +105,17 @@ class Call:
     headers: dict[str, str]
     receive: Receive
     """The request's ASGI receive: once the body is read, it returns only on disconnect."""
+    address: str = ""
+    """The client's address (the connection's peer, or what a trusted proxy named)."""
+
+    def waiting(self) -> Waiting:
+        """What this request lends the service to wait (claims, blocking reads): its
+        channel's threads, its place on the channel, and its client's disconnect."""
+        return Waiting(self.lane.run, self.admission, self._disconnected, self.address)
+
+    async def _disconnected(self) -> None:
+        while (await self.receive())["type"] != "http.disconnect":
+            pass
 
 
 @dataclass(frozen=True)
@@ -350,6 +362,7 @@ class Api:
                 data,
                 headers,
                 receive,
+                _address(scope),
             )
             try:
                 for name in route.ints:
@@ -365,6 +378,11 @@ class Api:
                     await lane.run(credentials.check, platform)
                 raise
             return await route.handler(call)
+
+
+def _address(scope: Scope) -> str:
+    client = scope.get("client")
+    return str(client[0]) if client else ""
 
 
 def _error_headers(error: MoonrunError, path: str, api: Api) -> dict[str, str]:

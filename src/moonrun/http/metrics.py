@@ -27,10 +27,29 @@ class _JobsByState(Collector):
         yield family
 
 
+class _Waiting(Collector):
+    """Waiting claims and blocking reads right now (each bounded: docs/operations.md)."""
+
+    def __init__(self, held: Callable[[str], int]) -> None:
+        self._held = held
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "moonrun_waiting_requests", "Requests waiting right now", labels=["kind"]
+        )
+        for kind in ("claims", "reads"):
+            family.add_metric([kind], self._held(kind))
+        yield family
+
+
 class Metrics:
     """The counters and histograms the HTTP service updates, in a registry of its own."""
 
-    def __init__(self, job_counts: Callable[[], Mapping[JobState, int]]) -> None:
+    def __init__(
+        self,
+        job_counts: Callable[[], Mapping[JobState, int]],
+        waiting: Callable[[str], int] = lambda _: 0,
+    ) -> None:
         self.registry = CollectorRegistry()
         self.claims = Counter(
             "moonrun_claims", "Attempts granted to Run by claims", registry=self.registry
@@ -54,6 +73,7 @@ class Metrics:
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
         )
         self.registry.register(_JobsByState(job_counts))
+        self.registry.register(_Waiting(waiting))
         self._latency: dict[str, Any] = {}
 
     def latency_of(self, channel: str) -> Any:

@@ -16,13 +16,13 @@ from moonrun.clock import Clock
 from moonrun.errors import MoonrunError, TooLarge
 from moonrun.http.channels import Channels
 from moonrun.http.metrics import Metrics
-from moonrun.http.watch import Watch
 from moonrun.security.keys import NonceCache
 from moonrun.security.signing import WINDOW_S
 from moonrun.service.artifacts import ArtifactStore
 from moonrun.service.directory import Directory
 from moonrun.service.logstore import LogStore
 from moonrun.service.scheduling import SchedulingService
+from moonrun.service.waiting import Watch
 from moonrun.service.websessions import SignInThrottle, WebSessions
 
 log = logging.getLogger("moonrun.http")
@@ -46,12 +46,8 @@ class HttpSettings:
     max_claim_wait_s: float = 30.0
     """The longest a claim's `wait_s` is honoured (Run's default timeouts are longer)."""
     max_read_wait_s: float = 60.0
-    """The longest a blocking job read's `wait_s` is honoured."""
-    recheck_s: float = 1.0
-    """A waiting request reads the store again at least this often: the only way to notice a
-    change another platform process made (settings.py shortens it for MySQL stores)."""
-    max_waiting: int = 4096
-    """Waiting requests (claims and blocking reads) at once; more are answered 429."""
+    """The longest a blocking job read's `wait_s` is honoured (how many may wait, and how
+    often they look again: the service's `WaitLimits`)."""
 
     def limit_for(self, channel: str) -> int:
         """The body limit of a channel (`channel_of`)."""
@@ -86,6 +82,7 @@ class Platform:
     started_at_s: float = field(init=False)
     throttle: SignInThrottle = field(init=False)
     watch: Watch = field(init=False)
+    """The service's waiters (`service.waiters`): who waits for which job or endpoint."""
 
     def close(self) -> None:
         """Release the channels' threads (the store is closed by `release`, for whoever opened
@@ -93,11 +90,10 @@ class Platform:
         self.channels.close()
 
     def __post_init__(self) -> None:
-        self.metrics = Metrics(self.service.job_counts)
+        self.metrics = Metrics(self.service.job_counts, self.service.waiters.held)
         self.started_at_s = self.clock.now() / 1000
         self.throttle = SignInThrottle(self.clock)
-        self.watch = Watch(self.http.recheck_s, self.http.max_waiting)
-        self.service.listen(self.watch)
+        self.watch = self.service.waiters
 
 
 def platform_of(request: Request) -> Platform:

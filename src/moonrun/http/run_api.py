@@ -7,15 +7,13 @@ what the service answers, with instants as RFC 3339 strings.
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import orjson
 
 from moonrun.errors import InvalidRequest, MoonrunError, SignatureInvalid
-from moonrun.http.api import Auth, Call, Receive, Route, error_body
+from moonrun.http.api import Auth, Call, Route, error_body
 from moonrun.http.channels import Channel
 from moonrun.http.platform import Platform
 from moonrun.http.schemas import (
@@ -43,7 +41,6 @@ from moonrun.http.schemas import (
     ResultRequest,
     SessionEndAnswer,
 )
-from moonrun.http.watch import wait_for
 from moonrun.scheduling.messages import (
     AckAnswer,
     CancelPollAnswer,
@@ -178,36 +175,12 @@ async def claim(call: Call) -> dict[str, Any]:
     wait up to that long for one to become claimable (the place on the channel is given up
     while waiting)."""
     platform, body = call.platform, call.body
-    service, watch = platform.service, platform.watch
-    outcome = await call.lane.run(service.claim_or_wait, call.subject, body.max_jobs)
-    wait_s = min(body.wait_s or 0.0, platform.http.max_claim_wait_s)
-    if not outcome.jobs and wait_s > 0 and watch.has_room():
-        deadline = time.monotonic() + wait_s
-        gone = asyncio.Event()
-        with watch.claims(outcome.endpoint_id) as waiter:
-            woken = waiter.event
-            # A Run that went away (killed, or stopping) must not be granted what it can never
-            # receive: its attempts would only come back through reconciliation, as lost.
-            listener = asyncio.create_task(_until_disconnected(call.receive, gone, woken))
-            try:
-                while not gone.is_set():
-                    # Registered first, claimed again second: no wake-up can fall in between.
-                    woken.clear()
-                    outcome = await call.lane.run(
-                        service.claim_or_wait, call.subject, body.max_jobs
-                    )
-                    remaining = deadline - time.monotonic()
-                    if outcome.jobs or remaining <= 0:
-                        break
-                    pause = min(remaining, watch.recheck_s)
-                    if outcome.next_claimable_at is not None:
-                        due_s = (outcome.next_claimable_at - platform.clock.now()) / 1000
-                        pause = min(pause, max(0.001, due_s))
-                    call.admission.leave()
-                    await wait_for(woken, pause)
-                    call.admission.enter()
-            finally:
-                listener.cancel()
+    outcome = await platform.service.wait_for_claim(
+        call.subject,
+        body.max_jobs,
+        wait_s=min(body.wait_s or 0.0, platform.http.max_claim_wait_s),
+        waiting=call.waiting(),
+    )
     platform.metrics.claims.inc(len(outcome.jobs))
     return {
         "jobs": [
@@ -225,14 +198,6 @@ async def claim(call: Call) -> dict[str, Any]:
             for job in outcome.jobs
         ]
     }
-
-
-async def _until_disconnected(receive: Receive, gone: asyncio.Event, woken: asyncio.Event) -> None:
-    """Set `gone` (and wake the waiter) when the client disconnects."""
-    while (await receive())["type"] != "http.disconnect":
-        pass
-    gone.set()
-    woken.set()
 
 
 async def ack(call: Call) -> dict[str, Any]:

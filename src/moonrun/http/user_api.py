@@ -10,7 +10,6 @@ the largest cost of a small request.
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Any, Literal, TypeVar
 
@@ -43,7 +42,6 @@ from moonrun.http.schemas import (
     UserModel,
     UsersAnswer,
 )
-from moonrun.http.watch import wait_for
 from moonrun.scheduling.jobs import Job
 from moonrun.scheduling.kinds import load_advertisement
 from moonrun.scheduling.records import Server, User
@@ -385,35 +383,26 @@ async def get_job(call: Call) -> Any:
     platform, query = call.platform, call.query
     service, job_id = platform.service, call.params["job_id"]
     if_none_match = call.headers.get("if-none-match")
-    job = await as_caller(call, service.get_job, job_id)
-    if query.wait_s is None:
+    if query.wait_s is None or (query.until is None and if_none_match is None):
+        job = await as_caller(call, service.get_job, job_id)  # 401, 403 and 404 come first
+        if query.wait_s is not None:
+            raise InvalidRequest("wait_s needs an If-None-Match header or until=terminal")
         return job_answer(job)
-    if query.until is None and if_none_match is None:
-        raise InvalidRequest("wait_s needs an If-None-Match header or until=terminal")
 
     def settled(job: Job) -> bool:
         if query.until == "terminal":
             return job.state.is_terminal
         return etag(job) != if_none_match
 
-    if not settled(job):
-        deadline = time.monotonic() + min(query.wait_s, platform.http.max_read_wait_s)
-        with platform.watch.job(job_id, settled) as waiter:
-            while True:
-                waiter.event.clear()  # registered, then read again: no change slips in between
-                job = await as_caller(call, service.get_job, job_id)
-                remaining = deadline - time.monotonic()
-                if settled(job) or remaining <= 0:
-                    break
-                call.admission.leave()  # a waiting read holds no place on the user channel
-                await wait_for(waiter.event, min(remaining, platform.watch.recheck_s))
-                call.admission.enter()
-                seen = waiter.latest
-                if seen is not None and seen.version > job.version:
-                    # The committed record the wake-up carried: the reader's access was
-                    # checked when the read began and at each read of the store since.
-                    job = seen
-                    break
+    credentials = call.credentials
+    assert credentials is not None
+    job = await service.wait_for_job(
+        lambda: credentials.check(platform),
+        job_id,
+        settled,
+        wait_s=min(query.wait_s, platform.http.max_read_wait_s),
+        waiting=call.waiting(),
+    )
     if query.until is None and not settled(job):
         return Answer(304, None, {"ETag": etag(job)})
     return job_answer(job)

@@ -61,6 +61,29 @@ class SchedulingSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class WaitLimits:
+    """How often a waiting request looks again, and how many may wait at once.
+
+    Runs' claims and users' reads are bounded apart (docs/operations.md, "Waiting requests"):
+    however many reads users keep waiting, Runs' claims keep their own room.
+    """
+
+    recheck_s: float = 1.0
+    """A waiting request reads the store again at least this often: the only way to notice a
+    change another platform process made (settings.py shortens it for MySQL stores)."""
+    claims: int = 4096
+    """Waiting claims at once, over every endpoint."""
+    claims_per_endpoint: int = 16
+    """Waiting claims of one endpoint at once (its Run keeps one waiting)."""
+    reads: int = 4096
+    """Waiting job reads at once, over every user."""
+    reads_per_user: int = 64
+    """Waiting job reads of one user at once."""
+    reads_per_address: int = 256
+    """Waiting job reads from one client address at once (several users may share one)."""
+
+
+@dataclass(frozen=True, slots=True)
 class LogLimits:
     """Bounds of the log store (docs/protocol.md 50-59, 85-86); `settings.py` hands them to
     `MemoryLogStore` or `FileLogStore`."""

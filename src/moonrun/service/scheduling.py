@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeVar
@@ -34,6 +35,7 @@ from moonrun.errors import (
     SessionExpired,
     SessionRotated,
     SignatureInvalid,
+    TooManyWaiting,
     UnknownKind,
 )
 from moonrun.scheduling import jobs as jobs_domain
@@ -69,7 +71,8 @@ from moonrun.service.answers import (
     Registration,
     ReportBuilder,
 )
-from moonrun.service.config import SchedulingSettings
+from moonrun.service.config import SchedulingSettings, WaitLimits
+from moonrun.service.waiting import ENDPOINT, JOB, Waiting, Watch
 from moonrun.store.protocol import IdempotencyRecord, Store
 
 T = TypeVar("T")
@@ -86,9 +89,13 @@ class JobEvents(Protocol):
     def job_changed(self, job: Job, before: Job | None) -> None: ...
 
 
-class _NoEvents:
+class _Both:
+    def __init__(self, first: JobEvents, second: JobEvents) -> None:
+        self._first, self._second = first, second
+
     def job_changed(self, job: Job, before: Job | None) -> None:
-        """Nobody listens."""
+        self._first.job_changed(job, before)
+        self._second.job_changed(job, before)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,18 +143,20 @@ class SchedulingService:
         clock: Clock,
         tokens: TokenSource,
         settings: SchedulingSettings | None = None,
-        events: JobEvents | None = None,
+        waiting: WaitLimits | None = None,
     ) -> None:
         self._store = store
         self._clock = clock
         self._tokens = tokens
         self._settings = settings or SchedulingSettings()
         self._default_policy = self._settings.default_policy()
-        self._events: JobEvents = events or _NoEvents()
+        self.waiters = Watch(waiting)
+        """Who waits for which job or endpoint (told of every committed job write)."""
+        self._events: JobEvents = self.waiters
 
     def listen(self, events: JobEvents) -> None:
-        """Tell `events` about every committed job write from now on (the HTTP app does)."""
-        self._events = events
+        """Tell `events` too about every committed job write from now on."""
+        self._events = _Both(self._events, events)
 
     @property
     def settings(self) -> SchedulingSettings:
@@ -461,10 +470,43 @@ class SchedulingService:
 
     def claim(self, session_id: str, max_jobs: int) -> list[ClaimedJob]:
         """Grant up to `max_jobs` eligible jobs (and no more than free capacity), oldest first."""
-        return self.claim_or_wait(session_id, max_jobs).jobs
+        return self.claim_now(session_id, max_jobs).jobs
 
-    def claim_or_wait(self, session_id: str, max_jobs: int) -> Claim:
-        """`claim`, and when nothing is granted, what a waiting claim should wait for."""
+    async def wait_for_claim(
+        self, session_id: str, max_jobs: int, *, wait_s: float, waiting: Waiting
+    ) -> Claim:
+        """`claim_now`; when it grants nothing, again whenever the endpoint may have claimable
+        work, until something is granted or `wait_s` passes.
+
+        A Run that went away (killed, or stopping) is granted nothing more: its attempts could
+        only come back through reconciliation, as lost. Over the claims' bounds the claim is
+        answered at once, as if its wait had run out (Run claims again a moment later).
+        """
+        deadline = time.monotonic() + wait_s
+        claim = await waiting.run(self.claim_now, session_id, max_jobs)
+        if claim.jobs or wait_s <= 0:
+            return claim
+        endpoint_id = claim.endpoint_id
+        try:
+            return await self.waiters.wait_until(
+                lambda: self.claim_now(session_id, max_jobs),
+                lambda claim: bool(claim.jobs),
+                on=(ENDPOINT, endpoint_id),
+                rooms=self.waiters.claim_rooms(endpoint_id),
+                deadline=deadline,
+                waiting=waiting,
+                due_s=self._due_s,
+            )
+        except TooManyWaiting:
+            return claim
+
+    def _due_s(self, claim: Claim) -> float | None:
+        """Seconds until the endpoint's next waiting job becomes claimable, if one will."""
+        due = claim.next_claimable_at
+        return None if due is None else (due - self._clock.now()) / 1000
+
+    def claim_now(self, session_id: str, max_jobs: int) -> Claim:
+        """`claim`, and when nothing is granted, when to look again (it never waits)."""
         session, endpoint = self._session_and_endpoint(session_id)
         check_int("max_jobs", max_jobs, 1, 2**31)
         if session.reconciled_at is None:
@@ -900,6 +942,41 @@ class SchedulingService:
             return Decision(updated, updated)
 
         return self._apply(job_id, decide, job)
+
+    async def wait_for_job(
+        self,
+        actor: Callable[[], User],
+        job_id: str,
+        until: Callable[[Job], bool],
+        *,
+        wait_s: float,
+        waiting: Waiting,
+    ) -> Job:
+        """`get_job` as `actor()` (who is asked again at every read, so that a revoked
+        credential or a lost right ends the wait), once `until` holds of the job, or the job as
+        it is when `wait_s` passes or the client leaves.
+
+        Bounded per user, per client address and in all: TooManyWaiting beyond.
+        """
+        deadline = time.monotonic() + wait_s
+
+        def read() -> tuple[User, Job]:
+            user = actor()
+            return user, self.get_job(user, job_id)
+
+        user, job = await waiting.run(read)
+        if until(job) or wait_s <= 0:
+            return job
+        _, job = await self.waiters.wait_until(
+            read,
+            lambda read: until(read[1]),
+            on=(JOB, job_id),
+            rooms=self.waiters.read_rooms(user.id, waiting.address),
+            deadline=deadline,
+            waiting=waiting,
+            wanted=until,
+        )
+        return job
 
     def cancel_job(self, actor: User, job_id: str) -> CancelOutcome:
         """Persist a cancel intent (idempotent); waiting jobs end `cancelled` at once."""

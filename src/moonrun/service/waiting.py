@@ -1,0 +1,248 @@
+"""Waiting requests (long-poll claims, blocking job reads): woken by committed job changes.
+
+The service tells `Watch` about every job write it committed (`job_changed`, from any
+thread); a request waiting on that job, or on claimable work for that job's endpoint, is
+woken on the event loop at once. Wake-ups are a shortcut, never the truth: a woken request
+reads the store again, and every wait also looks again after `recheck_s`, so a change made by
+another platform process over the same MySQL store is seen within that time.
+
+A waiting request lends the service what it needs to wait well (`Waiting`): where its store
+work runs, its place on its channel (given up while it waits), and a way to learn that its
+client left (its waiter is then dropped at once). How many may wait is bounded in rooms
+(`WaitLimits`): Runs' claims per endpoint and in all, users' reads per user, per client
+address and in all, so that no number of waiting reads can keep a Run's claim from waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from moonrun.errors import TooManyWaiting
+from moonrun.scheduling.jobs import Job
+from moonrun.service.config import WaitLimits
+
+T = TypeVar("T")
+
+JOB = "job"
+"""Waiters on one job (keyed by its id): woken when it changes."""
+ENDPOINT = "endpoint"
+"""Waiters on an endpoint's work (keyed by its id): woken when one of its jobs becomes
+claimable or one of its active jobs ends (a place of its capacity frees)."""
+
+
+class Place(Protocol):
+    """A request's place on its channel: given up while it waits, taken again to go on."""
+
+    def leave(self) -> None: ...
+
+    def enter(self) -> None: ...
+
+
+class Runner(Protocol):
+    """Runs store work where the request's channel runs it (its own threads, or inline)."""
+
+    def __call__(self, work: Callable[..., T], /, *args: Any) -> Awaitable[T]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """What a request lends the service while it waits."""
+
+    run: Runner
+    place: Place
+    gone: Callable[[], Awaitable[object]]
+    """Returns once the request's client has left (its connection closed)."""
+    address: str = ""
+    """The client's address: reads are bounded per address too."""
+
+
+@dataclass(frozen=True, slots=True)
+class Room:
+    """A bound on waiting requests: at most `limit` of them hold `key` at once."""
+
+    key: str
+    limit: int
+    what: str
+    """Who waits in it, for the refusal's message."""
+
+
+@dataclass(eq=False)
+class Waiter:
+    """A waiting request: the event set when it should look again."""
+
+    loop: asyncio.AbstractEventLoop
+    event: asyncio.Event
+    wanted: Callable[[Job], bool] | None = None
+    """Woken only by a change into a record this accepts (by any change without it)."""
+    rooms: Sequence[Room] = ()
+    gone: bool = False
+    """Its client left: it looks no more."""
+
+    def client_left(self) -> bool:
+        return self.gone
+
+
+class Watch:
+    """Who waits for which job or endpoint, how many wait in each room, and waking them."""
+
+    def __init__(self, limits: WaitLimits | None = None) -> None:
+        self.limits = limits or WaitLimits()
+        self.recheck_s = self.limits.recheck_s
+        self._lock = threading.Lock()
+        self._waiters: dict[tuple[str, str], set[Waiter]] = {}
+        self._held: dict[str, int] = {}
+        """Room key -> requests waiting in it (rooms nobody waits in are left out)."""
+        self._waiting = 0
+        self.wakeups = 0
+        """Waiters woken so far (for tests)."""
+
+    @property
+    def waiting(self) -> int:
+        """Requests waiting right now."""
+        return self._waiting
+
+    def held(self, room: str) -> int:
+        """Requests waiting in a room right now (`claims` and `reads` count every one)."""
+        return self._held.get(room, 0)
+
+    def claim_rooms(self, endpoint_id: str) -> tuple[Room, ...]:
+        limits = self.limits
+        return (
+            Room("claims", limits.claims, "claims"),
+            Room(f"claims:{endpoint_id}", limits.claims_per_endpoint, "claims of this endpoint"),
+        )
+
+    def read_rooms(self, user_id: str, address: str) -> tuple[Room, ...]:
+        limits = self.limits
+        return (
+            Room("reads", limits.reads, "job reads"),
+            Room(f"reads:user:{user_id}", limits.reads_per_user, "job reads of this user"),
+            Room(f"reads:address:{address}", limits.reads_per_address, "job reads from here"),
+        )
+
+    def job_changed(self, job: Job, before: Job | None) -> None:
+        """A job write was committed: wake its readers, and its endpoint's waiting claims when
+        the job became claimable or freed a place of the endpoint's capacity."""
+        if self._waiting == 0:
+            return
+        frees = before is not None and before.state.is_active and not job.state.is_active
+        with self._lock:
+            woken = [
+                waiter
+                for waiter in self._waiters.get((JOB, job.id), ())
+                if waiter.wanted is None or waiter.wanted(job)
+            ]
+            if job.claimable_at is not None or frees:
+                woken.extend(self._waiters.get((ENDPOINT, job.endpoint_id), ()))
+            self.wakeups += len(woken)
+        for waiter in woken:
+            waiter.loop.call_soon_threadsafe(waiter.event.set)
+
+    def register(
+        self,
+        topic: str,
+        key: str,
+        rooms: Sequence[Room] = (),
+        wanted: Callable[[Job], bool] | None = None,
+    ) -> Waiter:
+        """A new waiter on `(topic, key)`, holding a place in each of `rooms`; TooManyWaiting
+        (and nothing held) when one of them is full."""
+        waiter = Waiter(asyncio.get_running_loop(), asyncio.Event(), wanted, rooms)
+        with self._lock:
+            for room in rooms:
+                if self._held.get(room.key, 0) >= room.limit:
+                    raise TooManyWaiting(f"{room.limit} {room.what} are waiting already")
+            for room in rooms:
+                self._held[room.key] = self._held.get(room.key, 0) + 1
+            self._waiters.setdefault((topic, key), set()).add(waiter)
+            self._waiting += 1
+        return waiter
+
+    def unregister(self, waiter: Waiter, topic: str, key: str) -> None:
+        with self._lock:
+            waiters = self._waiters[(topic, key)]
+            waiters.discard(waiter)
+            if not waiters:
+                del self._waiters[(topic, key)]
+            for room in waiter.rooms:
+                left = self._held[room.key] - 1
+                if left:
+                    self._held[room.key] = left
+                else:
+                    del self._held[room.key]
+            self._waiting -= 1
+
+    @contextmanager
+    def job(self, job_id: str, wanted: Callable[[Job], bool] | None = None) -> Iterator[Waiter]:
+        """Woken whenever the job changes into a record `wanted` accepts (any change without
+        it), for as long as the block runs (in no room: for the platform's own use)."""
+        waiter = self.register(JOB, job_id, (), wanted)
+        try:
+            yield waiter
+        finally:
+            self.unregister(waiter, JOB, job_id)
+
+    async def wait_until(
+        self,
+        read: Callable[[], T],
+        done: Callable[[T], bool],
+        *,
+        on: tuple[str, str],
+        rooms: Sequence[Room],
+        deadline: float,
+        waiting: Waiting,
+        wanted: Callable[[Job], bool] | None = None,
+        due_s: Callable[[T], float | None] | None = None,
+    ) -> T:
+        """`read()` (through `waiting.run`) until `done` holds of what it read, the
+        `deadline` (`time.monotonic()`) passes or the client leaves; what it read last.
+
+        Waits on `on` (a topic and a key) in `rooms` (TooManyWaiting at once, before any read,
+        when one is full). Between reads, the request holds no place on its channel; it looks
+        again when woken, after `recheck_s`, or after `due_s(what it read)` seconds when that
+        says something becomes due sooner.
+        """
+        topic, key = on
+        waiter = self.register(topic, key, rooms, wanted)
+        listener = asyncio.create_task(_notice_gone(waiting.gone, waiter))
+        try:
+            while True:
+                waiter.event.clear()  # registered, then read: no wake-up falls in between
+                value = await waiting.run(read)
+                remaining = deadline - time.monotonic()
+                if done(value) or remaining <= 0 or waiter.client_left():
+                    return value
+                pause = min(remaining, self.recheck_s)
+                due = due_s(value) if due_s is not None else None
+                if due is not None:
+                    pause = min(pause, max(0.001, due))
+                waiting.place.leave()
+                await _wait_for(waiter.event, pause)
+                if waiter.client_left():  # nobody reads the answer: no place, no store read for it
+                    return value
+                waiting.place.enter()
+        finally:
+            listener.cancel()
+            self.unregister(waiter, topic, key)
+
+
+async def _notice_gone(gone: Callable[[], Awaitable[object]], waiter: Waiter) -> None:
+    """Mark the waiter gone, and wake it, once its client has left."""
+    await gone()
+    waiter.gone = True
+    waiter.event.set()
+
+
+async def _wait_for(event: asyncio.Event, timeout_s: float) -> None:
+    """Until `event` is set or `timeout_s` passed (whichever comes first)."""
+    if event.is_set() or timeout_s <= 0:
+        return
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(event.wait(), timeout_s)
