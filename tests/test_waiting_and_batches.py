@@ -7,6 +7,7 @@ wait that is woken is recognised by the watch's wake-up count and by its answer.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -18,6 +19,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from moonrun.http.channels import Channels
+from moonrun.service.config import WaitLimits
 from moonrun.store.file import FileStore
 from tests.http_harness import ADMIN_TOKEN, Cast, HttpWorld, http_world
 from tests.stores import StoreFactory, file_factory, memory_factory
@@ -201,6 +203,108 @@ def test_a_blocking_read_of_another_owners_job_is_forbidden(cast: Cast) -> None:
     job = submit(cast)
     path = f"/api/v1/jobs/{job['id']}?wait_s=30&until=terminal"
     answer = cast.world.api("GET", path, token=cast.stranger[1])
+    assert (answer.status_code, answer.json()["error"]["code"]) == (403, "forbidden")
+
+
+def test_a_waiting_read_is_dropped_the_moment_its_client_disconnects(cast: Cast) -> None:
+    """A blocking read whose connection closed stops waiting at once: nothing waits for it
+    and no room holds its place (4,200 reads sent and closed once held every place)."""
+    world, token = cast.world, cast.owner[1]
+    job = submit(cast)
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": f"/api/v1/jobs/{job['id']}",
+        "raw_path": f"/api/v1/jobs/{job['id']}".encode(),
+        "query_string": b"wait_s=60&until=terminal",
+        "headers": [(b"host", b"testserver"), (b"authorization", f"Bearer {token}".encode())],
+        "client": ("198.51.100.4", 50000),
+        "server": ("testserver", 80),
+    }
+
+    async def scenario() -> tuple[int, int]:
+        closed = asyncio.Event()
+        sent: list[dict[str, Any]] = []
+        messages = [{"type": "http.request", "body": b"", "more_body": False}]
+
+        async def receive() -> dict[str, Any]:
+            if messages:
+                return messages.pop()
+            await closed.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        answering = asyncio.ensure_future(world.app(scope, receive, send))
+        for _ in range(10_000):
+            if world.platform.watch.waiting:
+                break
+            await asyncio.sleep(0.001)
+        waited = world.platform.watch.waiting
+        closed.set()
+        for _ in range(100):  # a few turns of the event loop, no store read, no timer
+            if answering.done():
+                break
+            await asyncio.sleep(0)
+        left = world.platform.watch.waiting
+        answering.cancel()
+        return waited, left
+
+    assert asyncio.run(scenario()) == (1, 0)
+
+
+def test_one_users_waiting_reads_are_bounded_apart_from_other_users_and_runs(
+    cast: Cast, client: TestClient
+) -> None:
+    """Past a user's bound, that user's next blocking read is 429 `too_many_waiting` at once;
+    another user's read and a Run's claim still wait, and are answered."""
+    world, owner, helper = cast.world, cast.owner[1], cast.helper[1]
+    world.platform.watch.limits = WaitLimits(reads_per_user=2)
+    run, other_run = cast.run.start(), cast.other_run.start()
+    job = submit(cast)
+    path = f"/api/v1/jobs/{job['id']}?wait_s=30&until=terminal"
+    waits = [in_background(lambda: world.api("GET", path, token=owner)) for _ in range(2)]
+    until_waiting(world, 2)
+    refused = world.api("GET", path.replace("wait_s=30", "wait_s=5"), token=owner)
+    assert (
+        refused.status_code,
+        refused.json()["error"]["code"],
+        refused.headers["Retry-After"],
+    ) == (429, "too_many_waiting", "1")
+    waits.append(in_background(lambda: world.api("GET", path, token=helper)))
+    claim = in_background(
+        lambda: other_run.post("/run/v1/jobs/claim", {"max_jobs": 1, "wait_s": 30})
+    )
+    until_waiting(world, 4)
+    attempt = run.run_to_running(job["id"])
+    run.result(job["id"], attempt)
+    assert [w.result(timeout=LONG_S).json()["state"] for w in waits] == ["succeeded"] * 3
+    created = world.submit(cast.other_server_id, cast.stranger[1])
+    assert [j["job_id"] for j in claim.result(timeout=LONG_S).json()["jobs"]] == [created["id"]]
+
+
+def test_a_reader_who_loses_access_while_waiting_is_refused_when_the_job_ends(
+    cast: Cast, client: TestClient
+) -> None:
+    """The change that ends a wait is read again as the reader, with access checked: a
+    server administrator removed meanwhile gets 403, not the job."""
+    world, owner, helper = cast.world, cast.owner, cast.helper
+    run = cast.run.start()
+    job = submit(cast)
+    path = f"/api/v1/jobs/{job['id']}?wait_s=30&until=terminal"
+    waiting = in_background(lambda: world.api("GET", path, token=helper[1]))
+    until_waiting(world)
+    removed = world.api(
+        "DELETE", f"/api/v1/servers/{cast.server_id}/admins/{helper[0]}", token=owner[1]
+    )
+    assert removed.status_code == 200
+    attempt = run.run_to_running(job["id"])
+    run.result(job["id"], attempt)
+    answer = waiting.result(timeout=LONG_S)
     assert (answer.status_code, answer.json()["error"]["code"]) == (403, "forbidden")
 
 
