@@ -7,6 +7,7 @@ browser tests are in tests/test_console_browser.py.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import re
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
 
+import httpx
 import pytest
 from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
@@ -288,16 +290,22 @@ def test_a_wrong_name_or_password_is_refused_the_same_way(
         pytest.param("", True, id="empty csrf_token"),
         pytest.param("a-guessed-token", True, id="wrong csrf_token"),
         pytest.param("form", False, id="no sign-in cookie"),
+        pytest.param("chosen", True, id="a cookie and token the client chose"),
     ],
 )
 def test_the_sign_in_form_needs_its_csrf_token(
     con: Console, token: str | None, cookie: bool
 ) -> None:
-    """Without the form's token (or its cookie), the right password still opens no session."""
+    """Without the form's token (or its cookie), the right password still opens no session;
+    nor with a value the client chose for both (the token must be one the platform issued)."""
     client = con.client()
     form = client.get("/login")
     if not cookie:
         client.cookies.clear()
+    if token == "chosen":
+        client.cookies.clear()
+        client.cookies.set(SIGN_IN, "chosen-by-the-client")
+        token = "chosen-by-the-client"
     fields = {"username": "olive", "password": PASSWORDS["olive"]}
     if token is not None:
         fields["csrf_token"] = csrf_of(form.text) if token == "form" else token
@@ -306,6 +314,19 @@ def test_the_sign_in_form_needs_its_csrf_token(
     assert "This sign-in form expired. Please try again." in refused.text
     assert SESSION not in cookie_attributes(refused)
     assert client.get("/jobs").status_code == 303
+
+
+def test_a_sign_in_form_older_than_an_hour_is_refused(con: Console) -> None:
+    """The form's token is bound to when its cookie was issued: an hour later it is refused,
+    and the page offers a fresh form that works."""
+    client = con.client()
+    form = client.get("/login")
+    con.world.clock.advance(3_600_000)
+    fields = {"username": "olive", "password": PASSWORDS["olive"], "next": "/jobs"}
+    refused = client.post("/login", data={**fields, "csrf_token": csrf_of(form.text)})
+    assert location(refused) == (403, None)
+    again = client.post("/login", data={**fields, "csrf_token": csrf_of(refused.text)})
+    assert location(again) == (303, "/jobs")
 
 
 def test_five_failed_sign_ins_slow_that_name_down_but_no_other(con: Console) -> None:
@@ -362,6 +383,51 @@ def test_fifty_failed_sign_ins_from_one_address_slow_that_address_down(con: Cons
     assert failures == [401] * 50
     assert sign_in(attacker, "hugo").status_code == 429
     assert location(sign_in(con.client(address="198.51.100.3"), "hugo")) == (303, "/jobs")
+
+
+def concurrent_sign_ins(con: Console, address: str, names: list[str]) -> list[int]:
+    """One wrong password for each of `names`, all posted at once from `address` with one
+    sign-in form: the status of each."""
+
+    async def post_all() -> list[int]:
+        transport = httpx.ASGITransport(app=con.world.app, client=(address, 50000))
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as http:
+            form = await http.get("/login")
+            fields = {"password": "wrong", "csrf_token": csrf_of(form.text), "next": "/jobs"}
+            answers = await asyncio.gather(
+                *(http.post("/login", data={**fields, "username": name}) for name in names)
+            )
+        return [answer.status_code for answer in answers]
+
+    return asyncio.run(post_all())
+
+
+def test_concurrent_wrong_passwords_for_one_name_are_checked_no_more_than_its_allowance(
+    con: Console,
+) -> None:
+    """40 guesses for one name at once: a guess counts before its password is checked, so 5
+    are checked (401) and the rest wait (429), as if they had come one after another."""
+    statuses = concurrent_sign_ins(con, "203.0.113.20", ["olive"] * 40)
+    assert (statuses.count(401), statuses.count(429)) == (5, 35)
+
+
+def test_concurrent_wrong_passwords_from_one_address_are_checked_no_more_than_its_allowance(
+    con: Console,
+) -> None:
+    """150 guesses for as many names from one address at once: 50 are checked, no more."""
+    statuses = concurrent_sign_ins(con, "203.0.113.21", [f"guess{i}" for i in range(150)])
+    assert (statuses.count(401), statuses.count(429)) == (50, 100)
+
+
+def test_a_sign_in_that_succeeds_is_not_counted_against_its_address(con: Console) -> None:
+    """The right password clears its name and takes back its address's count: 49 failures and
+    any number of sign-ins from one address leave its 50th failure free."""
+    attacker = con.client(address="203.0.113.22")
+    failures = [sign_in(attacker, f"guess{i}", password="x").status_code for i in range(49)]
+    signed = [location(sign_in(con.client(address="203.0.113.22"), "hugo")) for _ in range(3)]
+    assert (failures, signed) == ([401] * 49, [(303, "/jobs")] * 3)
+    assert sign_in(attacker, "guess-last", password="x").status_code == 401
+    assert sign_in(attacker, "hugo").status_code == 429
 
 
 @pytest.mark.parametrize(("https", "secure"), [(False, False), (True, True)])

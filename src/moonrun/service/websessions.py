@@ -15,7 +15,10 @@ from moonrun.store.protocol import Store
 
 SESSION_COOKIE = "moonrun_session"
 SIGN_IN_COOKIE = "moonrun_signin"
-"""Holds the sign-in form's CSRF value before there is a session (double submit)."""
+"""Holds a random value (and when it was issued) before there is a session; the sign-in form
+carries its HMAC with the platform secret (a signed double submit)."""
+SIGN_IN_FORM_TTL_S = 3600
+"""How long a sign-in form (its cookie and token) is accepted."""
 
 
 class WebSessions:
@@ -52,14 +55,29 @@ class WebSessions:
         )
         return b64url(digest.digest())
 
-    @staticmethod
-    def new_sign_in_token() -> str:
-        """A random value for the sign-in form and its cookie (double submit)."""
-        return b64url(secrets.token_bytes(32))
+    def sign_in_form(self, cookie: str | None) -> tuple[str, str]:
+        """The sign-in form's cookie and CSRF token: the cookie sent, while it is fresh, else a
+        new one (a random value and when it was issued)."""
+        if cookie is None or not self._fresh(cookie):
+            cookie = f"{b64url(secrets.token_bytes(32))}.{self._clock.now()}"
+        return cookie, self._sign_in_token(cookie)
 
-    @staticmethod
-    def same(expected: str, presented: str) -> bool:
-        return hmac.compare_digest(expected.encode(), presented.encode())
+    def sign_in_form_ok(self, cookie: str | None, presented: str | None) -> bool:
+        """Whether a sign-in form's token is the one this platform issued for its cookie,
+        within `SIGN_IN_FORM_TTL_S` (a value the client chose fails: it has no secret)."""
+        if not cookie or not presented or not self._fresh(cookie):
+            return False
+        return hmac.compare_digest(self._sign_in_token(cookie).encode(), presented.encode())
+
+    def _sign_in_token(self, cookie: str) -> str:
+        digest = hmac.new(self._secret, b"moonrun-signin:" + cookie.encode(), hashlib.sha256)
+        return b64url(digest.digest())
+
+    def _fresh(self, cookie: str) -> bool:
+        issued = cookie.rpartition(".")[2]
+        if not issued.isascii() or not issued.isdigit() or len(issued) > 15:
+            return False
+        return 0 <= self._clock.now() - int(issued) < SIGN_IN_FORM_TTL_S * 1000
 
     def csrf_ok(self, token: str | None, presented: str | None) -> bool:
         return bool(token and presented) and hmac.compare_digest(
@@ -68,7 +86,8 @@ class WebSessions:
 
 
 class SignInThrottle:
-    """Backoff for failed sign-ins, per name and per client address.
+    """Backoff for failed sign-ins, per name and per client address; a try counts as a failure
+    from before its password is checked (`reserve`) until it signs in (`succeeded`).
 
     After `free` failures of a key (`name_free` for a name, `address_free` for an address:
     many people may share one address behind a proxy), its next try must wait
@@ -99,25 +118,34 @@ class SignInThrottle:
         """key -> (failures, time of the latest)."""
         self._lock = threading.Lock()
 
-    def wait_s(self, name: str, address: str) -> int:
-        """Seconds until another attempt may be made (0: now)."""
+    def reserve(self, name: str, address: str) -> int:
+        """Count a try before its password is checked: 0 when it may go on (it counts as a
+        failure from now, so that tries in flight at once cannot exceed the allowance), else
+        the seconds until another may be made (and it counts for nothing)."""
         now = self._clock.now()
         with self._lock:
-            wait_ms = max(self._wait_ms(key, now) for key in _keys(name, address))
-        return (wait_ms + 999) // 1000
-
-    def failed(self, name: str, address: str) -> None:
-        now = self._clock.now()
-        with self._lock:
-            for key in _keys(name, address):
+            keys = _keys(name, address)
+            wait_ms = max(self._wait_ms(key, now) for key in keys)
+            if wait_ms:
+                return (wait_ms + 999) // 1000
+            for key in keys:
                 count, _ = self._current(key, now)
                 self._failures[key] = (count + 1, now)
             if len(self._failures) > PRUNE_AT:
                 self._prune(now)
+        return 0
 
-    def succeeded(self, name: str) -> None:
+    def succeeded(self, name: str, address: str) -> None:
+        """A reserved try signed in: its name starts afresh, and its address no longer counts
+        it as a failure."""
+        name_key, address_key = _keys(name, address)
         with self._lock:
-            self._failures.pop(f"name:{name.lower()}", None)
+            self._failures.pop(name_key, None)
+            count, latest = self._failures.get(address_key, (0, 0))
+            if count > 1:
+                self._failures[address_key] = (count - 1, latest)
+            else:
+                self._failures.pop(address_key, None)
 
     def _wait_ms(self, key: str, now: int) -> int:
         count, latest = self._current(key, now)

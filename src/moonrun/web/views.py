@@ -32,7 +32,7 @@ from moonrun.security.access import can_manage_admins, require
 from moonrun.service.answers import JobPage
 from moonrun.service.directory import Directory
 from moonrun.service.scheduling import SchedulingService
-from moonrun.service.websessions import SESSION_COOKIE, SIGN_IN_COOKIE
+from moonrun.service.websessions import SESSION_COOKIE, SIGN_IN_COOKIE, SIGN_IN_FORM_TTL_S
 from moonrun.web import logview, progressview, submitform
 
 router = APIRouter(include_in_schema=False)
@@ -266,11 +266,11 @@ async def login_form(request: Request, next: str | None = None) -> Response:
 def _login_page(
     request: Request, *, next: str, message: str = "", status: int = 200, name: str = ""
 ) -> Response:
-    csrf = request.cookies.get(SIGN_IN_COOKIE) or platform_of(request).web.new_sign_in_token()
+    cookie, csrf = platform_of(request).web.sign_in_form(request.cookies.get(SIGN_IN_COOKIE))
     response = render(
         request, "login.html", status=status, next=next, message=message, csrf=csrf, name=name
     )
-    set_cookie(request, response, SIGN_IN_COOKIE, csrf, max_age=3600)
+    set_cookie(request, response, SIGN_IN_COOKIE, cookie, max_age=SIGN_IN_FORM_TTL_S)
     return response
 
 
@@ -280,8 +280,9 @@ async def login(request: Request) -> Response:
     fields = await form_of(request)
     name, password = fields.get("username", ""), fields.get("password", "")
     target = safe_next(fields.get("next"))
-    cookie = request.cookies.get(SIGN_IN_COOKIE)
-    if not cookie or not platform.web.same(cookie, fields.get("csrf_token", "")):
+    if not platform.web.sign_in_form_ok(
+        request.cookies.get(SIGN_IN_COOKIE), fields.get("csrf_token")
+    ):
         return _login_page(
             request,
             next=target,
@@ -289,7 +290,7 @@ async def login(request: Request) -> Response:
             message="This sign-in form expired. Please try again.",
         )
     address = request.client.host if request.client else "unknown"
-    wait_s = platform.throttle.wait_s(name, address)
+    wait_s = platform.throttle.reserve(name, address)  # counted before it is checked
     if wait_s:
         refused = _login_page(
             request,
@@ -302,11 +303,10 @@ async def login(request: Request) -> Response:
         return refused
     user = await on_user_channel(request, platform.directory.sign_in, name, password)
     if user is None:
-        platform.throttle.failed(name, address)
         return _login_page(
             request, next=target, status=401, name=name, message="Wrong name or password."
         )
-    platform.throttle.succeeded(name)
+    platform.throttle.succeeded(name, address)
     await on_user_channel(
         request, platform.web.close, request.cookies.get(SESSION_COOKIE)
     )  # any previous
