@@ -15,8 +15,10 @@ to success on its first attempt.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import re
 import types
 import typing
 from collections.abc import Iterator
@@ -355,3 +357,191 @@ def _adopt_session(cast: Cast, answer: dict[str, Any]) -> None:
     run.generation = answer["generation"]
     entries = [run.entry(job_id, attempt) for job_id, attempt in run.leases]
     run.reconcile(entries)
+
+
+# -- huge numbers ----------------------------------------------------------------------------------
+
+HUGE = "9" * 5_000
+"""More digits than Python's `int()` reads from text (4,300): it raises ValueError."""
+PADDED = "0" * 5_000 + "7"
+"""Seven, written with 5,001 digits."""
+
+
+def asgi(
+    app: Any, method: str, path: str, headers: dict[str, str], body: bytes = b"", query: str = ""
+) -> tuple[int, dict[str, str], bytes]:
+    """One request to the ASGI app exactly as given (no client fixes its headers up): the
+    answer's status, headers and body."""
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": query.encode(),
+        "headers": [
+            (b"host", b"testserver"),
+            *((name.lower().encode(), value.encode("latin-1")) for name, value in headers.items()),
+        ],
+        "client": ("198.51.100.30", 50000),
+        "server": ("testserver", 80),
+    }
+    answer: dict[str, Any] = {"body": b""}
+    delivered = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal delivered
+        if delivered:
+            await asyncio.Event().wait()  # the client stays until the answer is sent
+        delivered = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            answer["status"] = message["status"]
+            answer["headers"] = {k.decode(): v.decode() for k, v in message["headers"]}
+        elif message["type"] == "http.response.body":
+            answer["body"] += message.get("body", b"")
+
+    asyncio.run(app(scope, receive, send))
+    return answer["status"], answer["headers"], answer["body"]
+
+
+def _code(answer: tuple[int, dict[str, str], bytes]) -> tuple[int, str | None]:
+    status, headers, body = answer
+    if not headers.get("content-type", "").startswith("application/json"):
+        return status, None
+    return status, json.loads(body).get("error", {}).get("code")
+
+
+@pytest.fixture
+def finished(cast: Cast) -> tuple[str, str]:
+    """A job of the owner that ended with a complete 10-byte artifact `out`: (job id, the
+    owner's API token)."""
+    run, owner = cast.run.start(), cast.owner[1]
+    job_id = cast.world.submit(cast.server_id, owner)["id"]
+    attempt = run.run_to_running(job_id)
+    assert run.put_chunk(job_id, attempt, "out", 0, b"0123456789", final=True).status_code == 202
+    assert run.result(job_id, attempt).status_code == 200
+    return job_id, owner
+
+
+def test_a_huge_content_length_is_413_on_every_api_and_the_console(cast: Cast) -> None:
+    """Content-Length of 5,000 digits, or of a digit that is not ASCII: a typed answer, never
+    `int()`'s ValueError as a 500."""
+    world, owner = cast.world, cast.owner[1]
+    run = cast.run.start()
+    bearer = {"Authorization": f"Bearer {owner}", "Content-Type": "application/json"}
+    heartbeat = run.signed_headers("POST", "/run/v1/heartbeat", b"")
+    answers = {
+        length: [
+            _code(
+                asgi(
+                    world.app,
+                    "POST",
+                    f"/api/v1/servers/{cast.server_id}/jobs",
+                    {**bearer, "Content-Length": length},
+                )
+            ),
+            _code(
+                asgi(
+                    world.app, "POST", "/run/v1/heartbeat", {**heartbeat, "Content-Length": length}
+                )
+            ),
+            _code(asgi(world.app, "POST", "/login", {"Content-Length": length})),
+        ]
+        for length in (HUGE, "\u00b2")
+    }
+    assert answers[HUGE] == [(413, "too_large")] * 3
+    assert all(status < 500 for status, _ in answers["\u00b2"]), answers["\u00b2"]
+
+
+@pytest.mark.parametrize(
+    ("header", "status", "content_range", "content"),
+    [
+        (f"bytes=0-{HUGE}", 206, "bytes 0-9/10", b"0123456789"),
+        (f"bytes=-{HUGE}", 206, "bytes 0-9/10", b"0123456789"),
+        (f"bytes={PADDED}-{PADDED}", 206, "bytes 7-7/10", b"7"),
+        (f"bytes={HUGE}-", 200, None, b"0123456789"),
+        (f"bytes={HUGE}-{HUGE}", 200, None, b"0123456789"),
+    ],
+    ids=["last past the end", "suffix longer", "padded", "first past the end", "both huge"],
+)
+def test_a_range_with_huge_numbers_is_read_as_rfc_9110_says(
+    cast: Cast,
+    finished: tuple[str, str],
+    header: str,
+    status: int,
+    content_range: str | None,
+    content: bytes,
+) -> None:
+    """A last position past the end means the end, a suffix longer than the artifact the whole
+    of it, and a first position past the end cannot be met, so the header is ignored (200)."""
+    job_id, owner = finished
+    path = f"/api/v1/jobs/{job_id}/artifacts/out"
+    headers = {"Authorization": f"Bearer {owner}", "Range": header}
+    got_status, got_headers, body = asgi(cast.world.app, "GET", path, headers)
+    assert (got_status, got_headers.get("content-range"), body) == (status, content_range, content)
+
+
+def test_other_headers_with_huge_numbers_get_typed_answers(
+    cast: Cast, finished: tuple[str, str]
+) -> None:
+    """A signature created at a 5,000-digit instant is 401; an entity tag of 5,000 digits
+    simply does not match (the job or the artifact is answered)."""
+    world, run = cast.world, cast.run
+    job_id, owner = finished
+    signed = run.signed_headers("POST", "/run/v1/heartbeat", b"")
+    signed["Signature-Input"] = re.sub(r"created=\d+", f"created={HUGE}", signed["Signature-Input"])
+    bearer = {"Authorization": f"Bearer {owner}", "If-None-Match": f'"{HUGE}"'}
+    answers = [
+        asgi(world.app, "POST", "/run/v1/heartbeat", signed)[0],
+        _code(asgi(world.app, "GET", f"/api/v1/jobs/{job_id}", bearer, query="wait_s=1")),
+        asgi(world.app, "GET", f"/api/v1/jobs/{job_id}/artifacts/out", bearer)[0],
+    ]
+    assert answers == [401, (200, None), 200]
+
+
+@pytest.mark.parametrize(
+    ("attempt", "index"),
+    [(HUGE, "0"), ("1", HUGE), (f"-{HUGE}", "0"), ("1", str(2**63)), ("1", "--1")],
+    ids=["huge attempt", "huge index", "huge negative", "past 64 bits", "two minus"],
+)
+def test_a_signed_artifact_chunk_with_a_huge_attempt_or_index_is_422(
+    cast: Cast, attempt: str, index: str
+) -> None:
+    """Path integers of any length: 422 `invalid_request`, after the signature was checked."""
+    run = cast.run.start()
+    job_id = cast.world.submit(cast.server_id, cast.owner[1])["id"]
+    run.run_to_running(job_id)
+    path = f"/run/v1/artifacts/{job_id}/{attempt}/out/{index}"
+    headers = run.signed_headers("PUT", path, b"data")
+    headers |= {"Content-Type": "application/octet-stream", "Run-Lease": "mrl_any"}
+    assert _code(asgi(cast.world.app, "PUT", path, headers, b"data")) == (422, "invalid_request")
+
+
+@pytest.mark.parametrize(
+    ("path", "query"),
+    [
+        ("/api/v1/jobs/{job}/logs", f"after_seq={HUGE}"),
+        ("/api/v1/jobs/{job}/logs", f"attempt={HUGE}"),
+        ("/api/v1/jobs/{job}/artifacts/out", f"attempt={HUGE}"),
+        ("/api/v1/jobs", f"limit={HUGE}"),
+        ("/api/v1/jobs/{job}", f"wait_s={HUGE}&until=terminal"),
+    ],
+    ids=["after_seq", "logs attempt", "artifact attempt", "limit", "wait_s"],
+)
+def test_a_query_number_of_5000_digits_is_422(
+    cast: Cast, finished: tuple[str, str], path: str, query: str
+) -> None:
+    job_id, owner = finished
+    answer = asgi(
+        cast.world.app,
+        "GET",
+        path.format(job=job_id),
+        {"Authorization": f"Bearer {owner}"},
+        query=query,
+    )
+    assert _code(answer) == (422, "invalid_request")

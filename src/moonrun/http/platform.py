@@ -129,6 +129,15 @@ def channel_of(path: str) -> str:
     return "ops"
 
 
+def declared_over(declared: str | None, limit: int) -> bool:
+    """Whether a Content-Length says more than `limit` bytes, however many digits it has (one
+    that is not a number is the HTTP server's to refuse)."""
+    if declared is None or not (declared.isascii() and declared.isdigit()):
+        return False
+    digits = declared.lstrip("0")
+    return len(digits) > len(str(limit)) or int(digits or "0") > limit
+
+
 class BodyLimit:
     """Refuse bodies over the limit with 413 before they are read into memory."""
 
@@ -142,7 +151,7 @@ class BodyLimit:
             return
         limit = self.limit
         declared = dict(scope["headers"]).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limit:
+        if declared_over(None if declared is None else declared.decode("latin-1"), limit):
             await _send_error(send, TooLarge(f"the body is over the limit of {limit} bytes"))
             return
         seen = 0

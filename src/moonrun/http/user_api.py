@@ -478,12 +478,25 @@ def artifact_etag(info: ArtifactInfo) -> str:
     return f'"{info.attempt}-{info.name}-{info.size}-{info.chunks}"'
 
 
-_RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+_RANGE = re.compile(r"^bytes=([0-9]*)-([0-9]*)$")
+PAST_ANY_END = 1 << 64
+"""What a byte position of more than 19 digits stands for: beyond any artifact's size."""
+
+
+def _position(digits: str) -> int:
+    """A byte position of any length, read without `int()` refusing one of more than 4,300
+    digits: a longer one lies past the end of any artifact, and is one."""
+    digits = digits.lstrip("0") or "0"
+    return int(digits) if len(digits) <= 19 else PAST_ANY_END
 
 
 def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
     """The one range `bytes=a-b` (or `a-`, or `-n`) asks for, inclusive and within `size`;
-    None (the whole artifact) for no header, several ranges or one that cannot be met."""
+    None (the whole artifact) for no header, several ranges or one that cannot be met.
+
+    As RFC 9110 (14.1.2) reads them: a last position past the end means the end, and a suffix
+    longer than the artifact the whole of it, however many digits either has.
+    """
     match = _RANGE.match(header.strip()) if header else None
     if match is None or size == 0:
         return None
@@ -491,10 +504,10 @@ def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
     if not first and not last:
         return None
     if not first:
-        start, end = max(size - int(last), 0), size - 1
+        start, end = max(size - _position(last), 0), size - 1
     else:
-        start = int(first)
-        end = min(int(last), size - 1) if last else size - 1
+        start = _position(first)
+        end = min(_position(last), size - 1) if last else size - 1
     return (start, end) if start <= end and start < size else None
 
 
