@@ -29,6 +29,7 @@ from moonrun.run.transfers import CHUNK_BYTES, ArtifactUploader, Attempt
 from moonrun.service.artifacts import FileArtifactStore
 from moonrun.service.config import ArtifactLimits
 from moonrun.settings import PlatformConfig, build_platform
+from tests import needs
 from tests.http_harness import Cast, http_world
 from tests.stores import memory_factory
 
@@ -368,12 +369,12 @@ def open_work_root() -> Iterator[Path]:
 
 
 @pytest.mark.anyio
-@pytest.mark.skipif(os.geteuid() != 0, reason="--run-as another user needs Run to run as root")
 async def test_run_as_nobody_uploads_its_relative_artifact_and_not_roots_files(
     open_work_root: Path,
 ) -> None:
     """--run-as nobody: a file nobody wrote in its working directory is uploaded; a symlink to
     a root-owned file is refused."""
+    needs.root("--run-as another user needs Run to run as root")
     secret = open_work_root / "secret"
     secret.write_text("root's")
     handler = CommandHandler(Confinement(CommandUser.named("nobody"), work_root=open_work_root))
