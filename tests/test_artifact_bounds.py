@@ -21,6 +21,7 @@ import pytest
 import typer
 
 from moonrun import errors
+from moonrun.backoff import Backoff
 from moonrun.cli import app
 from moonrun.run.confinement import CommandUser, Confinement
 from moonrun.run.handlers import HandlerResult, JobContext
@@ -138,7 +139,7 @@ async def test_an_open_artifact_is_read_in_reads_of_one_chunk_and_closed(tmp_pat
     path = sparse(tmp_path / "out.bin", 2 * CHUNK_BYTES + 10)
     handle = CountingFile(path)
     client = SizeClient(errors={1: errors.PlatformUnreachable()})
-    uploader = ArtifactUploader(client, max_retry_s=0.01)  # type: ignore[arg-type]
+    uploader = ArtifactUploader(client, backoff=Backoff(initial_s=0.01, max_s=0.01))  # type: ignore[arg-type]
 
     uploader.add(ATTEMPT, cast(BinaryIO, handle), "out.bin")
     await run_uploader(uploader, lambda: uploader.uploaded > 0)

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import BinaryIO
 
+from moonrun.backoff import Backoff
 from moonrun.errors import ArtifactTooLarge, MoonrunError
 from moonrun.run.client import SESSION_ERRORS, TRANSIENT, PlatformClient
 
@@ -35,6 +36,8 @@ LINE_JSON_BYTES = 80
 LOST_NOTE = "earlier line(s) dropped: output outran log shipping"
 """A line's JSON beside its text (`ts`, `stream`, keys and punctuation), rounded up."""
 RETRYABLE = (*TRANSIENT, *SESSION_ERRORS)
+CHUNK_BACKOFF = Backoff(initial_s=0.5, max_s=30.0)
+"""Pauses before a chunk the platform did not take is sent again."""
 """A session being renewed is a pause for transfers, not the end of their attempt."""
 
 
@@ -260,13 +263,13 @@ class ArtifactUploader:
         client: PlatformClient,
         *,
         queue_size: int = 64,
-        max_retry_s: float = 30.0,
+        backoff: Backoff = CHUNK_BACKOFF,
         max_bytes: int = MAX_ARTIFACT_BYTES,
         job_log: Callable[[Attempt, str, str], None] = _no_job_log,
     ) -> None:
         self._client = client
         self._queue: asyncio.Queue[Upload] = asyncio.Queue(maxsize=queue_size)
-        self._max_retry_s = max_retry_s
+        self._backoff = backoff
         self._max_bytes = max_bytes
         self._job_log = job_log
         self.dropped = 0
@@ -330,7 +333,7 @@ class ArtifactUploader:
                 self.dropped += 1
                 return
             final = index == count - 1 or len(chunk) < want  # a shrunk file ends early
-            delay = 0.5
+            delays = self._backoff.delays()
             while True:
                 if stop.is_set():
                     return  # interrupted: neither uploaded nor dropped
@@ -347,8 +350,7 @@ class ArtifactUploader:
                     break
                 except RETRYABLE:
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(stop.wait(), timeout=delay)
-                    delay = min(self._max_retry_s, delay * 2)
+                        await asyncio.wait_for(stop.wait(), timeout=next(delays))
                 except ArtifactTooLarge as error:  # final: the same bytes would only be refused
                     self._skip(upload, error.message)
                     return
