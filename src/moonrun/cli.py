@@ -33,7 +33,7 @@ app.add_typer(run_app, name="run")
 admin_app = typer.Typer(no_args_is_help=True, help="Platform administration on the store itself.")
 app.add_typer(admin_app, name="admin")
 SERVICE_GROUPS = frozenset({"store", "platform", "run", "admin"})
-"""The verbs that run moonrun's own processes. `main` loads the user verbs (moonrun.usercli,
+"""The verbs that run moonrun's own processes. `main` loads the user verbs (moonrun.client.verbs,
 and httpx under it) only for other command lines, so `moonrun run start` and `moonrun
 platform serve` start without them (docs/benchmarks.md, "After the layout")."""
 
@@ -537,11 +537,11 @@ def _event_loop_run(main: Any, *, uvloop_allowed: bool = True) -> None:
 
 def with_user_verbs() -> Any:
     """Add the user verbs to `app`; returns what they read from the environment."""
-    from moonrun import usercli
+    from moonrun.client import verbs
 
-    usercli.register(app)
+    verbs.register(app)
     # The user verbs read MOONRUN_PLATFORM, MOONRUN_TOKEN and the config location from here.
-    return usercli.Environment.of(os.environ)
+    return verbs.Environment.of(os.environ)
 
 
 def main() -> None:
