@@ -132,16 +132,18 @@ class PlatformClient:
         identity: Ed25519PrivateKey,
         *,
         wall_clock: Callable[[], float] = time.time,
+        channels: Mapping[str, ChannelSettings] = CHANNELS,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.endpoint_id = endpoint_id
         self._identity = identity
         self._wall_clock = wall_clock
+        self._channels = channels
         self._sessions: dict[str, aiohttp.ClientSession] = {}
         self.session: SessionInfo | None = None
 
     async def __aenter__(self) -> PlatformClient:
-        for name, settings in CHANNELS.items():
+        for name, settings in self._channels.items():
             self._sessions[name] = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=settings.connections),
                 timeout=aiohttp.ClientTimeout(total=settings.timeout_s),
@@ -182,8 +184,10 @@ class PlatformClient:
                     nonce=signing.b64url(secrets.token_bytes(16)),
                 )
             )
+        # Always a timeout: aiohttp takes `timeout=None` for *no* timeout, not the session's.
+        total = self._channels[channel].timeout_s if timeout_s is None else timeout_s
+        timeout = aiohttp.ClientTimeout(total=total)
         try:
-            timeout = None if timeout_s is None else aiohttp.ClientTimeout(total=timeout_s)
             async with self._sessions[channel].request(
                 method, self.base_url + path, data=body, headers=headers, timeout=timeout
             ) as response:
@@ -272,7 +276,7 @@ class PlatformClient:
         timeout_s = None
         if wait_s is not None:
             body["wait_s"] = wait_s
-            timeout_s = wait_s + CHANNELS["jobs"].timeout_s
+            timeout_s = wait_s + self._channels["jobs"].timeout_s
         answer = await self._signed("jobs", "/run/v1/jobs/claim", body, timeout_s=timeout_s)
         jobs: list[dict[str, Any]] = answer["jobs"]
         return jobs
