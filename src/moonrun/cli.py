@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 import typer
 
 from moonrun import __version__
-from moonrun.errors import InvalidRequest, MoonrunError
+from moonrun.errors import InvalidRequest, JoinUnconfirmed, MoonrunError
 from moonrun.store import DEFAULT_STORE_URL
 
 P = ParamSpec("P")
@@ -386,17 +386,20 @@ def run_join(
     ],
     data_dir: DataDirOption,
 ) -> None:
-    """Join a platform once: create the identity key (0600) and burn the join token."""
+    """Join a platform once: create the identity key (0600) and burn the join token (tried
+    again with backoff when no answer comes; the same token and key again are the same join)."""
     import asyncio
 
     from moonrun.run import client, identity
     from moonrun.security.tokens import b64url
 
     url = _check_url(platform)
-    key = identity.new_key(data_dir)
+    key = identity.join_key(data_dir)
     public = key.public_key().public_bytes_raw()
     try:
         endpoint_id = asyncio.run(client.join(url, token, b64url(public)))
+    except JoinUnconfirmed:
+        raise  # the key stays: the same command again re-presents it (the same join)
     except BaseException:
         identity.forget_key(data_dir)
         raise
