@@ -1017,7 +1017,8 @@ class FakeChannels:
 
 
 def shipper(client: Any, **options: Any) -> LogShipper:
-    return LogShipper(client, **options)
+    """A shipper whose clock stands still: its seqs count 1, 2, 3... over all attempts."""
+    return LogShipper(client, **{"clock_us": lambda: 0, **options})
 
 
 def add_lines(logs: LogShipper, attempt: Attempt, *texts: str) -> None:
@@ -1158,7 +1159,8 @@ async def test_log_batches_stay_below_the_platforms_log_body_limit() -> None:
 
 @pytest.mark.anyio
 async def test_log_batch_seqs_increase_per_attempt() -> None:
-    """Each attempt numbers its batches 1, 2, 3...; another attempt has its own count."""
+    """Each attempt's batches have increasing seqs, from one count over every attempt (so
+    the shipper keeps nothing per attempt once its lines are sent)."""
     client = FakeChannels()
     logs = shipper(client)
 
@@ -1175,8 +1177,9 @@ async def test_log_batch_seqs_increase_per_attempt() -> None:
         ("job_1", 1, ["a"]),
         ("job_1", 2, ["b"]),
         ("job_2", 1, ["x"]),
-        ("job_1", 3, ["c"]),
+        ("job_1", 4, ["c"]),
     ]
+    assert (logs._buffers, logs._pending) == ({}, {})
 
 
 @pytest.mark.anyio
@@ -1490,8 +1493,8 @@ async def test_a_restarted_log_shipper_never_reuses_a_seq() -> None:
             sent.append(seq)
             return {"accepted_through_seq": seq}
 
-    for started in (T0_MS, T0_MS + 2_000):  # two Run processes, 2 s apart, for one attempt
-        shipper = LogShipper(Recorder(), clock_ms=lambda started=started: started)  # type: ignore[arg-type]
+    for started in (T0_MS * 1000, T0_MS * 1000 + 2_000_000):  # two Runs, 2 s apart, one attempt
+        shipper = LogShipper(Recorder(), clock_us=lambda started=started: started)  # type: ignore[arg-type]
         for n in range(3):
             shipper.add(ATTEMPT, "stdout", f"line {n}")
             await shipper.flush()
