@@ -166,6 +166,22 @@ def platform_serve(
         10,
         "A request head must arrive within this long, or the connection closes",
     ),
+    body_timeout_s: float = _seconds(
+        "body-timeout-s",
+        10,
+        "A request body must arrive within this long of its head, plus 1 s per "
+        "--min-body-rate bytes that did arrive, or the connection closes",
+    ),
+    min_body_rate: int = _bytes(
+        "min-body-rate",
+        16_384,
+        "Bytes a second a body must average once --body-timeout-s has passed",
+    ),
+    max_head_bytes: int = _bytes(
+        "max-head-bytes",
+        65_536,
+        "A request head (request line and headers) over this is refused with 431",
+    ),
     keep_alive_s: Annotated[
         int,
         typer.Option(
@@ -181,8 +197,9 @@ def platform_serve(
             "--max-connections",
             envvar="MOONRUN_MAX_CONNECTIONS",
             min=1,
-            help="Open connections at most; one more evicts the longest waiting for its request "
-            "head [default: the open-files limit less 128]",
+            help="Open connections at most; one more evicts the one waiting longest for its "
+            "request (head, or a body nobody vouched for) [default: the open-files limit less "
+            "128]",
         ),
     ] = None,
     trusted_proxy: Annotated[
@@ -287,7 +304,13 @@ def platform_serve(
                 f"--trusted-proxy must be an IP address or network, not {proxy!r}"
             ) from None
     serving = ServeSettings(
-        limits=EdgeLimits(header_timeout_s, max_connections),
+        limits=EdgeLimits(
+            header_timeout_s,
+            max_connections,
+            body_timeout_s=body_timeout_s,
+            min_body_rate=min_body_rate,
+            max_head_bytes=max_head_bytes,
+        ),
         keep_alive_s=keep_alive_s,
         trusted_proxies=tuple(trusted_proxy or ()),
     )
