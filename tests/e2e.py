@@ -176,10 +176,20 @@ class Process:
 class Platform(Process):
     """`moonrun platform serve` on one port, store and secret file."""
 
-    def __init__(self, workdir: Path, store_url: str, timings: Timings) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        store_url: str,
+        timings: Timings,
+        flags: tuple[str, ...] = (),
+        open_files: int | None = None,
+    ) -> None:
         super().__init__("the platform", workdir, workdir / "platform.log")
         self.store_url = store_url
         self.timings = timings
+        self.flags = flags
+        self.open_files = open_files
+        """`ulimit -n` for the platform, when given."""
         self.secret_file = workdir / "platform.secret"
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -187,21 +197,23 @@ class Platform(Process):
 
     def start(self) -> None:
         """Start an instance and wait, with a bound, until /healthz answers 200."""
-        self.spawn(
-            moonrun(
-                "platform",
-                "serve",
-                "--store",
-                self.store_url,
-                "--listen",
-                f"127.0.0.1:{self.port}",
-                "--secret-file",
-                str(self.secret_file),
-                "--data-dir",
-                str(self.workdir / "platform-data"),
-                *self.timings.flags(),
-            )
+        command = moonrun(
+            "platform",
+            "serve",
+            "--store",
+            self.store_url,
+            "--listen",
+            f"127.0.0.1:{self.port}",
+            "--secret-file",
+            str(self.secret_file),
+            "--data-dir",
+            str(self.workdir / "platform-data"),
+            *self.timings.flags(),
+            *self.flags,
         )
+        if self.open_files is not None:
+            command = ["sh", "-c", f'ulimit -n {self.open_files} && exec "$@"', "sh", *command]
+        self.spawn(command)
         self.client = httpx.Client(
             base_url=self.url,
             timeout=10.0,
@@ -484,14 +496,20 @@ class Cluster:
 
 @contextmanager
 def cluster(
-    workdir: Path, *, store_url: str | None = None, timings: Timings | None = None
+    workdir: Path,
+    *,
+    store_url: str | None = None,
+    timings: Timings | None = None,
+    platform_flags: tuple[str, ...] = (),
+    open_files: int | None = None,
 ) -> Iterator[Cluster]:
-    """A started platform (FileStore in `workdir` unless `store_url`); always torn down.
+    """A started platform (FileStore in `workdir` unless `store_url`; more `platform_flags`;
+    under `ulimit -n open_files` when given); always torn down.
 
     A failure inside carries the tail of the platform's and every Run's output.
     """
     url = store_url or f"file:{workdir / 'platform.db'}"
-    platform = Platform(workdir, url, timings or Timings())
+    platform = Platform(workdir, url, timings or Timings(), platform_flags, open_files)
     built = Cluster(workdir, platform)
     try:
         platform.start()

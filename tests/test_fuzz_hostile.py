@@ -16,23 +16,33 @@ to success on its first attempt.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import json
 import os
 import re
+import socket
+import threading
+import time
 import types
 import typing
 from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
+import httptools
 import hypothesis
 import pytest
+import uvicorn
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from moonrun.http import run_api, user_api
 from moonrun.http.api import Route
+from moonrun.http.edge import EdgeLimits, ServeSettings, server_config
 from moonrun.store import codec
 from tests.http_harness import ADMIN_TOKEN, Cast, http_world
 from tests.stores import memory_factory
@@ -357,6 +367,257 @@ def _adopt_session(cast: Cast, answer: dict[str, Any]) -> None:
     run.generation = answer["generation"]
     entries = [run.entry(job_id, attempt) for job_id, attempt in run.leases]
     run.reconcile(entries)
+
+
+# -- request heads and stalled bodies, through the edge ------------------------------------------
+#
+# The hostile bytes here are below JSON: request heads (long lines, many headers, broken
+# framing) and bodies that never finish. They need the edge (`http/edge.py`), so the world's app
+# is served by uvicorn with the platform's own protocol, in a thread, on a free port, with
+# deadlines short enough for a fuzz run. Every refusal must be the JSON envelope and close the
+# connection; a stalled body must be answered or closed, never take a 5xx; and afterwards the
+# platform serves as before, with no place left taken on any channel.
+
+EDGE_LIMITS = EdgeLimits(header_timeout_s=0.5, body_timeout_s=0.5, max_connections=256)
+REFUSALS = {400: "invalid_request", 414: "uri_too_long", 431: "headers_too_large"}
+"""What the edge answers a head it will not take, before the app sees anything."""
+SOCKET_GUARD_S = 10.0
+"""Only a guard against a read that never ends; nothing asserts how long anything took."""
+
+
+@dataclass
+class EdgeServed:
+    port: int
+    server: uvicorn.Server
+
+
+@contextmanager
+def served_through_the_edge(app: Any) -> Iterator[EdgeServed]:
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    config = server_config(app, "127.0.0.1", 0, ServeSettings(limits=EDGE_LIMITS))
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
+    thread.start()
+    try:
+        guard = time.monotonic() + SOCKET_GUARD_S
+        while not server.started:
+            assert thread.is_alive(), "uvicorn stopped while starting"
+            assert time.monotonic() < guard, "uvicorn did not start in time"
+            time.sleep(0.01)
+        yield EdgeServed(listener.getsockname()[1], server)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=SOCKET_GUARD_S)
+        listener.close()
+
+
+class RawAnswer:
+    """An HTTP answer read off a socket, and whether the platform closed the socket after it."""
+
+    def __init__(self) -> None:
+        self.status = 0
+        self.headers: dict[str, str] = {}
+        self.body = bytearray()
+        self.complete = False
+        self.closed = False
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+
+    def on_body(self, body: bytes) -> None:
+        self.body += body
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+
+    def error_code(self) -> str | None:
+        if not self.headers.get("content-type", "").startswith("application/json"):
+            return None
+        code = json.loads(self.body).get("error", {}).get("code")
+        return code if isinstance(code, str) else None
+
+
+def exchange(port: int, request: bytes) -> RawAnswer:
+    """Send `request` and read one answer (or none: closed unanswered), then whether the
+    connection is closed."""
+    answer = RawAnswer()
+    parser = httptools.HttpResponseParser(answer)
+    with socket.create_connection(("127.0.0.1", port), timeout=SOCKET_GUARD_S) as connection:
+        with contextlib.suppress(OSError):  # the platform may close before it has read it all
+            connection.sendall(request)
+        try:
+            while not answer.complete and (data := connection.recv(65536)):
+                parser.feed_data(data)
+            answer.status = parser.get_status_code() if answer.complete else 0
+            if answer.status in REFUSALS:
+                answer.closed = connection.recv(1) == b""
+        except ConnectionResetError:
+            answer.closed = True
+    return answer
+
+
+HEADER_NAME = st.from_regex(r"\AX-[A-Za-z0-9-]{1,20}\Z")
+HEADER_VALUE = st.one_of(
+    st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), max_size=40),
+    # Around the 8 KiB line bound, but a few bytes either side of it never decide a case.
+    st.one_of(st.integers(6_000, 8_100), st.integers(8_300, 12_000)).map(lambda n: "v" * n),
+)
+BAD_FRAMING = st.sampled_from(
+    [
+        b"Content-Length: -1\r\n",
+        b"Content-Length: 1\r\nContent-Length: 2\r\n",
+        b"Content-Length: 99999999999999999999999999\r\n",
+        b"Transfer-Encoding: chunked\r\nContent-Length: 3\r\n",
+        b"Bad Header\r\n",
+        b"X-Nul: a\x00b\r\n",
+        b": no-name\r\n",
+    ]
+)
+
+
+@st.composite
+def hostile_head(draw: st.DrawFn) -> tuple[bytes, bool, bool]:
+    """A request head (and a body where it announces one); whether it is within the
+    head bounds as the edge counts them (the target, and each header's name and value with
+    4 bytes of framing, every header counted, 100 of them at most); and whether its framing is
+    well formed."""
+    method = draw(st.sampled_from(["GET", "POST", "PUT", "DELETE"]))
+    target = draw(st.sampled_from(["/healthz", "/api/v1/jobs", "/run/v1/heartbeat", "/login"]))
+    target += "?" + "q" * draw(st.sampled_from([0, 10, 8_200, 20_000]))
+    headers = [("Host", "p"), *draw(st.lists(st.tuples(HEADER_NAME, HEADER_VALUE), max_size=130))]
+    # A body with no newline in it, as large as a log batch, follows a head that announces it.
+    body = b'"' + b"x" * draw(st.sampled_from([0, 10_000, 40_000, 200_000])) + b'"'
+    if method in ("POST", "PUT"):
+        headers.append(("Content-Length", str(len(body))))
+    lines = [f"{name}: {value}\r\n".encode() for name, value in headers]
+    bad = draw(st.none() | BAD_FRAMING)
+    if bad is not None:
+        lines.insert(draw(st.integers(1, len(lines))), bad)
+    limits = EDGE_LIMITS
+    within = (
+        len(target) <= limits.max_line_bytes
+        and len(lines) + (bad or b"").count(b"\r\n") <= limits.max_headers
+        and all(len(line) - 2 <= limits.max_line_bytes for line in lines)
+        and len(target) + sum(len(line) + 1 for line in lines) <= limits.max_head_bytes
+    )
+    head = f"{method} {target} HTTP/1.1\r\n".encode() + b"".join(lines) + b"\r\n"
+    return head + (body if method in ("POST", "PUT") else b""), within, bad is None
+
+
+def test_hostile_request_heads_get_the_json_envelope_and_a_closed_connection(
+    cast: Cast,
+) -> None:
+    """Lines past 8 KiB, past 100 headers, past 64 KiB in all, framing httptools refuses, in any
+    mix: a head past a bound is never served (414/431, or 400 when its framing broke first); a
+    head within the bounds but badly framed is 400; every one of those is `{"error": ...}` JSON
+    with its code, and the connection closes. A head within the bounds and well framed is
+    served (below 500). The platform serves throughout."""
+    with served_through_the_edge(cast.world.app) as served:
+
+        @hypothesis.settings(
+            max_examples=EXAMPLES * 4,
+            deadline=None,
+            database=None,
+            suppress_health_check=list(hypothesis.HealthCheck),
+        )
+        @hypothesis.given(hostile_head())
+        def probe(case: tuple[bytes, bool, bool]) -> None:
+            request, within, well_framed = case
+            answer = exchange(served.port, request)
+            described = (request[:120], len(request), within, well_framed, answer.status)
+            assert 0 < answer.status < 500, described
+            if not within:
+                assert answer.status in REFUSALS, described
+            elif not well_framed:
+                assert answer.status == 400, described
+            else:
+                assert answer.status not in REFUSALS, described
+            if answer.status in REFUSALS:
+                assert (answer.error_code(), answer.closed) == (
+                    REFUSALS[answer.status],
+                    True,
+                ), described
+            health = exchange(served.port, b"GET /healthz HTTP/1.1\r\nHost: p\r\n\r\n")
+            assert health.status == 200, described
+
+        probe()
+
+
+STALLABLE_PATHS = [
+    ("POST", "/run/v1/join"),
+    ("POST", "/run/v1/heartbeat"),
+    ("POST", "/run/v1/jobs/claim"),
+    ("PUT", "/run/v1/artifacts/job_x/1/out/0"),
+    ("POST", "/api/v1/servers"),
+    ("POST", "/api/v1/endpoints"),
+    ("POST", "/login"),
+    ("POST", "/jobs/new"),
+    ("POST", "/metrics"),
+    ("GET", "/healthz"),
+]
+
+
+@st.composite
+def stalled_body(draw: st.DrawFn, cast: Cast) -> bytes:
+    """A request announcing more body than it sends: on any route, with no, made-up or real
+    credentials, its Content-Length (or its chunks) never met."""
+    method, path = draw(st.sampled_from(STALLABLE_PATHS))
+    declared = draw(st.integers(1, 300_000))
+    sent = draw(st.integers(0, min(declared - 1, 4096)))
+    who = draw(st.sampled_from(["nobody", "made-up", "admin"]))
+    headers = [f"{method} {path} HTTP/1.1", "Host: p"]
+    if who != "nobody":
+        token = ADMIN_TOKEN if who == "admin" else "mra_" + "made-up" * 6
+        headers.append(f"Authorization: Bearer {token}")
+    if draw(st.booleans()):
+        headers.append(f"Content-Length: {declared}")
+        body = b"{" * sent
+    else:
+        headers.append("Transfer-Encoding: chunked")
+        body = f"{declared:x}\r\n".encode() + b"{" * sent
+    return ("\r\n".join(headers) + "\r\n\r\n").encode() + body
+
+
+def test_bodies_that_stall_are_answered_or_closed_and_hold_nothing_afterwards(
+    cast: Cast,
+) -> None:
+    """Up to 12 at once, every route, bodies declared longer than sent: each is answered at once
+    (401, 404, 405, 413, 429, in the JSON envelope on the APIs) or closed by the body deadline,
+    never a 5xx; then /healthz, a user and a signed Run are served, and no place on any channel
+    is still taken."""
+    with served_through_the_edge(cast.world.app) as served:
+
+        @hypothesis.settings(
+            max_examples=EXAMPLES,
+            deadline=None,
+            database=None,
+            suppress_health_check=list(hypothesis.HealthCheck),
+        )
+        @hypothesis.given(st.lists(stalled_body(cast), min_size=1, max_size=12))
+        def probe(requests: list[bytes]) -> None:
+            with concurrent.futures.ThreadPoolExecutor(len(requests)) as pool:
+                answers = list(pool.map(lambda r: exchange(served.port, r), requests))
+            for request, answer in zip(requests, answers, strict=True):
+                described = (request[:200], answer.status)
+                assert answer.status < 500, described
+                api = request.split(b" ", 2)[1].startswith((b"/api/", b"/run/"))
+                if answer.status and api:
+                    assert answer.error_code() is not None, described
+            health = exchange(served.port, b"GET /healthz HTTP/1.1\r\nHost: p\r\n\r\n")
+            assert health.status == 200
+
+        probe()
+
+    channels = cast.world.platform.channels
+    taken = {
+        name: getattr(channels, name).in_flight
+        for name in ("control", "jobs", "logs", "artifacts", "user", "ops", "anonymous")
+    }
+    assert set(taken.values()) == {0}, taken
+    run = cast.run.start()
+    assert run.heartbeat().status_code == 200
+    assert cast.world.api("GET", "/api/v1/servers").status_code == 200
 
 
 # -- huge numbers ----------------------------------------------------------------------------------

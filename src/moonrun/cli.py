@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 import typer
 
 from moonrun import __version__
-from moonrun.errors import InvalidRequest, MoonrunError
+from moonrun.errors import InvalidRequest, JoinUnconfirmed, MoonrunError
 from moonrun.store import DEFAULT_STORE_URL
 
 P = ParamSpec("P")
@@ -33,7 +33,7 @@ app.add_typer(run_app, name="run")
 admin_app = typer.Typer(no_args_is_help=True, help="Platform administration on the store itself.")
 app.add_typer(admin_app, name="admin")
 SERVICE_GROUPS = frozenset({"store", "platform", "run", "admin"})
-"""The verbs that run moonrun's own processes. `main` loads the user verbs (moonrun.usercli,
+"""The verbs that run moonrun's own processes. `main` loads the user verbs (moonrun.client.verbs,
 and httpx under it) only for other command lines, so `moonrun run start` and `moonrun
 platform serve` start without them (docs/benchmarks.md, "After the layout")."""
 
@@ -166,6 +166,22 @@ def platform_serve(
         10,
         "A request head must arrive within this long, or the connection closes",
     ),
+    body_timeout_s: float = _seconds(
+        "body-timeout-s",
+        10,
+        "A request body must arrive within this long of its head, plus 1 s per "
+        "--min-body-rate bytes that did arrive, or the connection closes",
+    ),
+    min_body_rate: int = _bytes(
+        "min-body-rate",
+        16_384,
+        "Bytes a second a body must average once --body-timeout-s has passed",
+    ),
+    max_head_bytes: int = _bytes(
+        "max-head-bytes",
+        65_536,
+        "A request head (request line and headers) over this is refused with 431",
+    ),
     keep_alive_s: Annotated[
         int,
         typer.Option(
@@ -181,8 +197,9 @@ def platform_serve(
             "--max-connections",
             envvar="MOONRUN_MAX_CONNECTIONS",
             min=1,
-            help="Open connections at most; one more evicts the longest waiting for its request "
-            "head [default: the open-files limit less 128]",
+            help="Open connections at most; one more evicts the one waiting longest for its "
+            "request (head, or a body nobody vouched for) [default: the open-files limit less "
+            "128]",
         ),
     ] = None,
     trusted_proxy: Annotated[
@@ -287,7 +304,13 @@ def platform_serve(
                 f"--trusted-proxy must be an IP address or network, not {proxy!r}"
             ) from None
     serving = ServeSettings(
-        limits=EdgeLimits(header_timeout_s, max_connections),
+        limits=EdgeLimits(
+            header_timeout_s,
+            max_connections,
+            body_timeout_s=body_timeout_s,
+            min_body_rate=min_body_rate,
+            max_head_bytes=max_head_bytes,
+        ),
         keep_alive_s=keep_alive_s,
         trusted_proxies=tuple(trusted_proxy or ()),
     )
@@ -386,17 +409,20 @@ def run_join(
     ],
     data_dir: DataDirOption,
 ) -> None:
-    """Join a platform once: create the identity key (0600) and burn the join token."""
+    """Join a platform once: create the identity key (0600) and burn the join token (tried
+    again with backoff when no answer comes; the same token and key again are the same join)."""
     import asyncio
 
     from moonrun.run import client, identity
     from moonrun.security.tokens import b64url
 
     url = _check_url(platform)
-    key = identity.new_key(data_dir)
+    key = identity.join_key(data_dir)
     public = key.public_key().public_bytes_raw()
     try:
         endpoint_id = asyncio.run(client.join(url, token, b64url(public)))
+    except JoinUnconfirmed:
+        raise  # the key stays: the same command again re-presents it (the same join)
     except BaseException:
         identity.forget_key(data_dir)
         raise
@@ -537,11 +563,11 @@ def _event_loop_run(main: Any, *, uvloop_allowed: bool = True) -> None:
 
 def with_user_verbs() -> Any:
     """Add the user verbs to `app`; returns what they read from the environment."""
-    from moonrun import usercli
+    from moonrun.client import verbs
 
-    usercli.register(app)
+    verbs.register(app)
     # The user verbs read MOONRUN_PLATFORM, MOONRUN_TOKEN and the config location from here.
-    return usercli.Environment.of(os.environ)
+    return verbs.Environment.of(os.environ)
 
 
 def main() -> None:

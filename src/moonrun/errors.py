@@ -47,6 +47,10 @@ class InvalidRequest(MoonrunError):
     """The request is missing a required field or a field has a bad value."""
 
 
+class MalformedRequest(InvalidRequest):
+    """The request is not valid HTTP/1.1 (its framing, say a negative Content-Length)."""
+
+
 class UnknownKind(InvalidRequest):
     """This server's Run does not run that kind of job."""
 
@@ -67,6 +71,18 @@ class InvalidPayload(InvalidRequest):
 
 class TooLarge(MoonrunError):
     """The request body or a field of it is larger than allowed."""
+
+
+class HeadersTooLarge(TooLarge):
+    """The request head is larger than allowed (in all, a line of it, or its header count)."""
+
+
+class UriTooLong(TooLarge):
+    """The request line is longer than allowed."""
+
+
+class ClientGone(MoonrunError):
+    """The client closed its connection before its request had arrived (logged, never sent)."""
 
 
 class AlreadyExists(MoonrunError):
@@ -221,6 +237,11 @@ Unreachable = PlatformUnreachable
 """The name Run and the user client use for a platform that did not answer."""
 
 
+class JoinUnconfirmed(PlatformUnreachable):
+    """The join may have reached the platform, but no answer came back: run the same
+    `moonrun run join` again (same token, same data directory) to finish it."""
+
+
 class WaitTimedOut(MoonrunError):
     """The job had not ended when the wait's timeout passed."""
 
@@ -244,9 +265,13 @@ class IllegalTransition(MoonrunError):
 ERROR_TABLE: Final[Mapping[type[MoonrunError], tuple[int, str]]] = {
     MoonrunError: (500, "internal"),
     InvalidRequest: (422, "invalid_request"),
+    MalformedRequest: (400, "invalid_request"),
     UnknownKind: (422, "unknown_kind"),
     InvalidPayload: (422, "invalid_payload"),
     TooLarge: (413, "too_large"),
+    HeadersTooLarge: (431, "headers_too_large"),
+    UriTooLong: (414, "uri_too_long"),
+    ClientGone: (499, "client_gone"),
     AlreadyExists: (409, "already_exists"),
     IdempotencyConflict: (409, "idempotency_conflict"),
     JobNotFinished: (409, "job_not_finished"),

@@ -3,14 +3,20 @@
 Run's messages and users' jobs are the platform's hot paths, so they skip a web framework's
 per-request machinery (routing over every route, dependency solving, response models, a
 stack of middleware), which cost more than the work itself. For each request, in this order:
-the route (404, or 405 with `Allow`), the declared body size (413), admission to the route's
-channel (429 at once when it is full), the body as read (413 past the limit), the
-credentials (401: a signature is verified, user credentials must be present, before anything
-looks at the body), the query's and the body's shapes (422; bodies strictly), then the
-handler. A user request whose shape is wrong has its credentials checked first, so that bad
-credentials are 401 whatever the body. Answers and errors have PROTOCOL.md's shapes, are
-serialised once (orjson), and every route is described in the served OpenAPI document
-(`openapi_paths`). FastAPI serves the rest: the console, `/healthz`, `/metrics`, `/docs`.
+the route (404, or 405 with `Allow`); the declared body size (413); what the head alone can
+prove (401: a Run request's signature is verified against its `Content-Digest` header, a user
+request must present credentials, and when its body has not arrived yet they are checked now);
+the body, under the edge's deadline (`http/edge.py`), read on a place of the anonymous channel
+(429 when it is full) when nothing in the head vouched for it and it has not arrived yet (413
+past the limit as read); the body against the signed digest, then the nonce (401); admission
+to the route's channel (429 at once when it is full); the query's and the body's shapes (422;
+bodies strictly), then the handler. So a request takes no place on its channel while its body
+is on the way, and what callers without credentials hold while their bodies arrive is bounded
+apart from Runs and signed-in users. A user request whose shape is wrong has its credentials
+checked first, so that bad credentials are 401 whatever the body. Answers and errors have
+PROTOCOL.md's shapes, are serialised once (orjson), and every route is described in the served
+OpenAPI document (`openapi_paths`). FastAPI serves the rest: the console, `/healthz`,
+`/metrics`, `/docs`.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import cookie_parser
 
 from moonrun.errors import (
+    ClientGone,
     Forbidden,
     InvalidRequest,
     MethodNotAllowed,
@@ -37,6 +44,7 @@ from moonrun.errors import (
     Unauthenticated,
 )
 from moonrun.http.channels import Admission, Channel
+from moonrun.http.edge import RequestEdge, edge_of
 from moonrun.http.platform import Platform, channel_of, declared_over
 from moonrun.scheduling.records import User
 from moonrun.service.waiting import Waiting
@@ -141,8 +149,19 @@ class Stream:
 
 
 Handler = Callable[[Call], Awaitable[Any]]
-Verify = Callable[[Platform, Channel, Auth, Scope, dict[str, str], bytes], Awaitable[str]]
-"""Checks a Run request's signature; returns the key's subject (session or endpoint id)."""
+
+
+@dataclass(frozen=True)
+class Signatures:
+    """How `Api` checks a signed Run request: its head before the body is read, then its body.
+
+    `head(platform, lane, auth, scope, headers)` verifies what the headers prove (the MAC or
+    Ed25519 signature over the method, path, query and `Content-Digest` header) and returns
+    what `body(platform, signed, data)` needs to tie the body to that digest and record the
+    nonce; `body` returns the key's subject (session or endpoint id)."""
+
+    head: Callable[[Platform, Channel, Auth, Scope, dict[str, str]], Awaitable[Any]]
+    body: Callable[[Platform, Any, bytes], str]
 
 
 @dataclass(frozen=True)
@@ -218,7 +237,7 @@ def error_body(error: MoonrunError) -> dict[str, Any]:
 class Api:
     """The ASGI app serving one table of routes for one platform."""
 
-    def __init__(self, platform: Platform, routes: Sequence[Route], verify: Verify) -> None:
+    def __init__(self, platform: Platform, routes: Sequence[Route], verify: Signatures) -> None:
         self.platform = platform
         self.routes = tuple(routes)
         self._verify = verify
@@ -245,6 +264,10 @@ class Api:
                 stream = answer
             elif not isinstance(answer, Answer):
                 answer = Answer(route.status, answer)
+        except ClientGone:
+            # Nobody is left to answer: one line, no error.
+            self._observe(started, path, method, template, ClientGone().status)
+            return
         except MoonrunError as error:
             if path.startswith("/run/"):
                 platform.metrics.count_rejection(error)
@@ -341,15 +364,25 @@ class Api:
         if declared_over(headers.get("content-length"), limit):
             raise TooLarge(f"the body is over the limit of {limit} bytes")
         lane: Channel = getattr(platform.channels, route.channel)
+        edge = edge_of(scope)
+        signed: Any = None
+        credentials = None
+        vouched = False
+        if route.auth == "user":
+            credentials = Credentials.of(scope["method"], headers)
+            if not credentials.present:
+                raise Unauthenticated("send Authorization: Bearer <api token>")
+            if edge is not None and not edge.arrived:
+                # Checked now rather than with the work: a caller without valid credentials
+                # then waits for no body.
+                await lane.run(credentials.check, platform)
+                vouched = True
+        elif route.auth is not None:
+            signed = await self._verify.head(platform, lane, route.auth, scope, headers)
+            vouched = True
+        data = await self._body(edge, vouched, receive, limit)
+        subject = "" if signed is None else self._verify.body(platform, signed, data)
         with lane.admit() as admission:
-            data = await _read_body(receive, limit)
-            subject, credentials = "", None
-            if route.auth == "user":
-                credentials = Credentials.of(scope["method"], headers)
-                if not credentials.present:
-                    raise Unauthenticated("send Authorization: Bearer <api token>")
-            elif route.auth is not None:
-                subject = await self._verify(platform, lane, route.auth, scope, headers, data)
             call = Call(
                 platform,
                 lane,
@@ -378,6 +411,19 @@ class Api:
                 raise
             return await route.handler(call)
 
+    async def _body(
+        self, edge: RequestEdge | None, vouched: bool, receive: Receive, limit: int
+    ) -> bytes:
+        """The request's body. One still on its way is read on a place of the anonymous
+        channel unless the head vouched for it (then the edge keeps its connection)."""
+        if edge is None or edge.arrived:
+            return await _read_body(receive, limit)
+        if vouched:
+            edge.trust()
+            return await _read_body(receive, limit)
+        with self.platform.channels.anonymous.admit():
+            return await _read_body(receive, limit)
+
 
 def _address(scope: Scope) -> str:
     client = scope.get("client")
@@ -398,7 +444,7 @@ async def _read_body(receive: Receive, limit: int) -> bytes:
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            break
+            raise ClientGone()
         chunk = message.get("body", b"")
         seen += len(chunk)
         if seen > limit:

@@ -16,6 +16,7 @@ from moonrun.http import run_api, user_api
 from moonrun.http.api import Api, openapi_paths
 from moonrun.http.error_handlers import install_error_handlers
 from moonrun.http.platform import (
+    AnonymousBodies,
     BodyLimit,
     Platform,
     RequestLog,
@@ -81,7 +82,7 @@ def create_app(platform: Platform, *, sweep: bool = True, api_docs: bool = False
         docs_url="/docs" if api_docs else None,
         redoc_url="/redoc" if api_docs else None,
     )
-    app.api = Api(platform, API_ROUTES, run_api.verify_signature)
+    app.api = Api(platform, API_ROUTES, run_api.SIGNATURES)
     app.state.platform = platform
     app.state.templates = views.environment()
     install_error_handlers(app)
@@ -107,6 +108,7 @@ def create_app(platform: Platform, *, sweep: bool = True, api_docs: bool = False
             body = await platform.channels.ops.run(platform.metrics.render)
         return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
 
+    app.add_middleware(AnonymousBodies, platform_of=lambda: platform)
     app.add_middleware(BodyLimit, limit=platform.http.user_body_limit)
     app.add_middleware(RequestLog, metrics_of=lambda: platform.metrics)
     return app

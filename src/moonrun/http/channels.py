@@ -161,9 +161,21 @@ class Channels:
     artifacts: Channel
     user: Channel
     ops: Channel
+    anonymous: Channel
+    """Requests nobody has vouched for yet (no credentials, or a console page without a
+    session), while their bodies arrive: bounded apart from what Runs and signed-in users
+    need, and never a place on their own route's channel."""
 
     def close(self) -> None:
-        for channel in (self.control, self.jobs, self.logs, self.artifacts, self.user, self.ops):
+        for channel in (
+            self.control,
+            self.jobs,
+            self.logs,
+            self.artifacts,
+            self.user,
+            self.ops,
+            self.anonymous,
+        ):
             channel.close()
 
     @classmethod
@@ -175,6 +187,7 @@ class Channels:
         artifacts: int = 4,
         user: int = 16,
         ops: int = 4,
+        anonymous: int = 64,
         *,
         inline: bool = False,
     ) -> Channels:
@@ -187,4 +200,5 @@ class Channels:
             Channel("artifacts", artifacts),
             Channel("user", user, inline=inline),
             Channel("ops", ops, inline=inline),
+            Channel("anonymous", anonymous, inline=inline),
         )

@@ -1,38 +1,71 @@
-"""The HTTP edge: a deadline on every request head and a cap on open connections.
+"""The HTTP edge: deadlines on request heads and bodies, bounds on heads, a cap on connections.
 
-uvicorn's httptools protocol has neither. Its keep-alive timer is cancelled by any byte and
-never armed on a fresh connection, so a client that trickles a header line now and then holds
-its socket (and a file descriptor) for as long as it likes; enough of them exhaust the
-descriptors and the platform stops accepting, /healthz included.
+uvicorn's httptools protocol has none of these. Its keep-alive timer is cancelled by any byte and
+never armed on a fresh connection, and a body may take as long as it likes, so clients that
+trickle bytes hold sockets (and file descriptors) until the platform accepts no connection at
+all; httptools keeps a header line of any length, copying it as it grows; and a request it cannot
+parse is answered in plain text. Here, per connection:
 
-Here a connection waiting for a request head (fresh, or idle after an answer) must complete
-that head within `header_timeout_s` of starting to wait, however many bytes it sends;
-otherwise it is closed. And at most `max_connections` are open at once: one more evicts the
-connection that has waited longest for its head, or is closed itself when every open
-connection is busy with a request. Both close the socket unanswered, so the descriptor comes
-back at once.
+- Waiting for a request head (fresh, or idle after an answer), the head must be complete within
+  `header_timeout_s` of starting to wait, however many bytes it sends.
+- Waiting for a body, the body must be complete within `body_timeout_s` of its head, plus one
+  second for every `min_body_rate` bytes of it that did arrive: past the first seconds a body must
+  keep coming at that average rate, and a large one gets the time its size needs at that rate.
+- A request whose body has arrived is busy: no deadline (its handler decides how long it takes),
+  never evicted.
+- A head is at most `max_head_bytes` in all, `max_line_bytes` a line and `max_headers` headers:
+  else 431 `headers_too_large` (414 `uri_too_long` for a request line), in the JSON envelope, and
+  the connection closes. httptools holds at most one read (256 KiB) more than that. A request it
+  cannot parse (`Content-Length: -1`, bad chunking, bytes that are not HTTP) is 400
+  `invalid_request` in the envelope, and the connection closes.
+- At most `max_connections` are open. One more closes the connection that has waited longest for
+  its request to arrive (head or body) among those nobody vouched for; a connection whose
+  request's credentials the app has checked (`RequestEdge.trust`) is not evicted while its body
+  arrives, and a busy one never is. With none other to close, the new connection is closed.
+
+A missed deadline or an eviction closes the socket unanswered, so the descriptor comes back at
+once; the app, if it was reading the body, sees a disconnect. `RequestEdge` (`edge_of(scope)`)
+lets the app ask whether a request's body has arrived and vouch for its request.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+import httptools
+import orjson
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+
+from moonrun.errors import HeadersTooLarge, MalformedRequest, MoonrunError, UriTooLong
+
+log = logging.getLogger("moonrun.http")
 
 FD_RESERVE = 128
 """Descriptors kept back from the connection cap for the store, logs and the event loop."""
 MAX_DEFAULT_CONNECTIONS = 65536
+EDGE_EXTENSION = "moonrun.edge"
+"""The key of the request's `RequestEdge` in its ASGI scope's `extensions`."""
 
 
 @dataclass(frozen=True)
 class EdgeLimits:
-    """How long a request head may take, and how many connections may be open at once."""
+    """How long a request head and body may take, how large a head may be, and how many
+    connections may be open at once."""
 
     header_timeout_s: float = 10.0
     max_connections: int = 1024 - FD_RESERVE
+    body_timeout_s: float = 10.0
+    min_body_rate: int = 16 * 1024
+    """Bytes a second a body must average past `body_timeout_s` (128 kbit/s)."""
+    max_head_bytes: int = 64 * 1024
+    max_line_bytes: int = 8 * 1024
+    """The longest request line or header line (nginx's `large_client_header_buffers`)."""
+    max_headers: int = 100
 
 
 def default_max_connections(open_files_limit: int) -> int:
@@ -44,46 +77,119 @@ def default_max_connections(open_files_limit: int) -> int:
 
 
 class _Edge:
-    """What the connections of one server share: which are open, which wait for a head."""
+    """What the connections of one server share: which are open, which may be evicted."""
 
     def __init__(self, limits: EdgeLimits) -> None:
         self.limits = limits
         self.open: set[GuardedProtocol] = set()
-        self.waiting: OrderedDict[GuardedProtocol, None] = OrderedDict()
-        """Connections waiting for a request head, the longest waiting first."""
+        self.evictable: OrderedDict[GuardedProtocol, None] = OrderedDict()
+        """Connections waiting for a request head, or for the body of a request nobody vouched
+        for, the one waiting longest for its request first."""
+
+
+class RequestEdge:
+    """One request as the edge sees it, for the app: has its body arrived; `trust` it once its
+    credentials are checked (its connection is then not evicted while its body arrives)."""
+
+    __slots__ = ("_connection", "_cycle")
+
+    def __init__(self, connection: Any, cycle: Any = None) -> None:
+        self._connection = connection
+        self._cycle = cycle
+        """uvicorn's `RequestResponseCycle` of the request (its `more_body`)."""
+
+    @property
+    def arrived(self) -> bool:
+        """The whole body is here: reading it will not wait for the client."""
+        return self._cycle is not None and not self._cycle.more_body
+
+    def trust(self) -> None:
+        connection = self._connection
+        if connection.cycle is self._cycle:
+            connection.trust()
+
+
+def edge_of(scope: Mapping[str, Any]) -> RequestEdge | None:
+    """The request's `RequestEdge`; None when it was not served through `GuardedProtocol` (an
+    in-process client, which hands the app a whole body at once)."""
+    extensions = scope.get("extensions")
+    found = extensions.get(EDGE_EXTENSION) if extensions else None
+    return found if isinstance(found, RequestEdge) else None
+
+
+class _HeadRefused(Exception):
+    """Raised from a parser callback to stop httptools; carries the answer."""
+
+    def __init__(self, error: MoonrunError) -> None:
+        super().__init__(error.message)
+        self.error = error
 
 
 class GuardedProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with a request-head deadline and the connection cap."""
+    """uvicorn's httptools protocol with the deadlines, head bounds and connection cap."""
 
     edge: _Edge
-    _deadline: asyncio.TimerHandle | None = None
+    _timer: asyncio.TimerHandle | None = None
+    _waiting: str | None = None
+    """"head", "body", or None while busy with a request (or gone)."""
+    _since = 0.0
+    """When the connection began waiting for its current head (loop time)."""
+    _body_since = 0.0
+    _body_bytes = 0
+    _in_body = False
+    """The parser is inside a request body."""
+    _in_head = True
+    """The parser is inside a request head, or between requests."""
+    _trusted = False
+    _head_bytes = 0
+    """The current head's complete header lines, in bytes."""
+    _line_bytes = 0
+    """The current head's unfinished line so far (httptools holds it until it ends)."""
+    _headers = 0
+    _past_request_line = False
+    _heads_completed = 0
+
+    # -- the connection ---------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)  # type: ignore[arg-type]
+        self.url = b""  # uvicorn sets it when a request begins; bytes may come before (CRLF)
         edge = self.edge
         edge.open.add(self)
-        self._wait_for_head()
+        self._settle()
         if len(edge.open) > edge.limits.max_connections:
-            oldest = next(iter(edge.waiting))
             # self waits too, so there is always one; it is the oldest only when every other
-            # open connection is busy with a request.
-            oldest.drop()
+            # open connection is busy or vouched for.
+            next(iter(edge.evictable)).drop()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._forget()
         super().connection_lost(exc)
 
-    def on_headers_complete(self) -> None:
-        self.edge.waiting.pop(self, None)
-        self._cancel_deadline()
-        super().on_headers_complete()
-
-    def on_response_complete(self) -> None:
-        super().on_response_complete()
-        idle = self.cycle is None or self.cycle.response_complete  # else a pipelined one runs
-        if idle and not self.transport.is_closing() and self in self.edge.open:
-            self._wait_for_head()
+    def data_received(self, data: bytes) -> None:
+        # uvicorn's, but every refusal in the JSON envelope, and a head's size bounded.
+        self._unset_keepalive_if_required()
+        started_in_head, heads = self._in_head, self._heads_completed
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
+            return
+        except httptools.HttpParserError as error:
+            cause = error.__context__
+            refusal = (
+                cause.error
+                if isinstance(cause, _HeadRefused)
+                else MalformedRequest("the request is not valid HTTP/1.1")
+            )
+            self._refuse(refusal)
+            return
+        if self._in_head and not self.transport.is_closing():
+            # All of this read is the head so far unless a head (and its body) ended in it.
+            self._bound_unfinished_line(data, started_in_head and heads == self._heads_completed)
 
     def drop(self) -> None:
         """Close the connection unanswered (it waited too long, or made room for another)."""
@@ -91,20 +197,194 @@ class GuardedProtocol(HttpToolsProtocol):
         if not self.transport.is_closing():
             self.transport.close()
 
-    def _wait_for_head(self) -> None:
-        self.edge.waiting[self] = None
-        self._cancel_deadline()
-        self._deadline = self.loop.call_later(self.edge.limits.header_timeout_s, self.drop)
+    def trust(self) -> None:
+        """The app checked the current request's credentials: keep it while its body arrives."""
+        self._trusted = True
+        self._settle()
 
-    def _cancel_deadline(self) -> None:
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
+    # -- parser callbacks -------------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._head_bytes = self._line_bytes = self._headers = 0
+        self._past_request_line = False
+
+    def on_url(self, url: bytes) -> None:
+        super().on_url(url)
+        if len(self.url) > self.edge.limits.max_line_bytes:
+            raise _HeadRefused(self._uri_too_long())
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        limits = self.edge.limits
+        line = len(name) + len(value) + 2
+        self._headers += 1
+        self._head_bytes += line + 2
+        if line > limits.max_line_bytes:
+            raise _HeadRefused(self._line_too_long())
+        if self._headers > limits.max_headers:
+            too_many = f"a request has at most {limits.max_headers} headers"
+            raise _HeadRefused(HeadersTooLarge(too_many))
+        if self._head_bytes + len(self.url) > limits.max_head_bytes:
+            raise _HeadRefused(self._head_too_large())
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self._heads_completed += 1
+        self._in_head = False
+        self._in_body = True
+        self._body_since = self.loop.time()
+        self._body_bytes = 0
+        self._trusted = False
+        request = RequestEdge(self)
+        extensions: dict[str, Any] = dict(self.scope.get("extensions") or {})
+        extensions[EDGE_EXTENSION] = request
+        self.scope["extensions"] = extensions
+        super().on_headers_complete()
+        request._cycle = self.cycle
+        self._settle()
+
+    def on_body(self, body: bytes) -> None:
+        self._body_bytes += len(body)
+        super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._in_body = False
+        self._in_head = True
+        self._settle()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._trusted = False  # a vouch is for one request; its answer ends it
+        self._settle()
+
+    # -- deadlines and eviction -------------------------------------------------------------
+
+    def _settle(self) -> None:
+        """Put the connection where its state says: busy (no deadline, never evicted), or
+        waiting for a head or a body (a deadline; evictable unless vouched for)."""
+        edge = self.edge
+        if self not in edge.open:
+            return
+        cycle = self.cycle
+        busy = bool(self.pipeline) or (
+            cycle is not None and not cycle.response_complete and not cycle.more_body
+        )
+        waiting = None if busy else "body" if self._in_body else "head"
+        if waiting == "head" and self._waiting != "head":
+            self._since = self.loop.time()
+        elif waiting == "body" and self._waiting is None:
+            # A pipelined request's body, waited for only now that the one before is answered.
+            self._body_since = self.loop.time()
+            self._body_bytes = 0
+        self._waiting = waiting
+        if waiting == "head" or (waiting == "body" and not self._trusted):
+            if self not in edge.evictable:
+                edge.evictable[self] = None
+        else:
+            edge.evictable.pop(self, None)
+        if waiting is None:
+            self._cancel_timer()
+        else:
+            self._arm(self._deadline())
+
+    def _deadline(self) -> float:
+        limits = self.edge.limits
+        if self._waiting == "head":
+            return self._since + limits.header_timeout_s
+        grace = self._body_bytes / limits.min_body_rate
+        return self._body_since + limits.body_timeout_s + grace
+
+    def _arm(self, when: float) -> None:
+        # A timer due earlier may stay: when it fires, `_expire` arms it again for the deadline
+        # then (a body's deadline moves later with every byte; no timer is moved per byte).
+        timer = self._timer
+        if timer is not None:
+            if timer.when() <= when:
+                return
+            timer.cancel()
+        self._timer = self.loop.call_at(when, self._expire)
+
+    def _expire(self) -> None:
+        self._timer = None
+        if self._waiting is None or self not in self.edge.open:
+            return
+        deadline = self._deadline()
+        if self.loop.time() >= deadline:
+            self.drop()
+        else:
+            self._timer = self.loop.call_at(deadline, self._expire)
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def _forget(self) -> None:
         self.edge.open.discard(self)
-        self.edge.waiting.pop(self, None)
-        self._cancel_deadline()
+        self.edge.evictable.pop(self, None)
+        self._waiting = None
+        self._cancel_timer()
+
+    # -- head bounds and refusals -----------------------------------------------------------
+
+    def _bound_unfinished_line(self, data: bytes, all_head: bool) -> None:
+        """httptools keeps a header line until it ends: bound what it holds of one."""
+        if not all_head:
+            # The head began inside this read, after another request, at a place httptools
+            # does not say: nothing of this read is counted (one read more at most is held;
+            # `on_url` bounds the request line meanwhile).
+            self._line_bytes = 0
+            return
+        newline = data.rfind(b"\n")
+        if newline >= 0:
+            self._line_bytes = len(data) - newline - 1
+            self._past_request_line = True
+        else:
+            self._line_bytes += len(data)
+        limits = self.edge.limits
+        if self._line_bytes > limits.max_line_bytes:
+            self._refuse(self._line_too_long() if self._past_request_line else self._uri_too_long())
+        elif self._head_bytes + len(self.url) + self._line_bytes > limits.max_head_bytes:
+            self._refuse(self._head_too_large())
+
+    def _uri_too_long(self) -> UriTooLong:
+        return UriTooLong(f"the request line is over {self.edge.limits.max_line_bytes} bytes")
+
+    def _line_too_long(self) -> HeadersTooLarge:
+        return HeadersTooLarge(f"a header line is over {self.edge.limits.max_line_bytes} bytes")
+
+    def _head_too_large(self) -> HeadersTooLarge:
+        return HeadersTooLarge(f"the request head is over {self.edge.limits.max_head_bytes} bytes")
+
+    def _refuse(self, error: MoonrunError) -> None:
+        """Answer `error` in the JSON envelope (unless an answer is already under way), then
+        close the connection."""
+        log.info(
+            "request refused at the edge",
+            extra={"fields": {"status": error.status, "code": error.code}},
+        )
+        cycle = self.cycle
+        answering = cycle is not None and cycle.response_started and not cycle.response_complete
+        if not answering:
+            body = orjson.dumps({"error": {"code": error.code, "message": error.message}})
+            content = [STATUS_LINE[error.status]]
+            for name, value in self.server_state.default_headers:
+                content.extend([name, b": ", value, b"\r\n"])
+            content.extend(
+                [
+                    b"content-type: application/json\r\n",
+                    b"content-length: " + str(len(body)).encode() + b"\r\n",
+                    b"connection: close\r\n\r\n",
+                    body,
+                ]
+            )
+            self.transport.write(b"".join(content))
+        if cycle is not None and not cycle.response_complete:
+            # The app, if it reads the body, sees the client gone; what it answers is dropped.
+            cycle.disconnected = True
+            cycle.message_event.set()
+        self.drop()
 
 
 def guarded_protocol(limits: EdgeLimits) -> type[GuardedProtocol]:

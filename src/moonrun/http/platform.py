@@ -11,10 +11,12 @@ from typing import Any
 
 from fastapi import Request
 from fastapi.responses import JSONResponse
+from starlette.requests import ClientDisconnect, cookie_parser
 
 from moonrun.clock import Clock
-from moonrun.errors import MoonrunError, TooLarge
-from moonrun.http.channels import Channels
+from moonrun.errors import ClientGone, MoonrunError, TooLarge
+from moonrun.http.channels import Admission, Channels
+from moonrun.http.edge import edge_of
 from moonrun.http.metrics import Metrics
 from moonrun.security.keys import NonceCache
 from moonrun.security.signing import WINDOW_S
@@ -23,7 +25,7 @@ from moonrun.service.directory import Directory
 from moonrun.service.logstore import LogStore
 from moonrun.service.scheduling import SchedulingService
 from moonrun.service.waiting import Watch
-from moonrun.service.websessions import SignInThrottle, WebSessions
+from moonrun.service.websessions import SESSION_COOKIE, SignInThrottle, WebSessions
 
 log = logging.getLogger("moonrun.http")
 
@@ -193,6 +195,54 @@ async def _send_error(send: Send, error: MoonrunError) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+class AnonymousBodies:
+    """A console or operations request whose body has not arrived when it starts reading it
+    reads it on a place of the anonymous channel (429 `channel_busy` when full), unless its
+    cookie names a live console session (then the edge keeps its connection while the body
+    arrives). So stalled sign-in forms hold a bounded number of places, none a signed-in
+    user needs. (`Api` does the same for the APIs.)"""
+
+    def __init__(self, app: ASGIApp, platform_of: Callable[[], Platform]) -> None:
+        self.app = app
+        self.platform_of = platform_of
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        edge = edge_of(scope) if scope["type"] == "http" else None
+        if edge is None or edge.arrived:
+            await self.app(scope, receive, send)
+            return
+        platform = self.platform_of()
+        admission: Admission | None = None
+
+        async def guarded() -> Message:
+            nonlocal admission
+            if admission is None:
+                admission = platform.channels.anonymous.admit()
+                if await _signed_in(platform, scope):
+                    edge.trust()
+                else:
+                    admission.enter()
+            message = await receive()
+            if not message.get("more_body", False):
+                admission.leave()
+            return message
+
+        try:
+            await self.app(scope, guarded, send)
+        finally:
+            if admission is not None:
+                admission.leave()
+
+
+async def _signed_in(platform: Platform, scope: Scope) -> bool:
+    """Whether the request's cookie names a live console session."""
+    cookies = dict(scope["headers"]).get(b"cookie")
+    token = cookie_parser(cookies.decode("latin-1")).get(SESSION_COOKIE) if cookies else None
+    if not token:
+        return False
+    return await platform.channels.user.run(platform.web.user, token) is not None
+
+
 class RequestLog:
     """One JSON log line and one latency sample per request; no bodies, no headers."""
 
@@ -215,6 +265,9 @@ class RequestLog:
 
         try:
             await self.app(scope, receive, capture)
+        except (ClientDisconnect, ClientGone):
+            # The client left before its body arrived: nobody to answer, nothing wrong here.
+            status = ClientGone().status
         finally:
             elapsed = time.perf_counter() - started
             channel = channel_of(scope["path"])

@@ -1,8 +1,9 @@
 """The Run API (PROTOCOL.md sections 2-5): its routes, handlers and signature checks.
 
 Served by `http/api.py` like the user API. Every route but join is signed (RFC 9421
-subset): the signature is verified before anything looks at the body. Handlers answer exactly
-what the service answers, with instants as RFC 3339 strings.
+subset): the signature is verified from the head before the body is read (it covers the
+`Content-Digest` header), and the body is checked against that digest once it has arrived.
+Handlers answer exactly what the service answers, with instants as RFC 3339 strings.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 import orjson
 
 from moonrun.errors import InvalidRequest, MoonrunError, SignatureInvalid
-from moonrun.http.api import Auth, Call, Route, error_body
+from moonrun.http.api import Auth, Call, Route, Signatures, error_body
 from moonrun.http.channels import Channel
 from moonrun.http.platform import Platform
 from moonrun.http.schemas import (
@@ -387,20 +388,20 @@ ROUTES: tuple[Route, ...] = (
 # -- signatures ---------------------------------------------------------------------------------
 
 
-async def verify_signature(
+async def verify_head(
     platform: Platform,
     lane: Channel,
     kind: Auth,
     scope: Mapping[str, Any],
     headers: dict[str, str],
-    data: bytes,
-) -> str:
-    """Check a signed request (shape, time window, digest, key), then record its nonce; the
-    key's subject (session or endpoint id)."""
+) -> signing.Signed:
+    """Check a signed request's head (shape, key kind, time window, key): the signature covers
+    the `Content-Digest` header, so nobody without the key gets to send a body. The body is
+    tied to that header afterwards (`verify_body`)."""
     raw_path = scope.get("raw_path")
     path = raw_path.decode("latin-1") if raw_path else scope["path"]
     query = scope.get("query_string", b"").decode("latin-1")
-    signed = signing.parse(scope["method"], path, query, headers, data)
+    signed = signing.parse_head(scope["method"], path, query, headers)
     if signed.key_kind != kind:
         raise SignatureInvalid(f"this route needs a keyid of the form {kind}:<id>")
     now_s = platform.clock.now() / 1000
@@ -410,5 +411,17 @@ async def verify_signature(
     else:
         public_key = await lane.run(platform.service.identity_key, signed.key_subject)
         signing.verify_ed25519(signed, public_key)
+    return signed
+
+
+def verify_body(platform: Platform, signed: signing.Signed, data: bytes) -> str:
+    """Check the body against the signed digest, then record the nonce; the key's subject
+    (session or endpoint id)."""
+    signing.check_digest(signed, data)
+    now_s = platform.clock.now() / 1000
     platform.nonces.remember(signed.key_id, signed.nonce, signed.created, now_s)
     return signed.key_subject
+
+
+SIGNATURES = Signatures(verify_head, verify_body)
+"""How `Api` checks the Run API's signed requests."""

@@ -33,8 +33,10 @@ __all__ = [
     "b64url",
     "b64url_decode",
     "check_created",
+    "check_digest",
     "content_digest",
     "parse",
+    "parse_head",
     "sign",
     "verify_ed25519",
     "verify_hmac",
@@ -63,6 +65,8 @@ class Signed:
     nonce: str
     base: bytes
     signature: bytes
+    digest: bytes
+    """The SHA-256 the `Content-Digest` header names (`check_digest`)."""
 
     @property
     def key_kind(self) -> str:
@@ -127,6 +131,15 @@ def sign(
 
 def parse(method: str, path: str, query: str, headers: Mapping[str, str], body: bytes) -> Signed:
     """Check the signature headers' shape and the body digest; the MAC is checked later."""
+    signed = parse_head(method, path, query, headers)
+    check_digest(signed, body)
+    return signed
+
+
+def parse_head(method: str, path: str, query: str, headers: Mapping[str, str]) -> Signed:
+    """Check the signature headers' shape, without the body: the MAC covers the
+    `Content-Digest` header, so it can be verified before the body arrives (`check_digest`
+    then ties the body to that header)."""
     raw_input = headers.get("signature-input")
     raw_signature = headers.get("signature")
     raw_digest = headers.get("content-digest")
@@ -145,11 +158,15 @@ def parse(method: str, path: str, query: str, headers: Mapping[str, str], body: 
     expected = digests.get("sha-256")
     if expected is None or not isinstance(expected.value, bytes):
         raise SignatureInvalid("Content-Digest needs a sha-256 member")
-    if not hmac.compare_digest(expected.value, hashlib.sha256(body).digest()):
-        raise SignatureInvalid("Content-Digest does not match the body")
     params = serialize_inner_list(COMPONENTS, dict(member.params))
     base = signature_base(method, path, _query_component(query), raw_digest.strip(), params)
-    return Signed(key_id, alg, created, nonce, base, signature.value)
+    return Signed(key_id, alg, created, nonce, base, signature.value, expected.value)
+
+
+def check_digest(signed: Signed, body: bytes) -> None:
+    """The body is the one the signed `Content-Digest` header names."""
+    if not hmac.compare_digest(signed.digest, hashlib.sha256(body).digest()):
+        raise SignatureInvalid("Content-Digest does not match the body")
 
 
 def _parameters(member: Member) -> tuple[int, str, str, str]:
