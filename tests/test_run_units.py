@@ -1500,7 +1500,7 @@ async def test_a_restarted_log_shipper_never_reuses_a_seq() -> None:
 
 def test_a_process_group_left_behind_is_stopped_only_if_it_is_still_the_same() -> None:
     """A journaled group is killed after a Run restart; a recycled pid's group is left alone."""
-    from moonrun.run.handlers.command import process_record, stop_left_behind
+    from moonrun.run.leftovers import process_record, stop_left_behind
 
     process = subprocess.Popen(["sleep", "60"], start_new_session=True)
     try:
