@@ -539,9 +539,12 @@ class Agent:
             )
         # Every handler may count on a payload that fits the schema it declares (a plugin's
         # too); the platform checked it at submit only if this Run had advertised it then.
-        if refused := refuse_payload(self._checkers[entry.kind], entry.payload):
-            return refused
         attempt = Attempt(entry.job_id, entry.attempt, entry.lease)
+        if refused := refuse_payload(self._checkers[entry.kind], entry.payload):
+            # Said in the job's logs too: nothing of the job ran, and its log says why.
+            message = refused.error["message"] if refused.error else "bad payload"
+            self.logs.add(attempt, "stderr", f"moonrun: payload refused: {message}")
+            return refused
         context = JobContext(
             job_id=entry.job_id,
             attempt=entry.attempt,

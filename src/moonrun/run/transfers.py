@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from moonrun.errors import ArtifactTooLarge, MoonrunError
+from moonrun.errors import ArtifactTooLarge, InvalidRequest, MoonrunError
 from moonrun.run.client import SESSION_ERRORS, TRANSIENT, PlatformClient
 
 log = logging.getLogger("moonrun.run.transfers")
@@ -349,8 +349,8 @@ class ArtifactUploader:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(stop.wait(), timeout=delay)
                     delay = min(self._max_retry_s, delay * 2)
-                except ArtifactTooLarge as error:  # final: the same bytes would only be refused
-                    self._skip(upload, error.message)
+                except (ArtifactTooLarge, InvalidRequest) as error:  # final: too large, or
+                    self._skip(upload, error.message)  # a name the platform does not take
                     return
                 except MoonrunError:
                     self.dropped += 1
