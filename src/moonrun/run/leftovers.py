@@ -16,6 +16,7 @@ import os
 import shutil
 import signal
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -148,21 +149,38 @@ def stop_group(pgid: int, started: int | None, grace_s: float) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
-def stop_left_behind(record: dict[str, Any], grace_s: float) -> None:
+def stop_left_behind(record: dict[str, Any], grace_s: float) -> Counter[str]:
     """Stop everything an attempt's record names, and remove its cgroup and working
-    directory (blocking)."""
-    stop_group(int(record.get("pgid") or 0), record.get("started"), grace_s)
+    directory (blocking); how many processes, cgroups and working directories were found."""
+    found: Counter[str] = Counter()
+    pgid = int(record.get("pgid") or 0)
+    if pgid > 1 and group_alive(pgid) and start_ticks(pgid) == record.get("started"):
+        found["processes"] += 1
+    stop_group(pgid, record.get("started"), grace_s)
     if record.get("cgroup"):
-        cgroups.remove(Path(record["cgroup"]))
+        found += remove_cgroup(Path(record["cgroup"]))
     tests: list[Callable[[int], bool]] = []
     if record.get("session"):
         tests.append(in_session(int(record["session"]), int(record.get("session_started") or 0)))
     if record.get("workdir"):
         tests.append(working_in(Path(record["workdir"])))
     if tests:
-        kill_matching(*tests)
-    if record.get("workdir"):
+        found["processes"] += kill_matching(*tests)
+    if record.get("workdir") and Path(record["workdir"]).exists():
+        found["workdirs"] += 1
         remove_workdir(Path(record["workdir"]))
+    return found
+
+
+def remove_cgroup(path: Path) -> Counter[str]:
+    """Kill what is in an attempt's cgroup and remove it; what was found."""
+    found: Counter[str] = Counter()
+    if path.is_dir():
+        found["cgroups"] += 1
+        with contextlib.suppress(OSError):
+            found["processes"] += len((path / "cgroup.procs").read_text().split())
+        cgroups.remove(path)
+    return found
 
 
 def sweep(
@@ -173,12 +191,13 @@ def sweep(
     grace_s: float,
 ) -> dict[str, int]:
     """At Run's start, before it holds any attempt: stop and remove whatever attempts of a
-    previous Run process left (blocking); how much of each was found.
+    previous Run process left (blocking); how many processes, cgroups and working
+    directories were found.
 
     Every journaled record's supervisor group gets the grace at once (together, not one
-    after another); then every attempt cgroup of this Run is killed and removed, every
-    process with an owner's uid (`--run-as-range`: no attempt runs, none may) or working in
-    the work root is killed, and the work root is emptied.
+    after another); then what each record names is stopped and removed; then every attempt
+    cgroup of this Run, every process with an owner's uid (`--run-as-range`: no attempt runs,
+    none may) or working in the work root is killed, and the work root is emptied.
     """
     records = list(records)
     for record in records:
@@ -191,23 +210,22 @@ def sweep(
         pgid = int(record.get("pgid") or 0)
         while pgid > 1 and time.monotonic() < deadline and group_alive(pgid):
             time.sleep(0.05)
+    found: Counter[str] = Counter()
     for record in records:
-        stop_left_behind(record, grace_s=0.0)
-    found = {"cgroups": 0, "processes": 0, "workdirs": 0}
+        found += stop_left_behind(record, grace_s=0.0)
     for path in attempt_cgroups.left_behind() if attempt_cgroups is not None else []:
-        found["cgroups"] += 1
-        cgroups.remove(path)
+        found += remove_cgroup(path)
     tests: list[Callable[[int], bool]] = []
     if owner_uids:
         tests.append(owned_by(owner_uids))
     if work_root is not None:
         tests.append(working_in(work_root))
     if tests:
-        found["processes"] = kill_matching(*tests)
+        found["processes"] += kill_matching(*tests)
     for path in work_root.iterdir() if work_root is not None and work_root.is_dir() else []:
         found["workdirs"] += 1
         remove_workdir(path)
-    return found
+    return dict(found)
 
 
 def remove_workdir(path: Path) -> None:

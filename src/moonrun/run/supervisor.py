@@ -22,7 +22,8 @@ more descriptor its status pipe. It reads its orders as one JSON line on stdin, 
    command's pid and start time, as seen from the host unless in a PID namespace),
    `{"exec_failed": why}`, `{"setup_failed": why}`, and last `{"ended": returncode,
    "stopped": n, "requested": bool}`: the main process's status (negative: killed by that
-   signal; null if it was never reaped) and how many other processes had to be stopped.
+   signal; null if it was never reaped) and how many other processes had to be stopped;
+7. leaves the attempt's cgroup for its parent and removes it.
 
 `python supervisor.py --probe-namespaces` says (exit status 0) whether this host lets Run
 give attempts their own namespaces.
@@ -340,14 +341,29 @@ def main() -> int:
             child = os.fork()
             if child:
                 os.close(status_fd)
-                return wait_for_namespace(child)
+                status = wait_for_namespace(child)
+                leave_cgroup(orders.get("cgroup"))
+                return status
             private_mounts(orders["cwd"])
     except OSError as error:
         return setup_failed(error)
     supervisor = Supervisor(orders, status_fd, rest)
     if supervisor.start(namespaced):
         supervisor.run()
+    if not namespaced:  # else the outer process leaves it, once this one (PID 1) is gone
+        leave_cgroup(orders.get("cgroup"))
     return 0
+
+
+def leave_cgroup(cgroup: str | None) -> None:
+    """Once everything below it is gone: move to the parent cgroup and remove the attempt's,
+    so that none is left even when Run is gone (Run removes it otherwise)."""
+    if not cgroup:
+        return
+    with contextlib.suppress(OSError):
+        with open(os.path.join(os.path.dirname(cgroup), "cgroup.procs"), "w") as procs:
+            procs.write(str(os.getpid()))
+        os.rmdir(cgroup)
 
 
 def probe_namespaces() -> int:
