@@ -14,6 +14,7 @@ import hypothesis
 import pymysql
 import pytest
 
+from tests import needs
 from tests.harness import World
 from tests.stores import (
     DEFAULT_MYSQL_URL,
@@ -43,10 +44,7 @@ def mysql_url() -> Iterator[str]:
         url = next(databases)
     except pymysql.err.MySQLError as error:
         where = os.environ.get("MOONRUN_TEST_MYSQL_URL", DEFAULT_MYSQL_URL)
-        message = f"MariaDB/MySQL unreachable at {where}: {error}"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+        needs.missing(f"MariaDB/MySQL unreachable at {where}: {error}")
     yield url
     databases.close()
 
@@ -59,10 +57,9 @@ def build_factory(
     if name == "file":
         return file_factory(lambda: tmp_path_factory.mktemp("store"))
     if name == "mysql+mysqldb" and importlib.util.find_spec("MySQLdb") is None:
-        message = "mysqlclient is not installed (it needs libmariadb-dev and pkg-config to build)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+        needs.missing(
+            "mysqlclient is not installed (it needs libmariadb-dev and pkg-config to build)"
+        )
     return mysql_factory(request.getfixturevalue("mysql_url"), name)
 
 

@@ -21,6 +21,7 @@ import pytest
 import typer
 
 from moonrun import errors
+from moonrun.backoff import Backoff
 from moonrun.cli import app
 from moonrun.run.confinement import CommandUser, Confinement
 from moonrun.run.handlers import HandlerResult, JobContext
@@ -29,6 +30,7 @@ from moonrun.run.transfers import CHUNK_BYTES, ArtifactUploader, Attempt
 from moonrun.service.artifacts import FileArtifactStore
 from moonrun.service.config import ArtifactLimits
 from moonrun.settings import PlatformConfig, build_platform
+from tests import needs
 from tests.http_harness import Cast, http_world
 from tests.stores import memory_factory
 
@@ -137,7 +139,7 @@ async def test_an_open_artifact_is_read_in_reads_of_one_chunk_and_closed(tmp_pat
     path = sparse(tmp_path / "out.bin", 2 * CHUNK_BYTES + 10)
     handle = CountingFile(path)
     client = SizeClient(errors={1: errors.PlatformUnreachable()})
-    uploader = ArtifactUploader(client, max_retry_s=0.01)  # type: ignore[arg-type]
+    uploader = ArtifactUploader(client, backoff=Backoff(initial_s=0.01, max_s=0.01))  # type: ignore[arg-type]
 
     uploader.add(ATTEMPT, cast(BinaryIO, handle), "out.bin")
     await run_uploader(uploader, lambda: uploader.uploaded > 0)
@@ -368,12 +370,12 @@ def open_work_root() -> Iterator[Path]:
 
 
 @pytest.mark.anyio
-@pytest.mark.skipif(os.geteuid() != 0, reason="--run-as another user needs Run to run as root")
 async def test_run_as_nobody_uploads_its_relative_artifact_and_not_roots_files(
     open_work_root: Path,
 ) -> None:
     """--run-as nobody: a file nobody wrote in its working directory is uploaded; a symlink to
     a root-owned file is refused."""
+    needs.root("--run-as another user needs Run to run as root")
     secret = open_work_root / "secret"
     secret.write_text("root's")
     handler = CommandHandler(Confinement(CommandUser.named("nobody"), work_root=open_work_root))

@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+from moonrun.backoff import Backoff
 from moonrun.client import Client, Job, LogLine, PlatformError
 from moonrun.errors import (
     AlreadyExists,
@@ -317,13 +318,17 @@ def test_an_unknown_job_raises_not_found(client: Client) -> None:
     assert raised == ["not_found"] * 4
 
 
+CEILINGS = Backoff(initial_s=0.2, max_s=5.0, draw=lambda: 1.0)
+"""The client's backoff without its jitter: every pause is its retry's ceiling."""
+
+
 def test_an_unreachable_platform_raises_unreachable_after_retries() -> None:
     """Nobody listens: each try fails to connect; after `retries` retries with doubling
     backoff the call raises Unreachable."""
     pauses: list[float] = []
     url = f"http://127.0.0.1:{free_port()}"
     with (
-        Client(url, ADMIN_TOKEN, retries=3, sleep=pauses.append) as client,
+        Client(url, ADMIN_TOKEN, retries=3, backoff=CEILINGS, sleep=pauses.append) as client,
         pytest.raises(Unreachable) as raised,
     ):
         client.whoami()
@@ -361,7 +366,9 @@ def test_busy_and_unavailable_answers_are_retried_after_retry_after() -> None:
         httpx.Response(200, json=USER),
     )
     pauses: list[float] = []
-    with Client("http://platform", "t", transport=transport, sleep=pauses.append) as client:
+    with Client(
+        "http://platform", "t", backoff=CEILINGS, transport=transport, sleep=pauses.append
+    ) as client:
         user = client.whoami()
     assert (user.name, len(sent), pauses) == ("ada", 3, [1.0, 0.4])
 
@@ -371,7 +378,14 @@ def test_a_busy_platform_raises_its_error_once_the_retries_are_spent() -> None:
     transport, _ = answering(*(error(429, "channel_busy") for _ in range(3)))
     pauses: list[float] = []
     with (
-        Client("http://platform", "t", retries=2, transport=transport, sleep=pauses.append) as c,
+        Client(
+            "http://platform",
+            "t",
+            retries=2,
+            backoff=CEILINGS,
+            transport=transport,
+            sleep=pauses.append,
+        ) as c,
         pytest.raises(ChannelBusy),
     ):
         c.whoami()

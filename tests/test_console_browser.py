@@ -9,7 +9,6 @@ that caused it.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +17,7 @@ from urllib.parse import quote
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Dialog, Page, expect, sync_playwright
 
+from tests import needs
 from tests.console_kit import (
     CHROMIUM,
     PASSWORDS,
@@ -41,10 +41,7 @@ TIMEOUT_MS = 10_000
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     if not CHROMIUM.exists():
-        reason = f"{CHROMIUM} is missing: the console's browser tests drive Debian's Chromium"
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason)
-        pytest.skip(reason)
+        needs.missing(f"{CHROMIUM} is missing: the console's browser tests drive Debian's Chromium")
     with sync_playwright() as playwright:
         launched = launch_chromium(playwright)
         try:

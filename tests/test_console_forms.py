@@ -21,7 +21,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fastapi.testclient import TestClient
 
-from moonrun import usercli
+from moonrun.client import verbs
 from moonrun.scheduling.fingerprint import token_hash
 from moonrun.web import views
 from tests.console_kit import PASSWORDS, Console, cheap_passwords, console, csrf_of, sign_in
@@ -142,7 +142,7 @@ def test_creating_an_endpoint_shows_its_join_token_once_with_the_join_command(
 
 def test_the_join_line_names_the_data_directory_the_cli_names() -> None:
     """The console prints the same `--data-dir` as `moonrun endpoint create`."""
-    assert usercli.RUN_DATA_DIR == views.RUN_DATA_DIR
+    assert verbs.RUN_DATA_DIR == views.RUN_DATA_DIR
 
 
 def test_a_one_time_token_is_on_no_later_page(con: Console) -> None:

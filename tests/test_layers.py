@@ -35,7 +35,7 @@ IMPURE_CALLS = {"now", "utcnow", "today", "time", "time_ns", "monotonic", "urand
 
 # The platform's three rooms (docs/architecture.md, "Rooms").
 PLATFORM = ("moonrun.service", "moonrun.http", "moonrun.web")
-ABOVE_THE_PLATFORM = ("moonrun.cli", "moonrun.settings", "moonrun.client", "moonrun.usercli")
+ABOVE_THE_PLATFORM = ("moonrun.cli", "moonrun.settings", "moonrun.client")
 HTTP_AND_TEMPLATES = ("fastapi", "starlette", "jinja2", "markupsafe", "uvicorn", "pydantic")
 # The HTTP room's modules that answer routes; only app.py and error_handlers.py, which
 # assemble the service, mount the console and render its error pages, may import moonrun.web.
@@ -64,6 +64,8 @@ LAYER_RULES: dict[str, set[str]] = {
     # HTTP and console reach the store only through the use cases.
     "http": {"moonrun.store", "moonrun.run", *ABOVE_THE_PLATFORM, "jinja2"},
     "web": {"moonrun.store", "moonrun.run", *ABOVE_THE_PLATFORM, *ROUTE_MODULES},
+    # The user client is a client of the API like any other: the library, the user verbs built
+    # on it and their profiles reach the platform only over HTTP.
     "client": {
         *PLATFORM,
         "moonrun.store",
@@ -73,30 +75,22 @@ LAYER_RULES: dict[str, set[str]] = {
         "moonrun.scheduling",
         "moonrun.security",
     },
-    # The user CLI is a client of the API like any other: it reaches the platform through
-    # moonrun.client only.
-    "usercli": {
-        *PLATFORM,
-        "moonrun.store",
-        "moonrun.run",
-        "moonrun.cli",
-        "moonrun.settings",
-        "moonrun.scheduling",
-        "moonrun.security",
-    },
-    "userconfig": {
-        *PLATFORM,
-        "moonrun.store",
-        "moonrun.run",
-        "moonrun.cli",
-        "moonrun.settings",
-        "moonrun.client",
-    },
 }
 # Per module, beyond its room's rule: the route modules never import the console.
 MODULE_RULES: dict[str, set[str]] = {
-    f"{name.removeprefix('moonrun.').replace('.', '/')}.py": {"moonrun.web"}
-    for name in ROUTE_MODULES
+    **{
+        f"{name.removeprefix('moonrun.').replace('.', '/')}.py": {"moonrun.web"}
+        for name in ROUTE_MODULES
+    },
+    # The library is for any script: no typer, no rich, no profiles of the CLI.
+    "client/library.py": {
+        "typer",
+        "rich",
+        "click",
+        "moonrun.client.verbs",
+        "moonrun.client.profiles",
+    },
+    "client/profiles.py": {"httpx", "moonrun.client.library", "moonrun.client.verbs"},
 }
 
 
@@ -220,7 +214,7 @@ try:
     cli.main()
 except SystemExit:
     pass
-client = ("httpx", "moonrun.usercli", "moonrun.client")
+client = ("httpx", "moonrun.client.verbs", "moonrun.client")
 print("loaded:" + ",".join(sorted(name for name in client if name in sys.modules)))
 """
 
@@ -250,5 +244,5 @@ def test_the_service_verbs_start_without_the_user_client(argv: tuple[str, ...]) 
 
 def test_the_user_verbs_are_there_for_every_other_command_line() -> None:
     """`moonrun job ...` (and `moonrun --help`) load the user verbs."""
-    expected = "httpx,moonrun.client,moonrun.usercli"
+    expected = "httpx,moonrun.client,moonrun.client.verbs"
     assert expected == loaded_by("job", "list", "--help")

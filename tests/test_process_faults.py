@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import resource
 import shlex
 import signal
@@ -26,12 +25,14 @@ import threading
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from tests import needs
 from tests.e2e_faults_helpers import (
     ADMIN_TOKEN,
     BlockingProxy,
@@ -246,9 +247,7 @@ def private_mariadb(tmp_path: Path) -> PrivateMariaDB:
     """A MariaDB server of this test's own; skipped where none can run (failed under CI)."""
     reason = PrivateMariaDB.missing()
     if reason is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason)
-        pytest.skip(reason)
+        needs.missing(reason)
     database = PrivateMariaDB(tmp_path)
     database.install()
     return database
@@ -434,8 +433,10 @@ def fenced_attempts(run: RunAgent) -> list[tuple[str, int]]:
 def test_a_platform_paused_past_every_lease_makes_runs_self_fence_and_all_ends(
     tmp_path: Path,
 ) -> None:
-    """The platform SIGSTOPped for 8 s while two Runs each hold two attempts: each Run stops
-    its attempts itself, no attempt runs twice or beside another, and every job ends once."""
+    """The platform SIGSTOPped for 8 s while two Runs each hold two attempts: each Run's
+    heartbeat gives up at the control channel's timeout (5 s) and Run takes its lost-contact
+    path; each Run stops its attempts itself, no attempt runs twice or beside another, and
+    every job ends once."""
     marks = tmp_path / "marks"
     platform = Platform(tmp_path)
     runs = [RunAgent(tmp_path, capacity=2, name=f"run-{n}") for n in (1, 2)]
@@ -450,6 +451,7 @@ def test_a_platform_paused_past_every_lease_makes_runs_self_fence_and_all_ends(
             time.sleep(PAUSE_S)
         finally:
             platform.process.signal(signal.SIGCONT)
+            resumed = datetime.now(UTC)
         views = ended_exactly_once(platform, server_ids, runs, marks, timeout_s=60)
 
         fenced = [sorted(fenced_attempts(run)) for run in runs]
@@ -458,6 +460,18 @@ def test_a_platform_paused_past_every_lease_makes_runs_self_fence_and_all_ends(
         assert all(per_run for per_run in fenced), fenced
         assert {view["id"]: view["attempt"] for view in views} == dict.fromkeys(job_ids, 2)
         assert server_errors(platform) == []
+        # While the platform was still paused: a heartbeat without a timeout would only fail
+        # once the platform, resumed, closes the connection.
+        lost_contact = [
+            any(
+                e["msg"] == "heartbeat failed"
+                and e.get("code") == "unreachable"
+                and datetime.fromisoformat(e["ts"]) < resumed
+                for e in run.events()
+            )
+            for run in runs
+        ]
+        assert lost_contact == [True, True]
 
 
 def test_a_run_partitioned_past_its_lease_self_fences_and_all_ends_once_healed(

@@ -23,6 +23,7 @@ import uvicorn
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from moonrun.backoff import Backoff
 from moonrun.clock import SystemClock
 from moonrun.errors import InvalidPayload, MoonrunError, SessionRotated
 from moonrun.http.app import create_app
@@ -212,7 +213,7 @@ async def running_agent(
         data_dir,
         capacity,
         claim_interval_s=3600,  # a Run that polled would not see a new job during a test
-        min_backoff_s=0.01,
+        backoff=Backoff(initial_s=0.01, max_s=10.0),
     )
     client = RecordingClient(world)
     prepare(client)

@@ -26,6 +26,7 @@ from moonrun.run.handlers.command import CONTINUED
 from moonrun.run.journal import Assignment, Journal
 from moonrun.scheduling.time import parse_instant
 from moonrun.store import open_store
+from tests import needs
 from tests.e2e import (
     ADMIN_TOKEN,
     Cluster,
@@ -786,11 +787,11 @@ def open_workdir() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="--run-as another user needs Run to run as root")
 def test_a_command_run_as_nobody_cannot_read_runs_data_directory(open_workdir: Path) -> None:
     """`--run-as nobody`: the command runs with nobody's uid, in a directory of its own that
     is gone afterwards, and cannot list Run's data directory (0700 whatever the umask) nor
     read its identity key or journal (0600); Run does not warn about root."""
+    needs.root("--run-as another user needs Run to run as root")
     nobody = pwd.getpwnam("nobody").pw_uid
     with cluster(open_workdir) as cl:
         run = cl.add_run(start=False)

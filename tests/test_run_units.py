@@ -88,9 +88,9 @@ def wall_ms() -> int:
 # -- identity -------------------------------------------------------------------------------
 
 
-def test_new_key_creates_a_private_identity_key(tmp_path: Path) -> None:
+def test_join_key_creates_a_private_identity_key(tmp_path: Path) -> None:
     """identity.key is created with mode 0600 and holds the returned key."""
-    key = identity.new_key(tmp_path)
+    key = identity.join_key(tmp_path)
 
     path = tmp_path / identity.KEY_FILE
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
@@ -98,35 +98,36 @@ def test_new_key_creates_a_private_identity_key(tmp_path: Path) -> None:
     assert key.public_key().public_bytes_raw() != b""
 
 
-def test_new_key_refuses_to_replace_an_existing_identity(tmp_path: Path) -> None:
-    """Run joins once: a second new_key raises DataDirError and keeps the first key."""
-    identity.new_key(tmp_path)
+def test_a_key_an_unconfirmed_join_left_is_the_key_of_the_next_join(tmp_path: Path) -> None:
+    """A join that got no answer keeps its key; the next join presents the same key (the
+    platform takes the same token and key again as the same join), never a new one."""
+    first = identity.join_key(tmp_path)
     before = (tmp_path / identity.KEY_FILE).read_bytes()
 
-    with pytest.raises(identity.DataDirError, match="already holds an identity"):
-        identity.new_key(tmp_path)
+    again = identity.join_key(tmp_path)
 
+    assert again.public_key().public_bytes_raw() == first.public_key().public_bytes_raw()
     assert (tmp_path / identity.KEY_FILE).read_bytes() == before
 
 
-def test_new_key_refuses_a_data_dir_that_already_joined(tmp_path: Path) -> None:
+def test_join_key_refuses_a_data_dir_that_already_joined(tmp_path: Path) -> None:
     """endpoint.json alone (the key lost) is still a joined data dir: no new key over it."""
     identity.save_endpoint(tmp_path, "end_1", "http://127.0.0.1:8470")
 
     with pytest.raises(identity.DataDirError, match="already holds an identity"):
-        identity.new_key(tmp_path)
+        identity.join_key(tmp_path)
 
     assert not (tmp_path / identity.KEY_FILE).exists()
 
 
-def test_forget_key_undoes_a_failed_join(tmp_path: Path) -> None:
-    """After forget_key a new join may create a key again."""
-    identity.new_key(tmp_path)
+def test_forget_key_undoes_a_refused_join(tmp_path: Path) -> None:
+    """After forget_key the next join creates a new key."""
+    first = identity.join_key(tmp_path)
     identity.forget_key(tmp_path)
 
-    identity.new_key(tmp_path)
+    second = identity.join_key(tmp_path)
 
-    assert (tmp_path / identity.KEY_FILE).exists()
+    assert second.public_key().public_bytes_raw() != first.public_key().public_bytes_raw()
 
 
 def test_loading_a_data_dir_that_never_joined_says_to_join(tmp_path: Path) -> None:
@@ -139,27 +140,27 @@ def test_loading_a_data_dir_that_never_joined_says_to_join(tmp_path: Path) -> No
 
 def test_loading_a_data_dir_with_a_key_but_no_endpoint_says_to_join(tmp_path: Path) -> None:
     """A key without endpoint.json (a join that never finished) is not joined either."""
-    identity.new_key(tmp_path)
+    identity.join_key(tmp_path)
 
     with pytest.raises(identity.DataDirError, match="has not joined a platform"):
         identity.load(tmp_path)
 
 
 def test_loading_a_missing_data_dir_says_it_does_not_exist(tmp_path: Path) -> None:
-    """A data dir that is not there: DataDirError naming it, and new_key refuses too."""
+    """A data dir that is not there: DataDirError naming it, and join_key refuses too."""
     missing = tmp_path / "nowhere"
 
     with pytest.raises(identity.DataDirError, match="does not exist") as raised:
         identity.load(missing)
     with pytest.raises(identity.DataDirError, match="does not exist"):
-        identity.new_key(missing)
+        identity.join_key(missing)
 
     assert str(missing) in raised.value.message
 
 
 def test_save_endpoint_and_load_round_trip(tmp_path: Path) -> None:
     """load() gives back the endpoint id saved and the key new_key made."""
-    key = identity.new_key(tmp_path)
+    key = identity.join_key(tmp_path)
     identity.save_endpoint(tmp_path, "end_42", "http://platform.example:8470")
 
     held = identity.load(tmp_path)
@@ -176,7 +177,7 @@ def test_save_endpoint_and_load_round_trip(tmp_path: Path) -> None:
 
 def test_a_damaged_identity_is_a_clear_error(tmp_path: Path) -> None:
     """A key file that is not a PEM key: DataDirError, not a traceback from cryptography."""
-    identity.new_key(tmp_path)
+    identity.join_key(tmp_path)
     identity.save_endpoint(tmp_path, "end_1", "http://127.0.0.1:8470")
     (tmp_path / identity.KEY_FILE).write_bytes(b"not a key")
 
@@ -191,7 +192,7 @@ def test_run_data_dir_and_its_files_are_private_whatever_the_umask(tmp_path: Pat
     old_umask = os.umask(0o022)
     try:
         data_dir.mkdir()
-        identity.new_key(data_dir)
+        identity.join_key(data_dir)
         identity.save_endpoint(data_dir, "end_1", "http://127.0.0.1:8470")
         lock = identity.hold_lock(data_dir)
         Journal(data_dir).rewrite()
@@ -1016,7 +1017,8 @@ class FakeChannels:
 
 
 def shipper(client: Any, **options: Any) -> LogShipper:
-    return LogShipper(client, **options)
+    """A shipper whose clock stands still: its seqs count 1, 2, 3... over all attempts."""
+    return LogShipper(client, **{"clock_us": lambda: 0, **options})
 
 
 def add_lines(logs: LogShipper, attempt: Attempt, *texts: str) -> None:
@@ -1157,7 +1159,8 @@ async def test_log_batches_stay_below_the_platforms_log_body_limit() -> None:
 
 @pytest.mark.anyio
 async def test_log_batch_seqs_increase_per_attempt() -> None:
-    """Each attempt numbers its batches 1, 2, 3...; another attempt has its own count."""
+    """Each attempt's batches have increasing seqs, from one count over every attempt (so
+    the shipper keeps nothing per attempt once its lines are sent)."""
     client = FakeChannels()
     logs = shipper(client)
 
@@ -1174,8 +1177,9 @@ async def test_log_batch_seqs_increase_per_attempt() -> None:
         ("job_1", 1, ["a"]),
         ("job_1", 2, ["b"]),
         ("job_2", 1, ["x"]),
-        ("job_1", 3, ["c"]),
+        ("job_1", 4, ["c"]),
     ]
+    assert (logs._buffers, logs._pending) == ({}, {})
 
 
 @pytest.mark.anyio
@@ -1515,8 +1519,8 @@ async def test_a_restarted_log_shipper_never_reuses_a_seq() -> None:
             sent.append(seq)
             return {"accepted_through_seq": seq}
 
-    for started in (T0_MS, T0_MS + 2_000):  # two Run processes, 2 s apart, for one attempt
-        shipper = LogShipper(Recorder(), clock_ms=lambda started=started: started)  # type: ignore[arg-type]
+    for started in (T0_MS * 1000, T0_MS * 1000 + 2_000_000):  # two Runs, 2 s apart, one attempt
+        shipper = LogShipper(Recorder(), clock_us=lambda started=started: started)  # type: ignore[arg-type]
         for n in range(3):
             shipper.add(ATTEMPT, "stdout", f"line {n}")
             await shipper.flush()
@@ -1543,7 +1547,7 @@ def test_a_process_group_left_behind_is_stopped_only_if_it_is_still_the_same() -
 
 def test_a_second_run_on_the_same_data_dir_is_refused(tmp_path: Path) -> None:
     """Two Runs on one journal would corrupt it: the second stops with one clear line."""
-    identity.new_key(tmp_path)
+    identity.join_key(tmp_path)
     identity.save_endpoint(tmp_path, "ep_1", "http://127.0.0.1:9")
     command = [
         sys.executable,

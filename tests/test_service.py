@@ -50,6 +50,34 @@ def test_join_token_is_single_use(world: World) -> None:
     assert public_key(3) == stored.identity_public_key
 
 
+def test_a_join_presented_again_with_the_same_key_gets_the_same_endpoint(world: World) -> None:
+    """The join's answer was lost: the same token and key again, within the replay window,
+    is the same join (even past the token's own lifetime); nothing about the endpoint moves."""
+    enrolled = world.service.create_endpoint(world.admin, "host-c")
+    world.clock.advance(round(world.settings.join_token_ttl_s * SECOND) - SECOND)
+    joined = world.service.join_endpoint(enrolled.join_token, public_key(3))
+    world.clock.advance(round(world.settings.join_replay_s * SECOND) - 1)
+
+    again = world.service.join_endpoint(enrolled.join_token, public_key(3) + "=")
+
+    assert again == joined == world.store.get_endpoint(enrolled.endpoint.id)
+
+
+def test_a_join_replayed_with_another_key_or_too_late_is_refused(world: World) -> None:
+    """Another key never takes over a joined endpoint; the same key is refused once the
+    replay window has passed."""
+    enrolled = world.service.create_endpoint(world.admin, "host-c")
+    world.service.join_endpoint(enrolled.join_token, public_key(3))
+    with pytest.raises(JoinTokenInvalid):
+        world.service.join_endpoint(enrolled.join_token, public_key(4))
+    world.clock.advance(round(world.settings.join_replay_s * SECOND))
+    with pytest.raises(JoinTokenInvalid):
+        world.service.join_endpoint(enrolled.join_token, public_key(3))
+    stored = world.store.get_endpoint(enrolled.endpoint.id)
+    assert stored is not None
+    assert public_key(3) == stored.identity_public_key
+
+
 def test_join_token_expires(world: World) -> None:
     """A join token older than its lifetime is refused."""
     enrolled = world.service.create_endpoint(world.admin, "host-c")

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 import typer
 
 from moonrun import __version__
-from moonrun.errors import InvalidRequest, MoonrunError
+from moonrun.errors import InvalidRequest, JoinUnconfirmed, MoonrunError
 from moonrun.store import DEFAULT_STORE_URL
 
 P = ParamSpec("P")
@@ -33,7 +33,7 @@ app.add_typer(run_app, name="run")
 admin_app = typer.Typer(no_args_is_help=True, help="Platform administration on the store itself.")
 app.add_typer(admin_app, name="admin")
 SERVICE_GROUPS = frozenset({"store", "platform", "run", "admin"})
-"""The verbs that run moonrun's own processes. `main` loads the user verbs (moonrun.usercli,
+"""The verbs that run moonrun's own processes. `main` loads the user verbs (moonrun.client.verbs,
 and httpx under it) only for other command lines, so `moonrun run start` and `moonrun
 platform serve` start without them (docs/benchmarks.md, "After the layout")."""
 
@@ -386,17 +386,20 @@ def run_join(
     ],
     data_dir: DataDirOption,
 ) -> None:
-    """Join a platform once: create the identity key (0600) and burn the join token."""
+    """Join a platform once: create the identity key (0600) and burn the join token (tried
+    again with backoff when no answer comes; the same token and key again are the same join)."""
     import asyncio
 
     from moonrun.run import client, identity
     from moonrun.security.tokens import b64url
 
     url = _check_url(platform)
-    key = identity.new_key(data_dir)
+    key = identity.join_key(data_dir)
     public = key.public_key().public_bytes_raw()
     try:
         endpoint_id = asyncio.run(client.join(url, token, b64url(public)))
+    except JoinUnconfirmed:
+        raise  # the key stays: the same command again re-presents it (the same join)
     except BaseException:
         identity.forget_key(data_dir)
         raise
@@ -635,11 +638,11 @@ def _event_loop_run(main: Any, *, uvloop_allowed: bool = True) -> None:
 
 def with_user_verbs() -> Any:
     """Add the user verbs to `app`; returns what they read from the environment."""
-    from moonrun import usercli
+    from moonrun.client import verbs
 
-    usercli.register(app)
+    verbs.register(app)
     # The user verbs read MOONRUN_PLATFORM, MOONRUN_TOKEN and the config location from here.
-    return usercli.Environment.of(os.environ)
+    return verbs.Environment.of(os.environ)
 
 
 def main() -> None:

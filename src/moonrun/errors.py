@@ -217,6 +217,11 @@ Unreachable = PlatformUnreachable
 """The name Run and the user client use for a platform that did not answer."""
 
 
+class JoinUnconfirmed(PlatformUnreachable):
+    """The join may have reached the platform, but no answer came back: run the same
+    `moonrun run join` again (same token, same data directory) to finish it."""
+
+
 class WaitTimedOut(MoonrunError):
     """The job had not ended when the wait's timeout passed."""
 

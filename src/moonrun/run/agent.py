@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from moonrun.backoff import Backoff
 from moonrun.errors import MoonrunError, SequenceRegression
 from moonrun.run.batcher import Batcher
 from moonrun.run.client import (
@@ -71,6 +72,9 @@ def message_batcher(send: Callable[[list[Message]], Awaitable[list[Any]]]) -> Ba
     )
 
 
+RETRY_BACKOFF = Backoff(initial_s=0.5, max_s=10.0)
+
+
 @dataclass(frozen=True)
 class RunConfig:
     platform_url: str
@@ -87,8 +91,8 @@ class RunConfig:
     end_session_timeout_s: float = 5.0
     max_artifact_bytes: int = MAX_ARTIFACT_BYTES
     """A bigger artifact is not uploaded (a line in its job's logs says so)."""
-    min_backoff_s: float = 0.5
-    max_backoff_s: float = 10.0
+    backoff: Backoff = RETRY_BACKOFF
+    """Pauses before Run tries a refused or unanswered registration, claim, ack or result again."""
     owner_uids: bool = False
     """Whether commands run under a uid per owner (`--run-as-range`), which needs each
     grant's `owner_id`."""
@@ -253,7 +257,7 @@ class Agent:
             ):
                 return  # another task already renewed since that answer was given
             self._session_ok.clear()
-            delay = 0.5
+            delays = self.config.backoff.delays()
             while not self._stop.is_set():
                 try:
                     await self.client.register(self.boot_id, self.config.capacity, self.kinds)
@@ -280,8 +284,7 @@ class Agent:
                         "register and reconcile failed; retrying",
                         extra={"fields": {"code": error.code, "error": error.message[:200]}},
                     )
-                    await self._pause(delay)
-                    delay = min(self.config.max_backoff_s, delay * 2)
+                    await self._pause(next(delays))
 
     def _journal_entries(self) -> list[dict[str, Any]]:
         return [
@@ -363,7 +366,7 @@ class Agent:
         """Claim while there is room, always as a long poll (the platform answers at once when
         it has work, and an idle Run's claim is answered the moment a job comes). One claim at
         a time."""
-        delay = self.config.min_backoff_s
+        delays = self.config.backoff.delays()
         while not self._stop.is_set() and not self._draining.is_set():
             if not self._session_ok.is_set():
                 await self._until(self._session_ok)
@@ -381,10 +384,9 @@ class Agent:
                 continue
             except MoonrunError as error:
                 log.warning("claim failed", extra={"fields": {"code": error.code}})
-                await self._pause(delay)
-                delay = min(self.config.max_backoff_s, delay * 2)
+                await self._pause(next(delays))
                 continue
-            delay = self.config.min_backoff_s
+            delays = self.config.backoff.delays()
             if granted:
                 await self._accept(granted)
             elif time.monotonic() - asked < self.config.claim_interval_s:
@@ -483,7 +485,7 @@ class Agent:
         Session errors renew the session first; transient ones back off. None: refused for
         good, dropped by a reconciliation meanwhile, or Run is stopping.
         """
-        delay = self.config.min_backoff_s
+        delays = self.config.backoff.delays()
         first: float | None = None
         while not self._stop.is_set():
             generation, sent = self._generation(), time.monotonic()
@@ -496,8 +498,7 @@ class Agent:
                 if self.journal.entries.get(entry.job_id) is not entry:
                     return None
             except TRANSIENT:
-                await self._pause(delay)
-                delay = min(self.config.max_backoff_s, delay * 2)
+                await self._pause(next(delays))
             except MoonrunError as error:
                 fields = {"job_id": entry.job_id, "code": error.code}
                 log.info(f"{what} refused", extra={"fields": fields})

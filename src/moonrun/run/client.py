@@ -12,6 +12,7 @@ exactly as its single-message route would answer it. A claim may wait at the pla
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 import time
@@ -23,10 +24,12 @@ import aiohttp
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from moonrun import __version__
+from moonrun.backoff import Backoff
 from moonrun.errors import (
     ERROR_TABLE,
     ChannelBusy,
     Contention,
+    JoinUnconfirmed,
     MoonrunError,
     PlatformUnreachable,
     ReconcileRequired,
@@ -132,16 +135,18 @@ class PlatformClient:
         identity: Ed25519PrivateKey,
         *,
         wall_clock: Callable[[], float] = time.time,
+        channels: Mapping[str, ChannelSettings] = CHANNELS,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.endpoint_id = endpoint_id
         self._identity = identity
         self._wall_clock = wall_clock
+        self._channels = channels
         self._sessions: dict[str, aiohttp.ClientSession] = {}
         self.session: SessionInfo | None = None
 
     async def __aenter__(self) -> PlatformClient:
-        for name, settings in CHANNELS.items():
+        for name, settings in self._channels.items():
             self._sessions[name] = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=settings.connections),
                 timeout=aiohttp.ClientTimeout(total=settings.timeout_s),
@@ -182,8 +187,10 @@ class PlatformClient:
                     nonce=signing.b64url(secrets.token_bytes(16)),
                 )
             )
+        # Always a timeout: aiohttp takes `timeout=None` for *no* timeout, not the session's.
+        total = self._channels[channel].timeout_s if timeout_s is None else timeout_s
+        timeout = aiohttp.ClientTimeout(total=total)
         try:
-            timeout = None if timeout_s is None else aiohttp.ClientTimeout(total=timeout_s)
             async with self._sessions[channel].request(
                 method, self.base_url + path, data=body, headers=headers, timeout=timeout
             ) as response:
@@ -272,7 +279,7 @@ class PlatformClient:
         timeout_s = None
         if wait_s is not None:
             body["wait_s"] = wait_s
-            timeout_s = wait_s + CHANNELS["jobs"].timeout_s
+            timeout_s = wait_s + self._channels["jobs"].timeout_s
         answer = await self._signed("jobs", "/run/v1/jobs/claim", body, timeout_s=timeout_s)
         jobs: list[dict[str, Any]] = answer["jobs"]
         return jobs
@@ -351,25 +358,66 @@ class PlatformClient:
         )
 
 
-async def join(base_url: str, token: str, public_key: str, timeout_s: float = 10) -> str:
-    """Burn a join token; returns the endpoint id."""
-    body = {"join_token": token, "identity_public_key": public_key}
-    try:
-        async with (
-            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session,
-            session.post(base_url.rstrip("/") + "/run/v1/join", json=body) as response,
-        ):
-            status = response.status
-            text = await response.text()
-    except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as error:
-        raise Unreachable(f"cannot reach the platform at {base_url}: {error}") from None
-    try:
-        answer = json.loads(text) if text else None
-    except ValueError:
-        answer = None
-    if status >= 400:
-        raise error_from(status, answer)
-    if not isinstance(answer, dict) or not isinstance(answer.get("endpoint_id"), str):
-        raise Unreachable(f"{base_url} did not answer like a moonrun platform")
-    endpoint_id: str = answer["endpoint_id"]
-    return endpoint_id
+JOIN_TRIES = 8
+JOIN_BACKOFF = Backoff(initial_s=0.5, max_s=5.0)
+"""Pauses between tries of a join that got no answer (or 429/503): about 15 s in all."""
+
+
+async def join(
+    base_url: str,
+    token: str,
+    public_key: str,
+    *,
+    timeout_s: float = 10,
+    tries: int = JOIN_TRIES,
+    backoff: Backoff = JOIN_BACKOFF,
+) -> str:
+    """Burn a join token; returns the endpoint id.
+
+    A try that got no answer is tried again with the same key: the platform takes the same
+    token and key again as the same join (its answer may have been lost). When no try got an
+    answer, `JoinUnconfirmed` if one may have reached the platform (the caller keeps the key
+    for the next try), `Unreachable` if none did (nothing was ever connected).
+    """
+    body = json.dumps({"join_token": token, "identity_public_key": public_key}).encode()
+    url = base_url.rstrip("/") + "/run/v1/join"
+    delays = backoff.delays()
+    delivered = False
+    problem: MoonrunError = Unreachable(f"cannot reach the platform at {base_url}")
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
+        for tried in range(tries):
+            if tried:
+                await asyncio.sleep(next(delays))
+            try:
+                async with session.post(
+                    url, data=body, headers={"Content-Type": "application/json"}
+                ) as response:
+                    status = response.status
+                    text = await response.text()
+            except aiohttp.ClientConnectorError as error:  # never connected: nothing was sent
+                problem = Unreachable(f"cannot reach the platform at {base_url}: {error}")
+                continue
+            except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as error:
+                delivered = True
+                problem = Unreachable(f"cannot reach the platform at {base_url}: {error}")
+                continue
+            try:
+                answer = json.loads(text) if text else None
+            except ValueError:
+                answer = None
+            if status in (429, 503) or status >= 500:
+                problem = error_from(status, answer)
+                delivered = True
+                continue
+            if status >= 400:
+                raise error_from(status, answer)
+            if not isinstance(answer, dict) or not isinstance(answer.get("endpoint_id"), str):
+                raise Unreachable(f"{base_url} did not answer like a moonrun platform")
+            endpoint_id: str = answer["endpoint_id"]
+            return endpoint_id
+    if delivered:
+        raise JoinUnconfirmed(
+            f"{problem.message}; the join may have reached the platform: run the same command "
+            "again (same token, same data directory) to finish it"
+        )
+    raise problem

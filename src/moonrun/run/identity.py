@@ -59,12 +59,16 @@ def make_private(data_dir: Path) -> None:
             os.chmod(path, 0o600)
 
 
-def new_key(data_dir: Path) -> Ed25519PrivateKey:
-    """Create the identity key, mode 0600, refusing to replace one."""
+def join_key(data_dir: Path) -> Ed25519PrivateKey:
+    """The key to join with: the one an unconfirmed join left (the platform takes the same
+    token with the same key again as the same join), or a new one, mode 0600. Refused once
+    the data directory has joined."""
     make_private(data_dir)
     path = data_dir / KEY_FILE
-    if path.exists() or (data_dir / ENDPOINT_FILE).exists():
+    if (data_dir / ENDPOINT_FILE).exists():
         raise DataDirError(f"{data_dir} already holds an identity; Run joins only once")
+    if path.exists():
+        return _read_key(path, data_dir)
     key = Ed25519PrivateKey.generate()
     pem = key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
@@ -78,7 +82,7 @@ def new_key(data_dir: Path) -> Ed25519PrivateKey:
 
 
 def forget_key(data_dir: Path) -> None:
-    """Undo `new_key` when the join it was made for failed."""
+    """Undo `join_key` when the join it was for was refused (or never reached the platform)."""
     (data_dir / KEY_FILE).unlink(missing_ok=True)
 
 
@@ -97,11 +101,21 @@ def load(data_dir: Path) -> Identity:
     key_path, endpoint_path = data_dir / KEY_FILE, data_dir / ENDPOINT_FILE
     if not key_path.exists() or not endpoint_path.exists():
         raise DataDirError(f"{data_dir} has not joined a platform; run `moonrun run join` first")
+    key = _read_key(key_path, data_dir)
     try:
-        key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
         endpoint_id = json.loads(endpoint_path.read_text())["endpoint_id"]
     except (ValueError, KeyError, TypeError) as error:
         raise DataDirError(f"{data_dir} holds a damaged identity: {error}") from None
-    if not isinstance(key, Ed25519PrivateKey) or not isinstance(endpoint_id, str):
+    if not isinstance(endpoint_id, str):
         raise DataDirError(f"{data_dir} holds a damaged identity")
     return Identity(endpoint_id, key)
+
+
+def _read_key(path: Path, data_dir: Path) -> Ed25519PrivateKey:
+    try:
+        key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+    except (ValueError, TypeError) as error:
+        raise DataDirError(f"{data_dir} holds a damaged identity: {error}") from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise DataDirError(f"{data_dir} holds a damaged identity")
+    return key

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import BinaryIO
 
+from moonrun.backoff import Backoff
 from moonrun.errors import ArtifactTooLarge, InvalidRequest, MoonrunError
 from moonrun.run.client import SESSION_ERRORS, TRANSIENT, PlatformClient
 
@@ -35,6 +36,8 @@ LINE_JSON_BYTES = 80
 LOST_NOTE = "earlier line(s) dropped: output outran log shipping"
 """A line's JSON beside its text (`ts`, `stream`, keys and punctuation), rounded up."""
 RETRYABLE = (*TRANSIENT, *SESSION_ERRORS)
+CHUNK_BACKOFF = Backoff(initial_s=0.5, max_s=30.0)
+"""Pauses before a chunk the platform did not take is sent again."""
 """A session being renewed is a pause for transfers, not the end of their attempt."""
 
 
@@ -115,10 +118,10 @@ class LogShipper:
         interval_s: float = 1.0,
         batch_lines: int = 500,
         batch_bytes: int = BATCH_BYTES,
-        clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        clock_us: Callable[[], int] = lambda: time.time_ns() // 1_000,
     ) -> None:
         self._client = client
-        self._clock_ms = clock_ms
+        self._clock_us = clock_us
         self._stamps = _Clock()
         self._buffers: dict[Attempt, _Buffer] = {}
         self._lines = self._bytes = 0
@@ -129,7 +132,7 @@ class LogShipper:
         self._interval_s = interval_s
         self._batch_lines = batch_lines
         self._batch_bytes = batch_bytes
-        self._seqs: dict[Attempt, int] = {}
+        self._last_seq = 0
         self._pending: dict[Attempt, tuple[int, list[Line]]] = {}
         self.dropped = 0
         self.shipped = 0
@@ -175,7 +178,7 @@ class LogShipper:
         if self._client.session is None:
             return
         for attempt, lines in self._take_batches().items():
-            self._pending.setdefault(attempt, (self._next_seq(attempt), lines))
+            self._pending.setdefault(attempt, (self._next_seq(), lines))
         for attempt, (seq, lines) in list(self._pending.items()):
             body = [{"ts": ln.ts, "stream": ln.stream, "text": ln.text} for ln in lines]
             try:
@@ -223,12 +226,17 @@ class LogShipper:
                 del self._buffers[attempt]
         return batches
 
-    def _next_seq(self, attempt: Attempt) -> int:
-        # Seqs start from the wall clock in ms, so a restarted Run (resuming an attempt) never
-        # reuses a seq its predecessor already sent; the platform keeps each seq once.
-        previous = self._seqs.get(attempt, self._clock_ms())
-        self._seqs[attempt] = previous + 1
-        return self._seqs[attempt]
+    def _next_seq(self) -> int:
+        """A seq above every one this shipper gave, and at least the wall clock in µs.
+
+        One count for all attempts (so nothing is kept per attempt, however many a Run runs
+        in its life), increasing within each attempt as the platform needs. From the clock,
+        so that a restarted Run resuming an attempt never reuses a seq its predecessor sent
+        (the platform keeps each seq once): a shipper would have to send more than a million
+        batches a second to run ahead of the clock.
+        """
+        self._last_seq = max(self._last_seq + 1, self._clock_us())
+        return self._last_seq
 
 
 @dataclass(frozen=True)
@@ -260,13 +268,13 @@ class ArtifactUploader:
         client: PlatformClient,
         *,
         queue_size: int = 64,
-        max_retry_s: float = 30.0,
+        backoff: Backoff = CHUNK_BACKOFF,
         max_bytes: int = MAX_ARTIFACT_BYTES,
         job_log: Callable[[Attempt, str, str], None] = _no_job_log,
     ) -> None:
         self._client = client
         self._queue: asyncio.Queue[Upload] = asyncio.Queue(maxsize=queue_size)
-        self._max_retry_s = max_retry_s
+        self._backoff = backoff
         self._max_bytes = max_bytes
         self._job_log = job_log
         self.dropped = 0
@@ -330,7 +338,7 @@ class ArtifactUploader:
                 self.dropped += 1
                 return
             final = index == count - 1 or len(chunk) < want  # a shrunk file ends early
-            delay = 0.5
+            delays = self._backoff.delays()
             while True:
                 if stop.is_set():
                     return  # interrupted: neither uploaded nor dropped
@@ -347,8 +355,7 @@ class ArtifactUploader:
                     break
                 except RETRYABLE:
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(stop.wait(), timeout=delay)
-                    delay = min(self._max_retry_s, delay * 2)
+                        await asyncio.wait_for(stop.wait(), timeout=next(delays))
                 except (ArtifactTooLarge, InvalidRequest) as error:  # final: too large, or
                     self._skip(upload, error.message)  # a name the platform does not take
                     return

@@ -19,6 +19,9 @@ class SchedulingSettings:
     session_ttl_s: float = 50.0
     heartbeat_interval_s: float = 10.0
     join_token_ttl_s: float = 900.0
+    join_replay_s: float = 600.0
+    """A join presented again with its token and the same identity key this long after it was
+    accepted gets the same endpoint: the first answer may have been lost on the way."""
     max_attempts: int = 5
     backoff_initial_s: float = 1.0
     backoff_multiplier: float = 2.0
@@ -58,6 +61,10 @@ class SchedulingSettings:
     @property
     def join_token_ttl_ms(self) -> int:
         return seconds_to_ms(self.join_token_ttl_s)
+
+    @property
+    def join_replay_ms(self) -> int:
+        return seconds_to_ms(self.join_replay_s)
 
 
 @dataclass(frozen=True, slots=True)

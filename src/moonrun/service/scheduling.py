@@ -173,18 +173,26 @@ class SchedulingService:
         return EnrolledEndpoint(endpoint, join_token, expires_at)
 
     def join_endpoint(self, join_token: str, identity_public_key: str) -> Endpoint:
-        """Run burns its join token and records its Ed25519 public key."""
+        """Run burns its join token and records its Ed25519 public key.
+
+        The same token with the same key again, within `join_replay_s` of the join, is the
+        same join (its answer may have been lost): the same endpoint, nothing changed. Any
+        other key is refused, as is everything once that window has passed.
+        """
         key = checks.decode_public_key(identity_public_key)
         if not isinstance(join_token, str) or not join_token:
             raise JoinTokenInvalid()
         for _ in range(self._settings.cas_retries):
             now = self._clock.now()
             endpoint = self._store.endpoint_by_join_token(token_hash(join_token))
-            if (
-                endpoint is None
-                or endpoint.joined_at is not None
-                or now >= endpoint.join_token_expires_at
-            ):
+            if endpoint is not None and endpoint.joined_at is not None:
+                if (
+                    endpoint.identity_public_key == key
+                    and now < endpoint.joined_at + self._settings.join_replay_ms
+                ):
+                    return endpoint
+                raise JoinTokenInvalid()
+            if endpoint is None or now >= endpoint.join_token_expires_at:
                 raise JoinTokenInvalid()
             joined = replace(
                 endpoint, identity_public_key=key, joined_at=now, version=endpoint.version + 1

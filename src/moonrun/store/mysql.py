@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.util
-import random
 import threading
 import time
 from collections.abc import Callable
@@ -28,6 +27,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.pool import NullPool
 
+from moonrun.backoff import Backoff
 from moonrun.errors import StoreUnavailable
 from moonrun.store.queries import COUNT_SHARDS, Queries
 from moonrun.store.sql import Cursor, SqlStore, duplicate
@@ -35,6 +35,8 @@ from moonrun.store.sql import Cursor, SqlStore, duplicate
 T = TypeVar("T")
 
 RETRYABLE_CODES = frozenset({1213, 1205, 1020})
+CONFLICT_BACKOFF = Backoff(initial_s=0.01, max_s=0.2)
+"""Pauses before a write that lost a deadlock or a lock wait is tried again."""
 CONNECTION_CODES = frozenset({2002, 2003, 2005, 2006, 2013, 2014, 2055})
 SCHEMA_LOCK = "moonrun_schema"
 PING_AFTER_IDLE_S = 1.0
@@ -129,6 +131,7 @@ class MySQLStore(SqlStore):
 
     def _write(self, work: Callable[[Cursor], T]) -> T:
         driver = self._driver
+        delays = CONFLICT_BACKOFF.delays()
         for attempt in range(1, self.write_retries + 1):
             connection = self._fresh_write_connection()
             self._unit.counts = []
@@ -142,8 +145,8 @@ class MySQLStore(SqlStore):
             except driver.MySQLError as error:
                 self._abandon(connection)
                 if attempt < self.write_retries and _mysql_code(error) in RETRYABLE_CODES:
-                    # Capped, jittered backoff: the other transaction usually finishes quickly.
-                    time.sleep(min(0.2, 0.005 * 2**attempt) * random.random())
+                    # Soon: the other transaction usually finishes quickly.
+                    time.sleep(next(delays))
                     continue
                 raise self._unavailable(error) from None
             except BaseException:

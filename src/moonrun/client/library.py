@@ -1,10 +1,11 @@
 """The user client: the platform's user API (PROTOCOL.md section 6) for Python and the CLI.
 
 One synchronous implementation on httpx. Every request is retried with capped exponential
-backoff (0.2 s doubling to 5 s, `retries` times) when it gets no answer, or a 429 or 503: this
-is safe for every request, because reads are idempotent, `submit` always carries an
-Idempotency-Key, a cancel of a cancelled job changes nothing, and creating a named thing twice
-is 409 `already_exists` (which, after a retry, the caller sees: the first try may have made it).
+backoff (`moonrun.backoff`: full jitter under a ceiling doubling from 0.2 s to 5 s, `retries`
+times) when it gets no answer, or a 429 or 503: this is safe for every request, because reads
+are idempotent, `submit` always carries an Idempotency-Key, a cancel of a cancelled job
+changes nothing, and creating a named thing twice is 409 `already_exists` (which, after a
+retry, the caller sees: the first try may have made it).
 
 An error answer raises the `moonrun.errors` class its code names (`PlatformError` for a code
 this client does not know); no answer at all, after the retries, raises `Unreachable`.
@@ -21,10 +22,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any, BinaryIO, Final
+from typing import Any, BinaryIO, Final, TypeVar
 
 import httpx
 
+from moonrun.backoff import Backoff
 from moonrun.errors import (
     ERROR_TABLE,
     AlreadyExists,
@@ -50,16 +52,17 @@ __all__ = [
 
 TERMINAL_STATES: Final = frozenset({"succeeded", "failed", "cancelled"})
 RETRY_STATUSES: Final = frozenset({429, 503})
-BACKOFF_INITIAL_S: Final = 0.2
-BACKOFF_MAX_S: Final = 5.0
-FOLLOW_INITIAL_S: Final = 0.2
-FOLLOW_MAX_S: Final = 2.0
+RETRY_BACKOFF: Final = Backoff(initial_s=0.2, max_s=5.0)
+"""Pauses between tries of one request: full jitter under a ceiling doubling 0.2 s to 5 s."""
+FOLLOW_POLL: Final = Backoff(initial_s=0.2, max_s=2.0)
+"""Pauses between reads of a followed log while no line comes (again from 0.2 s once one does)."""
 WAIT_CHUNK_S: Final = 60.0
 """The longest one blocking read asks the platform to wait (it caps waits at 60 s itself)."""
 LOG_SETTLE_S: Final = 3.0
 """How long `logs(follow=True)` keeps reading after the job has ended: Run ships log lines
 about once a second, so the last ones may arrive just after the result."""
 PAGE_SIZE: Final = 100
+T = TypeVar("T")
 
 _BY_CODE: Final[dict[str, type[MoonrunError]]] = {}
 for _error, (_, _code) in ERROR_TABLE.items():
@@ -290,6 +293,22 @@ def _fields_of(error: dict[str, Any]) -> tuple[tuple[str, str], ...]:
     )
 
 
+class _TryAgain(Exception):
+    """An answer worth trying again after a pause (429, 503): `error` is raised if none is."""
+
+    def __init__(self, error: MoonrunError, after_s: float) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.after_s = after_s
+
+
+def _answered(response: httpx.Response, problem: MoonrunError) -> Exception:
+    """What an error answer raises in the retry loop: `problem`, or try again for 429/503."""
+    if response.status_code in RETRY_STATUSES:
+        return _TryAgain(problem, _retry_after(response))
+    return problem
+
+
 def _retry_after(response: httpx.Response) -> float:
     try:
         return max(0.0, float(response.headers.get("retry-after", "0")))
@@ -315,6 +334,7 @@ class Client:
         *,
         timeout_s: float = 30.0,
         retries: int = 5,
+        backoff: Backoff = RETRY_BACKOFF,
         transport: httpx.BaseTransport | None = None,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
@@ -322,6 +342,7 @@ class Client:
         self.platform = platform.rstrip("/")
         self.timeout_s = timeout_s
         self.retries = retries
+        self.backoff = backoff
         self._sleep = sleep
         self._clock = clock
         self._http = httpx.Client(
@@ -363,13 +384,50 @@ class Client:
         """The answer's JSON; retried on no answer, 429 and 503; errors raised as typed."""
         query = {k: v for k, v in (params or {}).items() if v is not None}
         timeout = self.timeout_s + wait_s
-        delay = BACKOFF_INITIAL_S
+
+        def send(retried: bool) -> Any:
+            response = self._http.request(
+                method, path, json=json, params=query, headers=headers, timeout=timeout
+            )
+            if response.status_code < 400:
+                return self._json(response)
+            problem = _error_of(response)
+            if retried and isinstance(problem, AlreadyExists):
+                raise AlreadyExists(
+                    f"{problem.message} (this request was sent again after a lost "
+                    "answer: the first try may have created it)"
+                )
+            raise _answered(response, problem)
+
+        return self._retrying(send)
+
+    def _send(
+        self, path: str, params: dict[str, Any], write: Callable[[httpx.Response], None]
+    ) -> None:
+        """A streamed GET: `write` reads the answer's body; retried as `_request` retries while
+        no body has been read."""
+        query = {k: v for k, v in params.items() if v is not None}
+
+        def send(retried: bool) -> None:
+            with self._http.stream("GET", path, params=query) as response:
+                if response.status_code < 400:
+                    write(response)
+                    return
+                response.read()
+                raise _answered(response, _error_of(response))
+
+        self._retrying(send)
+
+    def _retrying(self, send: Callable[[bool], T]) -> T:
+        """`send(retried)` until it returns: the one retry loop of every request. No answer
+        (a transport error) and 429 or 503 (`_TryAgain`) are tried again after a pause from
+        `self.backoff` (at least the answer's Retry-After), `retries` times; then the last
+        error is raised, no answer as `Unreachable`."""
+        delays = self.backoff.delays()
         for tried in range(self.retries + 1):
             last = tried == self.retries
             try:
-                response = self._http.request(
-                    method, path, json=json, params=query, headers=headers, timeout=timeout
-                )
+                return send(tried > 0)
             except httpx.UnsupportedProtocol:
                 raise Unreachable(
                     f"{self.platform!r} is no platform URL (it needs http:// or https://)"
@@ -379,49 +437,13 @@ class Client:
                     raise Unreachable(
                         f"cannot reach the platform at {self.platform}: {type(error).__name__}"
                     ) from None
-                pause = delay
-            else:
-                if response.status_code < 400:
-                    return self._json(response)
-                if last or response.status_code not in RETRY_STATUSES:
-                    problem = _error_of(response)
-                    if tried and isinstance(problem, AlreadyExists):
-                        raise AlreadyExists(
-                            f"{problem.message} (this request was sent again after a lost "
-                            "answer: the first try may have created it)"
-                        )
-                    raise problem
-                pause = max(delay, _retry_after(response))
-            self._sleep(min(pause, BACKOFF_MAX_S))
-            delay = min(delay * 2, BACKOFF_MAX_S)
-        raise AssertionError("unreachable: the loop returns or raises")  # pragma: no cover
-
-    def _send(
-        self, path: str, params: dict[str, Any], write: Callable[[httpx.Response], None]
-    ) -> None:
-        """A streamed GET: `write` reads the answer's body; retried as `_request` retries while
-        no body has been read."""
-        query = {k: v for k, v in params.items() if v is not None}
-        delay = BACKOFF_INITIAL_S
-        for tried in range(self.retries + 1):
-            last = tried == self.retries
-            try:
-                with self._http.stream("GET", path, params=query) as response:
-                    if response.status_code < 400:
-                        write(response)
-                        return
-                    response.read()
-                    if last or response.status_code not in RETRY_STATUSES:
-                        raise _error_of(response)
-                    pause = max(delay, _retry_after(response))
-            except httpx.TransportError as error:
+                pause = next(delays)
+            except _TryAgain as busy:
                 if last:
-                    raise Unreachable(
-                        f"cannot reach the platform at {self.platform}: {type(error).__name__}"
-                    ) from None
-                pause = delay
-            self._sleep(min(pause, BACKOFF_MAX_S))
-            delay = min(delay * 2, BACKOFF_MAX_S)
+                    raise busy.error from None
+                pause = max(next(delays), busy.after_s)
+            self._sleep(min(pause, self.backoff.max_s))
+        raise AssertionError("unreachable: the loop returns or raises")  # pragma: no cover
 
     def _json(self, response: httpx.Response) -> Any:
         if not response.content:
@@ -662,12 +684,12 @@ class Client:
         page_size: int | None = None,
     ) -> Iterator[LogLine]:
         """The log lines of one attempt (the latest that has logs unless given), page after
-        page. With `follow`, keep reading (every 0.2 s, slowing to 2 s while nothing comes)
+        page. With `follow`, keep reading (about every 0.2 s, slowing to 2 s while nothing comes)
         until the job has ended and no line came for `settle_s`; without `attempt`, follow
         moves on to each new attempt."""
         after_seq = -1
         current = attempt
-        pause = FOLLOW_INITIAL_S
+        pauses = FOLLOW_POLL.delays()
         ended_at: float | None = None
         while True:
             params = {"after_seq": after_seq, "attempt": current, "limit": page_size}
@@ -682,7 +704,7 @@ class Client:
             if not follow:
                 return
             if lines:
-                pause = FOLLOW_INITIAL_S
+                pauses = FOLLOW_POLL.delays()
             if ended_at is None:
                 job = self.job(job_id)
                 if attempt is None and current is not None and job.attempt > current:
@@ -692,5 +714,4 @@ class Client:
                     ended_at = self._clock()
             if ended_at is not None and not lines and self._clock() - ended_at >= settle_s:
                 return
-            self._sleep(pause)
-            pause = min(pause * 2, FOLLOW_MAX_S)
+            self._sleep(next(pauses))

@@ -1,4 +1,4 @@
-"""The user verbs of `moonrun` (login, job, endpoint, user, server), built on `moonrun.client`."""
+"""The user verbs of `moonrun` (login, job, endpoint, user, server), built on the client."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 from rich.table import Table
 from rich.text import Text
 
-from moonrun import userconfig
-from moonrun.client import Client, Job, WaitTimedOut
+from moonrun.client import profiles
+from moonrun.client.library import Client, Job, WaitTimedOut
 from moonrun.errors import InvalidRequest, MoonrunError, Unauthenticated
 
 P = ParamSpec("P")
@@ -49,14 +49,14 @@ class Environment:
     @classmethod
     def of(cls, environ: Mapping[str, str]) -> Environment:
         return cls(
-            userconfig.config_home(environ),
+            profiles.config_home(environ),
             environ.get("MOONRUN_PLATFORM") or None,
             environ.get("MOONRUN_TOKEN") or None,
         )
 
     @property
     def config_path(self) -> Path:
-        return userconfig.config_path(self.config_home)
+        return profiles.config_path(self.config_home)
 
 
 def _environment(ctx: typer.Context) -> Environment:
@@ -99,7 +99,7 @@ def credentials(ctx: typer.Context, profile: str) -> tuple[str, str]:
     environment = _environment(ctx)
     platform, token = environment.platform, environment.token
     if platform is None or token is None:
-        saved = userconfig.load(environment.config_path).get(profile)
+        saved = profiles.load(environment.config_path).get(profile)
         if saved is None:
             raise Unauthenticated(
                 f"not logged in (no profile {profile!r} in {environment.config_path}): "
@@ -224,7 +224,7 @@ def _read_secret(prompt: str) -> str:
 def login(
     ctx: typer.Context,
     platform: Annotated[str, typer.Option("--platform", help="The platform's base URL")],
-    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+    profile: ProfileOption = profiles.DEFAULT_PROFILE,
 ) -> None:
     """Save a platform URL and API token as a profile, once the platform accepts the token.
 
@@ -235,28 +235,28 @@ def login(
     token = _read_secret("API token")
     with Client(url, token) as client:
         user = client.whoami()
-    profiles = userconfig.load(environment.config_path)
-    profiles[profile] = userconfig.Profile(url, token)
-    userconfig.save(environment.config_path, profiles)
+    saved = profiles.load(environment.config_path)
+    saved[profile] = profiles.Profile(url, token)
+    profiles.save(environment.config_path, saved)
     typer.echo(f"logged in to {url} as {user.name} (profile {profile})")
 
 
 @user_errors
-def logout(ctx: typer.Context, profile: ProfileOption = userconfig.DEFAULT_PROFILE) -> None:
+def logout(ctx: typer.Context, profile: ProfileOption = profiles.DEFAULT_PROFILE) -> None:
     """Forget a profile's platform and token."""
     path = _environment(ctx).config_path
-    profiles = userconfig.load(path)
-    if profiles.pop(profile, None) is None:
+    saved = profiles.load(path)
+    if saved.pop(profile, None) is None:
         typer.echo(f"profile {profile} was not logged in")
         return
-    userconfig.save(path, profiles)
+    profiles.save(path, saved)
     typer.echo(f"logged out (profile {profile})")
 
 
 @user_errors
 def whoami(
     ctx: typer.Context,
-    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+    profile: ProfileOption = profiles.DEFAULT_PROFILE,
     as_json: JsonOption = False,
 ) -> None:
     """Show the user the token belongs to."""
@@ -330,7 +330,7 @@ def job_submit(
     follow: Annotated[
         bool, typer.Option("--follow", help="Show progress and stream the log until it ends")
     ] = False,
-    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+    profile: ProfileOption = profiles.DEFAULT_PROFILE,
     as_json: JsonOption = False,
 ) -> None:
     """Queue a job on a server: `submit SERVER KIND`, or `submit SERVER -- CMD ARG...` for a
@@ -431,7 +431,7 @@ def job_list(
         str | None,
         typer.Option("--id-prefix", help="Only jobs whose id starts so (job_ and 3 or more)"),
     ] = None,
-    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+    profile: ProfileOption = profiles.DEFAULT_PROFILE,
     as_json: JsonOption = False,
 ) -> None:
     """The jobs you may see, newest first (every page)."""
@@ -455,7 +455,7 @@ JobIdArgument = Annotated[str, typer.Argument(help="The job's id")]
 def job_show(
     ctx: typer.Context,
     job_id: JobIdArgument,
-    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+    profile: ProfileOption = profiles.DEFAULT_PROFILE,
     as_json: JsonOption = False,
 ) -> None:
     """One job."""
@@ -471,7 +471,7 @@ def job_wait(
     timeout: Annotated[
         float | None, typer.Option("--timeout", min=0, help="Give up after this many seconds")
     ] = None,
-    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+    profile: ProfileOption = profiles.DEFAULT_PROFILE,
     as_json: JsonOption = False,
 ) -> None:
     """Wait until the job ends. Exit 0 succeeded, 3 failed, 4 cancelled, 5 timed out."""
@@ -503,7 +503,7 @@ def job_rerun(
         typer.Option("--idempotency-key", help="The same key reruns the job once"),
     ] = None,
     wait: Annotated[bool, typer.Option("--wait", help="Wait until the new job ends")] = False,
-    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+    profile: ProfileOption = profiles.DEFAULT_PROFILE,
     as_json: JsonOption = False,
 ) -> None:
     """Queue a finished job again, as a new job (same server, kind, payload and retries)."""
@@ -528,7 +528,7 @@ def job_rerun(
 def job_cancel(
     ctx: typer.Context,
     job_id: JobIdArgument,
-    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+    profile: ProfileOption = profiles.DEFAULT_PROFILE,
     as_json: JsonOption = False,
 ) -> None:
     """Cancel a job: a waiting job ends at once, a running one gets a cancel intent."""
@@ -553,7 +553,7 @@ def job_logs(
     attempt: Annotated[
         int | None, typer.Option("--attempt", min=1, help="This attempt [default: the latest]")
     ] = None,
-    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+    profile: ProfileOption = profiles.DEFAULT_PROFILE,
     as_json: JsonOption = False,
 ) -> None:
     """Print a job's log lines. With --json, a list of lines (one line object a line with -f)."""
@@ -574,7 +574,7 @@ def job_logs(
 def job_artifacts(
     ctx: typer.Context,
     job_id: JobIdArgument,
-    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+    profile: ProfileOption = profiles.DEFAULT_PROFILE,
     as_json: JsonOption = False,
 ) -> None:
     """A job's artifacts, every attempt's: name, size and whether each is complete."""
@@ -599,7 +599,7 @@ def job_download(
     attempt: Annotated[
         int | None, typer.Option("--attempt", min=1, help="This attempt [default: the latest]")
     ] = None,
-    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+    profile: ProfileOption = profiles.DEFAULT_PROFILE,
 ) -> None:
     """Download a complete artifact of a job, streamed to a file."""
     with connect(ctx, profile) as client:
@@ -628,7 +628,7 @@ server_app.add_typer(server_admin_app, name="admin")
 def endpoint_create(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="The endpoint's name, e.g. the host's")],
-    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+    profile: ProfileOption = profiles.DEFAULT_PROFILE,
     as_json: JsonOption = False,
 ) -> None:
     """Create an endpoint and print its one-time join token (shown only this once)."""
@@ -650,7 +650,7 @@ def endpoint_create(
 @user_errors
 def endpoint_list(
     ctx: typer.Context,
-    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+    profile: ProfileOption = profiles.DEFAULT_PROFILE,
     as_json: JsonOption = False,
 ) -> None:
     """Every endpoint and whether its Run is online (platform admins)."""
@@ -673,7 +673,7 @@ EndpointIdArgument = Annotated[str, typer.Argument(help="The endpoint's id")]
 def endpoint_drain(
     ctx: typer.Context,
     endpoint_id: EndpointIdArgument,
-    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+    profile: ProfileOption = profiles.DEFAULT_PROFILE,
 ) -> None:
     """Grant the endpoint no new jobs; its running ones finish (platform admins)."""
     with connect(ctx, profile) as client:
@@ -686,7 +686,7 @@ def endpoint_drain(
 def endpoint_undrain(
     ctx: typer.Context,
     endpoint_id: EndpointIdArgument,
-    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+    profile: ProfileOption = profiles.DEFAULT_PROFILE,
 ) -> None:
     """Grant the endpoint jobs again (platform admins)."""
     with connect(ctx, profile) as client:
@@ -699,7 +699,7 @@ def endpoint_undrain(
 def endpoint_remove(
     ctx: typer.Context,
     endpoint_id: EndpointIdArgument,
-    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+    profile: ProfileOption = profiles.DEFAULT_PROFILE,
 ) -> None:
     """Remove an endpoint no server points at; its Run is refused (platform admins)."""
     with connect(ctx, profile) as client:
@@ -719,7 +719,7 @@ def user_create(
     platform_admin: Annotated[
         bool, typer.Option("--platform-admin", help="Make the user a platform admin")
     ] = False,
-    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+    profile: ProfileOption = profiles.DEFAULT_PROFILE,
     as_json: JsonOption = False,
 ) -> None:
     """Create a user and print its API token (shown only this once)."""
@@ -739,7 +739,7 @@ def user_create(
 @user_errors
 def user_list(
     ctx: typer.Context,
-    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+    profile: ProfileOption = profiles.DEFAULT_PROFILE,
     as_json: JsonOption = False,
 ) -> None:
     """Every user (platform admins)."""
@@ -758,7 +758,7 @@ def user_list(
 def user_disable(
     ctx: typer.Context,
     user_id: Annotated[str, typer.Argument(help="The user's id")],
-    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+    profile: ProfileOption = profiles.DEFAULT_PROFILE,
 ) -> None:
     """Disable a user: their API tokens and console sessions stop working (platform admins)."""
     with connect(ctx, profile) as client:
@@ -771,7 +771,7 @@ def user_disable(
 def user_enable(
     ctx: typer.Context,
     user_id: Annotated[str, typer.Argument(help="The user's id")],
-    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+    profile: ProfileOption = profiles.DEFAULT_PROFILE,
 ) -> None:
     """Enable a disabled user again (platform admins)."""
     with connect(ctx, profile) as client:
@@ -784,7 +784,7 @@ def user_enable(
 def user_token_rotate(
     ctx: typer.Context,
     user_id: Annotated[str | None, typer.Argument(help="The user's id (default: you)")] = None,
-    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+    profile: ProfileOption = profiles.DEFAULT_PROFILE,
     as_json: JsonOption = False,
 ) -> None:
     """Give a user a new API token, shown only this once; their old ones stop working (your
@@ -804,7 +804,7 @@ def user_token_rotate(
 def user_password(
     ctx: typer.Context,
     user_id: Annotated[str | None, typer.Argument(help="The user's id (default: you)")] = None,
-    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+    profile: ProfileOption = profiles.DEFAULT_PROFILE,
 ) -> None:
     """Set a console password, read from a hidden prompt or stdin's first line (your own, or
     anyone's for platform admins)."""
@@ -832,7 +832,7 @@ def server_create(
     name: Annotated[str, typer.Argument(help="The server's name")],
     endpoint: Annotated[str, typer.Option("--endpoint", help="The endpoint's id")],
     owner: Annotated[str, typer.Option("--owner", help="The owning user's id")],
-    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+    profile: ProfileOption = profiles.DEFAULT_PROFILE,
     as_json: JsonOption = False,
 ) -> None:
     """Create a server on an endpoint, owned by a user (platform admins)."""
@@ -848,7 +848,7 @@ def server_create(
 @user_errors
 def server_list(
     ctx: typer.Context,
-    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+    profile: ProfileOption = profiles.DEFAULT_PROFILE,
     as_json: JsonOption = False,
 ) -> None:
     """The servers you own or administer (every server for platform admins)."""
@@ -869,7 +869,7 @@ UserIdArgument = Annotated[str, typer.Argument(help="The user's id")]
 def server_remove(
     ctx: typer.Context,
     server_id: ServerIdArgument,
-    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+    profile: ProfileOption = profiles.DEFAULT_PROFILE,
 ) -> None:
     """Remove a server none of whose jobs is waiting or running (its owner or a platform
     admin)."""
@@ -883,7 +883,7 @@ def server_remove(
 def server_show(
     ctx: typer.Context,
     server_id: ServerIdArgument,
-    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+    profile: ProfileOption = profiles.DEFAULT_PROFILE,
     as_json: JsonOption = False,
 ) -> None:
     """One server."""
@@ -900,7 +900,7 @@ def server_show(
 def server_kinds(
     ctx: typer.Context,
     server_id: ServerIdArgument,
-    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+    profile: ProfileOption = profiles.DEFAULT_PROFILE,
     as_json: JsonOption = False,
 ) -> None:
     """The job kinds the server's Run runs, with each payload's fields (--json: the schemas)."""
@@ -941,7 +941,7 @@ def server_admin_add(
     ctx: typer.Context,
     server_id: ServerIdArgument,
     user_id: UserIdArgument,
-    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+    profile: ProfileOption = profiles.DEFAULT_PROFILE,
 ) -> None:
     """Make a user an administrator of the server (its owner or a platform admin)."""
     with connect(ctx, profile) as client:
@@ -955,7 +955,7 @@ def server_admin_remove(
     ctx: typer.Context,
     server_id: ServerIdArgument,
     user_id: UserIdArgument,
-    profile: ProfileOption = userconfig.DEFAULT_PROFILE,
+    profile: ProfileOption = profiles.DEFAULT_PROFILE,
 ) -> None:
     """Take a user's administration of the server away (its owner or a platform admin)."""
     with connect(ctx, profile) as client:

@@ -1,0 +1,34 @@
+"""moonrun's user API from Python (`Client`) and from a terminal (the `moonrun` user verbs).
+
+`library.py` is the client (httpx; imports only `moonrun.errors` and `moonrun.backoff`),
+`verbs.py` the `login`, `job`, `endpoint`, `user` and `server` verbs built on it, and
+`profiles.py` the profiles `moonrun login` saves. `moonrun.cli` only wires the verbs in.
+"""
+
+from moonrun.client.library import (
+    Artifact,
+    Client,
+    Endpoint,
+    Job,
+    Kinds,
+    LogLine,
+    PlatformError,
+    Server,
+    Unreachable,
+    User,
+    WaitTimedOut,
+)
+
+__all__ = [
+    "Artifact",
+    "Client",
+    "Endpoint",
+    "Job",
+    "Kinds",
+    "LogLine",
+    "PlatformError",
+    "Server",
+    "Unreachable",
+    "User",
+    "WaitTimedOut",
+]
