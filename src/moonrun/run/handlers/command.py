@@ -251,8 +251,8 @@ class CommandHandler:
                 "the attempt's supervisor ended without a report",
                 retryable=True,
             )
-        left = int(said.get("stopped") or 0)
-        if left and not said.get("requested"):
+        left = int(said["stopped"])
+        if left and not said["requested"]:
             context.log(
                 "stderr",
                 f"moonrun: stopped {left} process{'' if left == 1 else 'es'} the command left "
