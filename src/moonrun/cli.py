@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
 from urllib.parse import urlsplit
 
 import typer
@@ -15,6 +15,10 @@ import typer
 from moonrun import __version__
 from moonrun.errors import InvalidRequest, JoinUnconfirmed, MoonrunError
 from moonrun.store import DEFAULT_STORE_URL
+
+if TYPE_CHECKING:  # imported where used: `moonrun run start` starts without the rest
+    from moonrun.run.confinement import CommandUser, Confinement
+    from moonrun.run.journal import Journal
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -553,12 +557,12 @@ def run_start(
 def _confinement(
     data_dir: Path,
     work_dir: Path | None,
-    switch: Any,
+    switch: CommandUser | None,
     environment: dict[str, str],
     owner_range: tuple[int, int] | None,
     grace_s: float,
-    journal: Any,
-) -> Any:
+    journal: Journal,
+) -> Confinement:
     """How commands are confined on this host, from the flags and what the host allows;
     what attempts of a previous Run process left behind is stopped and removed first."""
     import logging

@@ -324,7 +324,7 @@ class Supervised:
                 env={},  # Run's environment holds secrets; the command's comes with the orders
                 start_new_session=True,
             )
-        except OSError:
+        except BaseException:
             for read_end, _ in pipes:
                 os.close(read_end)
             raise
@@ -333,14 +333,24 @@ class Supervised:
                 os.close(write_end)
         transports: list[asyncio.BaseTransport] = []
         readers = []
-        for fd in (out_r, err_r, status_r):
-            reader = asyncio.StreamReader(limit=2**20)
-            transport, _ = await loop.connect_read_pipe(
-                lambda r=reader: asyncio.StreamReaderProtocol(r),  # type: ignore[misc]
-                os.fdopen(fd, "rb", buffering=0),
-            )
-            transports.append(transport)
-            readers.append(reader)
+        files = [os.fdopen(fd, "rb", buffering=0) for fd in (out_r, err_r, status_r)]
+        try:
+            for file in files:
+                reader = asyncio.StreamReader(limit=2**20)
+                transport, _ = await loop.connect_read_pipe(
+                    lambda r=reader: asyncio.StreamReaderProtocol(r),  # type: ignore[misc]
+                    file,
+                )
+                transports.append(transport)
+                readers.append(reader)
+        except BaseException:  # cancelled meanwhile: the supervisor has no orders yet
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
+            for opened in transports:
+                opened.close()
+            for file in files[len(transports) :]:
+                file.close()
+            raise
         supervised = cls(
             process,
             readers[2],
