@@ -16,7 +16,6 @@ import os
 import pwd
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,10 +32,10 @@ from moonrun.run.confinement import (
     make_work_root,
 )
 from moonrun.run.handlers import HandlerResult, JobContext
-from moonrun.run.handlers.command import SUPERVISOR, CommandHandler
+from moonrun.run.handlers.command import CommandHandler
 from moonrun.run.owners import OwnerIds, OwnerRangeFull, parse_range
 from moonrun.run.resolve import open_without_links
-from moonrun.run.supervisor import descendants
+from moonrun.run.supervisor import command_line, descendants
 
 HANG_GUARD_S = 30.0
 LEFT_BEHIND = "moonrun: stopped {} the command left behind"
@@ -466,9 +465,7 @@ async def test_an_attempts_processes_run_in_a_cgroup_of_its_own_removed_afterwar
 @pytest.fixture
 def namespaces() -> None:
     needs_root()
-    probe = subprocess.run(
-        [sys.executable, "-I", "-S", SUPERVISOR, "--probe-namespaces"], capture_output=True
-    )
+    probe = subprocess.run(command_line("--probe-namespaces"), capture_output=True)
     if probe.returncode != 0:  # a host capability, not a matter of root: said, not failed
         pytest.skip(f"this host allows no new namespaces: {probe.stderr!r}")
 

@@ -273,7 +273,7 @@ def test_owners_get_uids_of_their_own_and_cannot_reach_each_others_attempts(
 
 
 def supervisors_of(run: Run) -> list[int]:
-    """The attempt supervisors Run started (its children running supervisor.py)."""
+    """The attempt supervisors Run started (its children running run/supervisor.py)."""
     assert run.process is not None
     found = []
     for entry in Path("/proc").iterdir():
@@ -284,7 +284,7 @@ def supervisors_of(run: Run) -> list[int]:
             argv = (entry / "cmdline").read_bytes()
         except (OSError, ValueError, IndexError):
             continue
-        if parent == run.process.pid and b"supervisor.py" in argv:
+        if parent == run.process.pid and b"supervisor" in argv:
             found.append(int(entry.name))
     return found
 

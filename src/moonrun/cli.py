@@ -571,8 +571,8 @@ def _confinement(
     from moonrun.run import leftovers
     from moonrun.run.cgroups import Cgroups
     from moonrun.run.confinement import Confinement, default_work_root, make_work_root
-    from moonrun.run.handlers.command import SUPERVISOR
     from moonrun.run.owners import OwnerIds
+    from moonrun.run.supervisor import command_line
 
     said = logging.getLogger("moonrun.run")
     work_root = (work_dir or default_work_root(data_dir)).absolute()
@@ -588,7 +588,7 @@ def _confinement(
     namespaces = False
     if owner_ids is not None:
         probe = subprocess.run(
-            [sys.executable, "-I", "-S", SUPERVISOR, "--probe-namespaces"],
+            command_line("--probe-namespaces"),
             capture_output=True,
             text=True,
             env={},

@@ -17,7 +17,7 @@ threads (journal writes, `asyncio.to_thread`), and Python code run between fork 
 threaded process can deadlock on a lock another thread held at the fork; a subreaper must
 reap children it never started, which Run's child watcher (one wait per known pid) does not;
 a PID namespace needs a PID 1 that stays for the attempt; and the supervisor runs no code
-but the stdlib's between its fork and exec. It costs one Python start (about 20 ms) per
+but the stdlib's between its fork and exec. It costs one Python start (about 30 ms) per
 attempt.
 
 stdout and stderr go line by line to the logs channel, read in chunks so that the pipes are
@@ -37,12 +37,11 @@ import json
 import logging
 import os
 import signal
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from moonrun.run import cgroups, leftovers
+from moonrun.run import cgroups, leftovers, supervisor
 from moonrun.run.confinement import CommandUser, Confinement
 from moonrun.run.handlers import HandlerResult, JobContext, refuse_payload
 from moonrun.run.owners import OwnerRangeFull
@@ -61,7 +60,6 @@ PIECE_BYTES = LINE_BYTES - len(CONTINUED.encode())
 """The most bytes of output in one log line, leaving room for the mark."""
 ARTIFACT_NAME_PATTERN = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 """The platform's rule for artifact names (service/artifacts.py), refused at submit."""
-SUPERVISOR = str(Path(__file__).resolve().parent.parent / "supervisor.py")
 STOP_MARGIN_S = 5.0
 """How long past the grace Run waits for the supervisor's report before it kills it."""
 DRAIN_S = 0.5
@@ -312,10 +310,7 @@ class Supervised:
         (out_r, out_w), (err_r, err_w), (status_r, status_w) = pipes
         try:
             process = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-I",
-                "-S",
-                SUPERVISOR,
+                *supervisor.command_line(),
                 stdin=asyncio.subprocess.PIPE,
                 stdout=out_w,
                 stderr=err_w,
