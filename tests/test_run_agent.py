@@ -298,6 +298,32 @@ async def test_run_advertises_a_plugins_schema_and_never_hands_it_a_misfit(tmp_p
     assert greet.given == [{"name": "ada"}]
 
 
+class Owned:
+    """A handler that keeps the owner each attempt was given."""
+
+    resumable = False
+
+    def __init__(self) -> None:
+        self.owners: list[str | None] = []
+
+    async def run(self, context: JobContext) -> HandlerResult:
+        self.owners.append(context.owner_id)
+        return HandlerResult("succeeded")
+
+
+@pytest.mark.anyio
+async def test_a_jobs_owner_reaches_its_handler_from_the_claim(tmp_path: Path) -> None:
+    """The claim's `owner_id` (the server's owner) is kept with the attempt and handed to the
+    handler, which is how `--run-as-range` picks the uid."""
+    async with served_platform(tmp_path) as world:
+        owned = Owned()
+        async with running_agent(world, tmp_path, capacity=1, handlers={"owned": owned}):
+            job_id = world.submit("owned", {})
+            await world.wait_state(job_id, *TERMINAL)
+
+    assert owned.owners == [world.admin.id]
+
+
 @pytest.mark.anyio
 async def test_an_artifact_name_like_a_path_is_refused_at_submit_and_said_in_the_logs_on_run(
     tmp_path: Path,
