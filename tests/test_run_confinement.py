@@ -528,3 +528,26 @@ def test_an_owner_user_has_no_home_but_its_working_directory() -> None:
         "USER": "moonrun-300000",
         "LOGNAME": "moonrun-300000",
     }
+
+
+def test_a_restart_kills_what_is_left_of_a_recorded_session_and_nothing_older(
+    tmp_path: Path,
+) -> None:
+    """Without a cgroup, and the supervisor gone: the record's session (the command's) is
+    killed, members started before the recorded command never (a reused session id)."""
+    process = subprocess.Popen(["sleep", "300"], cwd=tmp_path, start_new_session=True)
+    try:
+        started = leftovers.start_ticks(process.pid)
+        assert started is not None
+        older = {"pgid": 0, "session": process.pid, "session_started": started + 1}
+        leftovers.stop_left_behind(older, grace_s=0)
+        survived = process.poll() is None
+        found = leftovers.stop_left_behind(
+            {"pgid": 0, "session": process.pid, "session_started": started}, grace_s=0
+        )
+        assert process.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert (survived, dict(found)) == (True, {"processes": 1})
