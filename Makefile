@@ -4,41 +4,53 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo screenshots test check lint format typecheck pytest bench soak sim mutate clean
+.PHONY: venv dev demo screenshots test check lint format typecheck pytest bench soak sim mutate clean
 
+# `make venv`: what running moonrun needs (a user's venv); `make dev` adds the test and lint
+# tools, which every target below that runs them pulls in.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
-	$(BIN)/python -m pip install --quiet -e '.[mysql-c]' || echo "make: mysqlclient did not build \
-	(apt-get install libmariadb-dev pkg-config); MySQL tests run on PyMySQL only"
+	$(BIN)/python -m pip install --quiet -e '.[mysql]'
+	@$(BIN)/python -m pip install --quiet -e '.[mysql-c]' > $(VENV)/mysqlclient-build.log 2>&1 \
+		|| echo "make: skipped mysqlclient (MySQLStore's faster driver; PyMySQL serves instead):" \
+		"it did not build, see $(VENV)/mysqlclient-build.log; apt-get install libmariadb-dev" \
+		"pkg-config gcc, then make venv again"
 	touch $(STAMP)
 
 venv: $(STAMP)
+
+DEV_STAMP := $(VENV)/.dev-installed
+
+$(DEV_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(DEV_STAMP)
+
+dev: $(DEV_STAMP)
 
 # One platform and one Run on this machine, four jobs end to end (state in .moonrun-demo/).
 demo: $(STAMP)
 	$(BIN)/python scripts/demo.py
 
 # The console's pictures in docs/img/, taken with Debian's Chromium (/usr/bin/chromium).
-screenshots: $(STAMP)
+screenshots: $(DEV_STAMP)
 	$(BIN)/python scripts/screenshots.py
 
-lint: $(STAMP)
+lint: $(DEV_STAMP)
 	$(BIN)/ruff check src tests bench scripts
 	$(BIN)/ruff format --check src tests bench scripts
 
-format: $(STAMP)
+format: $(DEV_STAMP)
 	$(BIN)/ruff format src tests bench scripts
 	$(BIN)/ruff check --fix src tests bench scripts
 
-typecheck: $(STAMP)
+typecheck: $(DEV_STAMP)
 	$(BIN)/mypy
 
 # Two lanes: real-process tests serially, the rest on PYTEST_WORKERS xdist workers beside them
 # (scripts/pytest_lanes.sh). Bytecode first: each xdist worker would otherwise compile it again.
 PYTEST_WORKERS ?= 2
-pytest: $(STAMP)
+pytest: $(DEV_STAMP)
 	$(BIN)/python -m compileall -q src tests
 	bash scripts/pytest_lanes.sh $(BIN) $(PYTEST_WORKERS)
 
@@ -48,7 +60,7 @@ test: check pytest
 
 BENCH_STAMP := $(VENV)/.bench-installed
 
-$(BENCH_STAMP): $(STAMP)
+$(BENCH_STAMP): $(DEV_STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
 	touch $(BENCH_STAMP)
 
@@ -72,7 +84,7 @@ STEPS ?= 80
 KILLS ?= 500
 RACE_JOBS ?= 10000
 SIM_SEEDS ?= 10000
-soak: $(STAMP)
+soak: $(DEV_STAMP)
 	MOONRUN_STATEFUL_EXAMPLES=$(EXAMPLES) MOONRUN_STATEFUL_STEPS=$(STEPS) \
 	MOONRUN_CRASH_KILLS=$(KILLS) MOONRUN_RACE_JOBS=$(RACE_JOBS) MOONRUN_FUZZ_EXAMPLES=$(FUZZ) \
 	MOONRUN_SIM_SEEDS=$(SIM_SEEDS) \
@@ -82,13 +94,13 @@ soak: $(STAMP)
 
 # The whole-system simulation alone (docs/simulation.md): the seeds `make test` runs (or
 # MOONRUN_SIM_SEEDS of them), the checker's own tests, and how fast it goes.
-sim: $(STAMP)
+sim: $(DEV_STAMP)
 	$(BIN)/pytest -q -p no:cacheprovider tests/sim
 	$(BIN)/python -m tests.sim.bench --seeds 100
 
 MUTATE_STAMP := $(VENV)/.mutate-installed
 
-$(MUTATE_STAMP): $(STAMP) pyproject.toml
+$(MUTATE_STAMP): $(DEV_STAMP) pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test,mutate]'
 	touch $(MUTATE_STAMP)
 
