@@ -109,13 +109,13 @@ def test_an_attempts_processes_are_its_supervisors_live_descendants() -> None:
     """Children, their children (re-parented or not), never the supervisor itself, never a
     zombie, never another tree."""
     table = {
-        10: (1, "S", 0),
-        11: (10, "S", 0),
-        12: (11, "R", 0),
-        13: (10, "Z", 0),
-        14: (12, "S", 0),
-        20: (1, "S", 0),
-        21: (20, "S", 0),
+        10: (1, "S", 0, 10),
+        11: (10, "S", 0, 11),
+        12: (11, "R", 0, 11),
+        13: (10, "Z", 0, 13),
+        14: (12, "S", 0, 14),
+        20: (1, "S", 0, 20),
+        21: (20, "S", 0, 20),
     }
     assert descendants(10, table) == {11, 12, 14}
     assert descendants(99, table) == set()

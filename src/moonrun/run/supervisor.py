@@ -88,28 +88,37 @@ def mount(source: str, target: str, kind: str | None, flags: int, data: str | No
 # -- processes -------------------------------------------------------------------------------
 
 
-def process_table() -> dict[int, tuple[int, str, int]]:
-    """Every process /proc shows: pid -> (parent pid, state, start time in clock ticks)."""
+Entry = tuple[int, str, int, int]
+"""What /proc/PID/stat says of a process: (parent pid, state, start time in clock ticks,
+process group)."""
+
+
+def process_table() -> dict[int, Entry]:
+    """Every process /proc shows, by pid."""
     table = {}
     for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as stat:
-                text = stat.read().decode(errors="replace")
-        except OSError:
-            continue
-        fields = text.rpartition(")")[2].split()
-        if len(fields) > 19:
-            table[int(name)] = (int(fields[1]), fields[0], int(fields[19]))
+        if name.isdigit() and (entry := process_table_entry(int(name))) is not None:
+            table[int(name)] = entry
     return table
 
 
-def descendants(root: int, table: dict[int, tuple[int, str, int]]) -> set[int]:
+def process_table_entry(pid: int) -> Entry | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            text = stat.read().decode(errors="replace")
+    except OSError:
+        return None
+    fields = text.rpartition(")")[2].split()
+    if len(fields) <= 19:
+        return None
+    return int(fields[1]), fields[0], int(fields[19]), int(fields[2])
+
+
+def descendants(root: int, table: dict[int, Entry]) -> set[int]:
     """The live (not zombie) processes below `root` in `table`."""
     children: dict[int, list[int]] = {}
-    for pid, (parent, _state, _ticks) in table.items():
-        children.setdefault(parent, []).append(pid)
+    for pid, entry in table.items():
+        children.setdefault(entry[0], []).append(pid)
     found: set[int] = set()
     todo = list(children.get(root, ()))
     while todo:
@@ -124,16 +133,6 @@ def descendants(root: int, table: dict[int, tuple[int, str, int]]) -> set[int]:
 def start_ticks(pid: int) -> int | None:
     found = process_table_entry(pid)
     return None if found is None else found[2]
-
-
-def process_table_entry(pid: int) -> tuple[int, str, int] | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            text = stat.read().decode(errors="replace")
-    except OSError:
-        return None
-    fields = text.rpartition(")")[2].split()
-    return (int(fields[1]), fields[0], int(fields[19])) if len(fields) > 19 else None
 
 
 def _ignore(*_: Any) -> None:
@@ -223,10 +222,20 @@ class Supervisor:
                 if deadline is None:
                     deadline = time.monotonic() + grace_s
                     self.main_exited_first = self.main_status is not None
-                alive = descendants(os.getpid(), process_table())
+                table = process_table()
+                alive = descendants(os.getpid(), table)
                 late = time.monotonic() >= deadline
                 if not alive or time.monotonic() >= deadline + KILL_WAIT_S:
                     break
+                if not late and self.main_status is None and self.main not in self.terminated:
+                    # The main process's group first, at once, as a terminal would: a shell
+                    # must not see its child die of SIGTERM before it gets its own (it would
+                    # say "Terminated"). Its pid is not reused: it is not reaped yet.
+                    assert self.main is not None
+                    with contextlib.suppress(OSError):
+                        os.killpg(self.main, signal.SIGTERM)
+                    self.terminated |= {pid for pid in alive if table[pid][3] == self.main}
+                    self.terminated.add(self.main)
                 for pid in alive:
                     if late:
                         with contextlib.suppress(OSError):
