@@ -158,7 +158,9 @@ def moved(template: Job, job_id: str, created_at: int) -> Job:
     )
 
 
-def job_chunks(size: int, server_id: str, endpoint_id: str, now: int) -> Iterator[list[Job]]:
+def job_chunks(
+    size: int, server_id: str, endpoint_id: str, owner_id: str, now: int
+) -> Iterator[list[Job]]:
     """`size` jobs in chunks of CHUNK, oldest first, every QUEUED_EVERY-th one queued."""
     tokens = SystemTokenSource()
     policy = SchedulingSettings().default_policy()
@@ -169,6 +171,7 @@ def job_chunks(size: int, server_id: str, endpoint_id: str, now: int) -> Iterato
             job_id=job_id,
             server_id=server_id,
             endpoint_id=endpoint_id,
+            owner_id=owner_id,
             kind="noop",
             payload=None,
             policy=policy,
@@ -205,7 +208,7 @@ def build(kind: str, url: str, size: int) -> Built:
         server = directory.create_server(admin, "scale", endpoint_id=endpoint.id, owner_id=admin.id)
         built = Built(kind, size, url, endpoint.id, server.id, identity)
         started = time.perf_counter()
-        for chunk in job_chunks(size, server.id, endpoint.id, clock.now()):
+        for chunk in job_chunks(size, server.id, endpoint.id, admin.id, clock.now()):
             store.insert_jobs(chunk)
         built.load_s = time.perf_counter() - started
     finally:

@@ -70,6 +70,7 @@ def domain_lifecycles(count: int) -> float:
             job_id=f"job_{n}",
             server_id="srv",
             endpoint_id="ep",
+            owner_id="usr",
             kind="noop",
             payload=None,
             policy=policy,

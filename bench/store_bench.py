@@ -84,6 +84,7 @@ class Bench:
                 job_id=f"job_{secrets.token_hex(8)}",
                 server_id=self.server.id,
                 endpoint_id=self.endpoint.id,
+                owner_id=self.server.owner_id,
                 kind="noop",
                 payload=None,
                 policy=policy,

@@ -56,6 +56,7 @@ def queued_job(
         job_id=job_id,
         server_id="srv-1",
         endpoint_id=endpoint_id,
+        owner_id="usr-1",
         kind="deploy.web",
         payload=payload,
         policy=policy,

@@ -58,6 +58,7 @@ def new_job(**fields: Any) -> Job:
         "job_id": "job_1",
         "server_id": "srv_1",
         "endpoint_id": "ep_1",
+        "owner_id": "usr_1",
         "kind": "noop",
         "payload": {},
         "policy": POLICY,

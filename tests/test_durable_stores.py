@@ -7,19 +7,25 @@ import sqlite3
 import stat
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import closing
+from dataclasses import replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import pymysql
 import pytest
 
 from moonrun.errors import SchemaTooNew, StoreUnavailable
+from moonrun.scheduling.records import Server
 from moonrun.store import DEFAULT_STORE_URL, open_store
 from moonrun.store.file import FileStore
 from moonrun.store.memory import MemoryStore
 from moonrun.store.mysql import MySQLStore, redact
 from moonrun.store.protocol import IdempotencyRecord
 from moonrun.store.schema import SCHEMA_VERSION
-from tests.stores import StoreFactory
+from tests.jobkit import T0, queued_job
+from tests.stores import StoreFactory, mysql_test_database
 
 ROOT = Path(__file__).resolve().parent.parent
 CANARY = "canary-pass-7f3a"
@@ -217,5 +223,70 @@ def test_an_older_schema_is_migrated_forward_on_open(tmp_path: Path) -> None:
             store.schema_version(),
             store.idempotency_record("usr-1", "key"),
         ) == (SCHEMA_VERSION, record)
+    finally:
+        store.close()
+
+
+@pytest.fixture(params=["file", "mysql"])
+def private_store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A store URL of its own (a MySQL database apart from the session's, since a test that
+    changes the schema must not change it under the others)."""
+    if request.param == "file":
+        yield f"file:{tmp_path / 'p.db'}"
+        return
+    request.getfixturevalue("mysql_url")  # skips (or fails in CI) without MariaDB
+    databases = mysql_test_database()
+    yield next(databases)
+    databases.close()
+
+
+def _raw_sql(url: str, *statements: str) -> None:
+    """Run `statements` on the store's database, past the store."""
+    if url.startswith("file:"):
+        with closing(sqlite3.connect(url.removeprefix("file:"), isolation_level=None)) as raw:
+            for statement in statements:
+                raw.execute(statement)
+        return
+    parts = urlsplit(url)
+    connection = pymysql.connect(
+        host=parts.hostname,
+        port=parts.port or 3306,
+        user=parts.username or "root",
+        password=parts.password or "",
+        database=parts.path.lstrip("/"),
+        autocommit=True,
+    )
+    try:
+        with connection.cursor() as cursor:
+            for statement in statements:
+                cursor.execute(statement)
+    finally:
+        connection.close()
+
+
+def test_an_older_store_learns_each_jobs_owner_from_its_server_on_open(
+    private_store_url: str,
+) -> None:
+    """Opening a store of schema 6 (jobs without `owner_id`) gives each stored job the owner
+    of its server; a job whose server was removed (it had ended) gets an empty owner."""
+    store = open_store(private_store_url)
+    store.insert_server(Server("srv-kept", "web", "ep-1", "usr-alice", T0))
+    kept = queued_job(job_id="job-kept")
+    store.insert_jobs([replace(kept, server_id="srv-kept"), replace(kept, id="job-orphan")])
+    store.close()
+    _raw_sql(
+        private_store_url,
+        "ALTER TABLE jobs DROP COLUMN owner_id",
+        "UPDATE schema_version SET version = 6",
+    )
+    store = open_store(private_store_url)
+    try:
+        jobs = store.get_jobs(["job-kept", "job-orphan"])
+        assert isinstance(store, FileStore | MySQLStore)
+        assert (
+            store.schema_version(),
+            jobs["job-kept"].owner_id,
+            jobs["job-orphan"].owner_id,
+        ) == (SCHEMA_VERSION, "usr-alice", "")
     finally:
         store.close()

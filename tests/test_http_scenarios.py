@@ -164,6 +164,19 @@ def test_file_and_mysql_reload_preserve_queued_work(cast: Cast) -> None:
     assert [(queued, 1)] == [(c["job_id"], c["attempt"]) for c in run.claim(4)]
 
 
+def test_a_claim_names_each_jobs_owner_whoever_submitted_it(cast: Cast) -> None:
+    """Each granted job carries `owner_id`: its server's owner, also for a job that a server
+    administrator submitted (protocol 90), so that Run can keep owners apart."""
+    run = cast.run.start()
+    by_owner = submit(cast)
+    by_helper = cast.world.submit(cast.server_id, cast.helper[1])["id"]
+    granted = run.claim(2)
+    assert [(by_owner, cast.owner[0]), (by_helper, cast.owner[0])] == [
+        (job["job_id"], job["owner_id"]) for job in granted
+    ]
+    assert cast.world.stored(by_helper).owner_id == cast.owner[0]
+
+
 # -- Requirement: Lease and attempt fencing ----------------------------------------------------
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from moonrun.errors import InvalidPayload, InvalidRequest, TooLarge, UnknownKind
+from moonrun.run.handlers.command import ARTIFACT_NAME_PATTERN
 from moonrun.run.handlers.command import PAYLOAD_SCHEMA as COMMAND
 from moonrun.scheduling.kinds import (
     MAX_DEPTH,
@@ -22,11 +23,13 @@ from moonrun.scheduling.kinds import (
     Problem,
     advertisement_json,
     check_advertisement,
+    class_pattern,
     load_advertisement,
     payload_problems,
     schema_problems,
     unknown_kind_message,
 )
+from moonrun.service.artifacts import NAME_PATTERN as PLATFORMS_ARTIFACT_NAME
 
 Found = list[tuple[str, str]]
 
@@ -277,10 +280,77 @@ def test_two_keywords_of_one_schema_each_say_their_own_words(
 
 
 def test_an_empty_artifact_name_is_too_short_not_too_long() -> None:
-    """The command kind's artifact name (1 to 128 characters): "" says at least 1."""
+    """The command kind's artifact name (1 to 128 characters): "" says at least 1 (and that
+    it does not match the name's pattern, which wants a first character)."""
     payload = {"argv": ["true"], "artifacts": [{"path": "out.txt", "name": ""}]}
-    expected = [("artifacts[0].name", "must be at least 1 character long")]
+    expected = [
+        ("artifacts[0].name", "must be at least 1 character long"),
+        ("artifacts[0].name", f"must match {ARTIFACT_NAME_PATTERN}"),
+    ]
     assert problems(COMMAND, payload) == expected
+
+
+NAMES = {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"}
+
+
+@pytest.mark.parametrize(
+    ("value", "fits"),
+    [
+        ("report.txt", True),
+        ("a", True),
+        ("A" * 128, True),
+        ("A" * 129, False),
+        ("../evil", False),
+        ("a/b", False),
+        (".hidden", False),
+        ("-x", False),
+        ("", False),
+        ("caf\u00e9", False),
+        ("a\n", False),
+        (7, True),  # not a string: `type` speaks, `pattern` does not
+    ],
+    ids=repr,
+)
+def test_a_pattern_of_character_classes_refuses_a_string_that_does_not_match(
+    value: Any, fits: bool
+) -> None:
+    """`pattern` in the one form the checker matches: names like paths are refused with the
+    pattern in the message (`$` does not let a trailing newline through)."""
+    found = problems({"pattern": NAMES["pattern"]}, value)
+    assert found == ([] if fits else [("", f"must match {NAMES['pattern']}")])
+
+
+@pytest.mark.parametrize(
+    ("pattern", "rebuilt"),
+    [
+        ("^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$", r"[A-Za-z0-9][A-Za-z0-9\._\-]{0,127}"),
+        ("^[a-z]+$", "[a-z]+"),
+        ("^[ab]{2}[c]?$", "[ab]{2}[c]?"),
+        (r"^[\-\]x]{3,}$", r"[\-\]x]{3,}"),
+        ("^[a]*[b]$", None),  # a class of variable count before another: backtracking
+        ("^(a+)+$", None),
+        ("^[^a]$", None),
+        (r"^[\d]$", None),
+        ("^[z-a]$", None),
+        ("^[]$", None),
+        ("^[a]{3,1}$", None),
+        ("[a]", None),
+        ("^" + "[a]" * 9 + "$", None),
+    ],
+    ids=repr,
+)
+def test_only_a_run_of_character_classes_is_a_pattern_the_checker_matches(
+    pattern: str, rebuilt: str | None
+) -> None:
+    """A pattern is matched only when it is `^`, character classes each but the last of a
+    fixed count, `$`; the expression is rebuilt from the classes read (None: ignored)."""
+    compiled = class_pattern(pattern)
+    assert (compiled.pattern if compiled is not None else None) == rebuilt
+
+
+def test_the_command_kinds_artifact_name_pattern_is_the_platforms() -> None:
+    """What is refused at submit is exactly what the platform would not store."""
+    assert PLATFORMS_ARTIFACT_NAME.pattern == ARTIFACT_NAME_PATTERN
 
 
 def test_a_refusal_names_at_most_twenty_problems() -> None:
@@ -454,6 +524,8 @@ SCHEMAS = [
         ["definitions.d.additionalProperties.enum must be an array"],
     ),
     ({"oneOf": [{"required": [1]}]}, ["oneOf[0].required must be an array of strings"]),
+    ({"pattern": 3}, ["pattern must be a string"]),
+    ({"pattern": "^(a+)+$"}, []),
 ]
 
 

@@ -298,6 +298,68 @@ async def test_run_advertises_a_plugins_schema_and_never_hands_it_a_misfit(tmp_p
     assert greet.given == [{"name": "ada"}]
 
 
+class Owned:
+    """A handler that keeps the owner each attempt was given."""
+
+    resumable = False
+
+    def __init__(self) -> None:
+        self.owners: list[str | None] = []
+
+    async def run(self, context: JobContext) -> HandlerResult:
+        self.owners.append(context.owner_id)
+        return HandlerResult("succeeded")
+
+
+@pytest.mark.anyio
+async def test_a_jobs_owner_reaches_its_handler_from_the_claim(tmp_path: Path) -> None:
+    """The claim's `owner_id` (the server's owner) is kept with the attempt and handed to the
+    handler, which is how `--run-as-range` picks the uid."""
+    async with served_platform(tmp_path) as world:
+        owned = Owned()
+        async with running_agent(world, tmp_path, capacity=1, handlers={"owned": owned}):
+            job_id = world.submit("owned", {})
+            await world.wait_state(job_id, *TERMINAL)
+
+    assert owned.owners == [world.admin.id]
+
+
+@pytest.mark.anyio
+async def test_an_artifact_name_like_a_path_is_refused_at_submit_and_said_in_the_logs_on_run(
+    tmp_path: Path,
+) -> None:
+    """`../evil` and `a/b` as artifact names: once Run advertised `command`, the platform
+    refuses such a job at submit naming `artifacts[0].name`; one queued before that reaches
+    Run, which refuses it (bad_payload) without running it and says why in the job's log."""
+    evil = {"argv": ["true"], "artifacts": [{"path": "out", "name": "../evil"}]}
+    async with served_platform(tmp_path) as world:
+        queued_earlier = world.submit("command", evil)
+        async with running_agent(world, tmp_path, capacity=2):
+            await world.wait_state(queued_earlier, *TERMINAL)
+            refusals = []
+            for name in ("../evil", "a/b"):
+                with pytest.raises(InvalidPayload) as refused:
+                    world.submit("command", {**evil, "artifacts": [{"path": "o", "name": name}]})
+                refusals.append(refused.value.fields)
+
+            def logged() -> list[str]:
+                page = world.platform.logs.read(queued_earlier, 1, -1)
+                return [line.text for line in page.lines]
+
+            async with asyncio.timeout(HANG_GUARD_S):
+                while not logged():
+                    await asyncio.sleep(0.02)
+            said = logged()
+        stored = world.store.get_job(queued_earlier)
+
+    rule = "must match ^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+    assert refusals == [(("artifacts[0].name", rule),)] * 2
+    assert stored is not None
+    assert stored.terminal is not None
+    assert (stored.state.value, stored.terminal.error.code) == ("failed", "bad_payload")
+    assert said == [f"moonrun: payload refused: payload.artifacts[0].name {rule}"]
+
+
 # -- leases as Run believes them (found by the simulation, docs/simulation.md) -------------------
 
 

@@ -1373,6 +1373,32 @@ async def test_an_artifact_refused_for_good_or_unreadable_is_dropped(tmp_path: P
     assert [call[2] for call in client.chunk_calls] == ["refused", "fine"]
 
 
+@pytest.mark.anyio
+async def test_an_artifact_whose_name_the_platform_refuses_says_so_in_its_jobs_logs(
+    tmp_path: Path,
+) -> None:
+    """A name the platform refuses (422: a Run whose payload was never checked at submit):
+    the artifact is dropped with a line in its job's stderr log saying why, not silently."""
+    path = tmp_path / "out"
+    path.write_bytes(b"hello")
+    client = FakeChannels()
+    client.errors = [InvalidRequest("artifact name must match ^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")]
+    said: list[tuple[Attempt, str, str]] = []
+    uploader = ArtifactUploader(client, job_log=lambda *line: said.append(line))
+
+    uploader.add(ATTEMPT, str(path), "../evil")
+    await run_uploader(uploader, lambda: uploader.dropped == 1)
+
+    assert said == [
+        (
+            ATTEMPT,
+            "stderr",
+            "artifact ../evil not uploaded: artifact name must match "
+            "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$",
+        )
+    ]
+
+
 # -- client: error answers ------------------------------------------------------------------
 
 PROTOCOL_ERRORS: list[tuple[int, str, type[MoonrunError]]] = [
@@ -1504,7 +1530,7 @@ async def test_a_restarted_log_shipper_never_reuses_a_seq() -> None:
 
 def test_a_process_group_left_behind_is_stopped_only_if_it_is_still_the_same() -> None:
     """A journaled group is killed after a Run restart; a recycled pid's group is left alone."""
-    from moonrun.run.handlers.command import process_record, stop_left_behind
+    from moonrun.run.leftovers import process_record, stop_left_behind
 
     process = subprocess.Popen(["sleep", "60"], start_new_session=True)
     try:

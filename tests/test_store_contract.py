@@ -62,6 +62,7 @@ def make_job(
     *,
     endpoint_id: str = "ep-1",
     server_id: str = "srv-1",
+    owner_id: str = "usr-1",
     created_at: Instant = T0,
     eligible_at: Instant | None = None,
 ) -> Job:
@@ -70,6 +71,7 @@ def make_job(
         job_id=job_id,
         server_id=server_id,
         endpoint_id=endpoint_id,
+        owner_id=owner_id,
         kind="report.build",
         payload={"report": job_id, "pages": [1, 2, 3]},
         policy=POLICY,

@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
 from urllib.parse import urlsplit
 
 import typer
@@ -15,6 +15,10 @@ import typer
 from moonrun import __version__
 from moonrun.errors import InvalidRequest, JoinUnconfirmed, MoonrunError
 from moonrun.store import DEFAULT_STORE_URL
+
+if TYPE_CHECKING:  # imported where used: `moonrun run start` starts without the rest
+    from moonrun.run.confinement import CommandUser, Confinement
+    from moonrun.run.journal import Journal
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -477,25 +481,43 @@ def run_start(
             help="Run commands as this user (name or uid) and its groups; needs Run as root",
         ),
     ] = None,
+    run_as_range: Annotated[
+        str | None,
+        typer.Option(
+            "--run-as-range",
+            envvar="MOONRUN_RUN_AS_RANGE",
+            help="FIRST-LAST: run each owner's commands under a uid (and group) of its own from "
+            "this range, mapped on first use; with a private /tmp and PID view per attempt "
+            "where the host allows; needs Run as root",
+        ),
+    ] = None,
+    work_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--work-dir",
+            envvar="MOONRUN_RUN_WORK_DIR",
+            help="Where attempts' working directories are made (0711, Run's own) "
+            "[default: <data dir>-work]",
+        ),
+    ] = None,
     log_level: Annotated[str, typer.Option("--log-level", envvar="MOONRUN_LOG_LEVEL")] = "info",
 ) -> None:
     """Run the agent: register, reconcile the journal, then claim and execute jobs."""
     import asyncio
     import logging
     import signal
-    import tempfile
 
     from moonrun import jsonlog
     from moonrun.run import identity
     from moonrun.run.agent import Agent, RunConfig
     from moonrun.run.confinement import (
         CommandUser,
-        Confinement,
         child_environment,
         command_user_warning,
     )
     from moonrun.run.handlers import load_handlers
     from moonrun.run.journal import Journal
+    from moonrun.run.owners import parse_range
 
     url = _check_url(platform)
     jsonlog.configure(log_level)
@@ -503,14 +525,23 @@ def run_start(
     user = CommandUser.named(run_as) if run_as else CommandUser.effective()
     if user.uid != euid and euid != 0:
         raise InvalidRequest(f"--run-as {run_as} needs Run to run as root (it changes uids)")
+    owner_range = parse_range(run_as_range) if run_as_range else None
+    if owner_range is not None and euid != 0:
+        raise InvalidRequest(f"--run-as-range {run_as_range} needs Run to run as root")
     switch = user if user.uid != euid else None
-    confinement = Confinement(
-        switch, child_environment(os.environ, user), Path(tempfile.gettempdir())
-    )
     identity.make_private(data_dir)
     held = identity.load(data_dir)
     lock = identity.hold_lock(data_dir)
     journal = Journal.open(data_dir)
+    confinement = _confinement(
+        data_dir,
+        work_dir,
+        switch,
+        child_environment(os.environ, user),
+        owner_range,
+        cancel_grace_s,
+        journal,
+    )
     config = RunConfig(
         url,
         data_dir,
@@ -518,9 +549,10 @@ def run_start(
         cancel_grace_s=cancel_grace_s,
         grace_s=grace_s,
         max_artifact_bytes=max_artifact_bytes,
+        owner_uids=owner_range is not None,
     )
     agent = Agent(config, held, journal, load_handlers(confinement))
-    if warning := command_user_warning(user, euid):
+    if owner_range is None and (warning := command_user_warning(user, euid)):
         if user.uid == 0:
             typer.echo(f"moonrun: warning: {warning}", err=True)
         logging.getLogger("moonrun.run").warning(
@@ -540,10 +572,80 @@ def run_start(
         await agent.run(stop, drain)
 
     try:
-        # uvloop cannot start a child under another uid: asyncio does (setuid in the child).
-        _event_loop_run(serve(), uvloop_allowed=switch is None)
+        _event_loop_run(serve())
     finally:
         lock.close()
+
+
+def _confinement(
+    data_dir: Path,
+    work_dir: Path | None,
+    switch: CommandUser | None,
+    environment: dict[str, str],
+    owner_range: tuple[int, int] | None,
+    grace_s: float,
+    journal: Journal,
+) -> Confinement:
+    """How commands are confined on this host, from the flags and what the host allows;
+    what attempts of a previous Run process left behind is stopped and removed first."""
+    import logging
+    import subprocess
+
+    from moonrun.run import leftovers
+    from moonrun.run.cgroups import Cgroups
+    from moonrun.run.confinement import Confinement, default_work_root, make_work_root
+    from moonrun.run.owners import OwnerIds
+    from moonrun.run.supervisor import command_line
+
+    said = logging.getLogger("moonrun.run")
+    work_root = (work_dir or default_work_root(data_dir)).absolute()
+    data = data_dir.resolve()
+    if work_root.resolve() == data or data in work_root.resolve().parents:
+        raise InvalidRequest(f"--work-dir {work_root} must not lie in the data directory")
+    make_work_root(work_root)
+    cgroups = Cgroups.of_this_process(data_dir)
+    why_not = "no cgroup2 hierarchy" if cgroups is None else cgroups.usable()
+    if why_not is not None:
+        cgroups = None
+    owner_ids = OwnerIds(data_dir, *owner_range) if owner_range is not None else None
+    namespaces = False
+    if owner_ids is not None:
+        probe = subprocess.run(
+            command_line("--probe-namespaces"),
+            capture_output=True,
+            text=True,
+            env={},
+            timeout=30,
+        )
+        namespaces = probe.returncode == 0
+        if not namespaces:
+            said.warning(
+                "attempts get no private /tmp and PID view: this host does not allow new "
+                "namespaces; owners are kept apart by their uids alone",
+                extra={"fields": {"why": probe.stderr.strip()[:200]}},
+            )
+    found = leftovers.sweep(
+        [entry.process for entry in journal.entries.values() if entry.process],
+        work_root,
+        cgroups,
+        owner_ids.uids() if owner_ids is not None else set(),
+        grace_s,
+    )
+    if any(found.values()):
+        said.warning("stopped and removed what a previous Run left", extra={"fields": found})
+    said.info(
+        "command confinement",
+        extra={
+            "fields": {
+                "work_root": str(work_root),
+                "cgroups": str(cgroups.parent) if cgroups is not None else None,
+                "no_cgroups_because": why_not,
+                "owner_uids": list(owner_range) if owner_range is not None else None,
+                "namespaces": namespaces,
+            }
+        },
+    )
+    return Confinement(switch, environment, work_root, cgroups, owner_ids, namespaces)
 
 
 def _event_loop_run(main: Any, *, uvloop_allowed: bool = True) -> None:

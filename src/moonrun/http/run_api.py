@@ -188,6 +188,7 @@ async def claim(call: Call) -> dict[str, Any]:
             {
                 "job_id": job.job_id,
                 "server_id": job.server_id,
+                "owner_id": job.owner_id,
                 "kind": job.kind,
                 "payload": orjson.Fragment(job.payload_json),
                 "attempt": job.attempt,

@@ -142,6 +142,7 @@ class ClaimRequest(Strict):
 class ClaimedModel(Answer):
     job_id: str
     server_id: str
+    owner_id: str
     kind: str
     payload: Any
     attempt: int

@@ -41,9 +41,9 @@ from moonrun.run.handlers import (
     payload_checker,
     refuse_payload,
 )
-from moonrun.run.handlers.command import process_record, stop_left_behind
 from moonrun.run.identity import Identity
 from moonrun.run.journal import Assignment, Journal
+from moonrun.run.leftovers import process_record, stop_left_behind
 from moonrun.run.transfers import MAX_ARTIFACT_BYTES, ArtifactUploader, Attempt, LogShipper
 from moonrun.security.tokens import b64url
 
@@ -93,6 +93,9 @@ class RunConfig:
     """A bigger artifact is not uploaded (a line in its job's logs says so)."""
     backoff: Backoff = RETRY_BACKOFF
     """Pauses before Run tries a refused or unanswered registration, claim, ack or result again."""
+    owner_uids: bool = False
+    """Whether commands run under a uid per owner (`--run-as-range`), which needs each
+    grant's `owner_id`."""
 
 
 class Agent:
@@ -139,6 +142,7 @@ class Agent:
         self._draining = asyncio.Event()
         self._background: set[asyncio.Task[None]] = set()
         self.self_fenced = 0
+        self._owner_missing_said = False
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -415,6 +419,7 @@ class Agent:
                 kind=job["kind"],
                 payload=job["payload"],
                 server_id=job["server_id"],
+                owner_id=self._owner_of(job),
             )
             for job in granted
         ]
@@ -424,6 +429,19 @@ class Agent:
                 "claimed", extra={"fields": {"job_id": entry.job_id, "attempt": entry.attempt}}
             )
             self._start(entry, resumed=False)
+
+    def _owner_of(self, job: dict[str, Any]) -> str | None:
+        """The grant's `owner_id`; a platform older than this Run sends none (said once)."""
+        owner = job.get("owner_id")
+        if isinstance(owner, str) and owner:
+            return owner
+        if self.config.owner_uids and not self._owner_missing_said:
+            self._owner_missing_said = True
+            log.warning(
+                "the platform does not say who owns each job: commands of jobs that name no "
+                "owner share one uid (upgrade the platform)"
+            )
+        return None
 
     def _start(self, entry: Assignment, *, resumed: bool) -> None:
         self._running[entry.job_id] = asyncio.create_task(self._supervise(entry, resumed))
@@ -522,9 +540,12 @@ class Agent:
             )
         # Every handler may count on a payload that fits the schema it declares (a plugin's
         # too); the platform checked it at submit only if this Run had advertised it then.
-        if refused := refuse_payload(self._checkers[entry.kind], entry.payload):
-            return refused
         attempt = Attempt(entry.job_id, entry.attempt, entry.lease)
+        if refused := refuse_payload(self._checkers[entry.kind], entry.payload):
+            # Said in the job's logs too: nothing of the job ran, and its log says why.
+            message = refused.error["message"] if refused.error else "bad payload"
+            self.logs.add(attempt, "stderr", f"moonrun: payload refused: {message}")
+            return refused
         context = JobContext(
             job_id=entry.job_id,
             attempt=entry.attempt,
@@ -534,8 +555,9 @@ class Agent:
             now_ms=self._now_ms,
             log_line=lambda stream, text: self.logs.add(attempt, stream, text),
             upload=lambda source, name: self.artifacts.add(attempt, source, name),
-            remember_process=lambda pid: self._remember_process(entry, pid),
+            remember_process=lambda record: self._remember_process(entry, record),
             grace_s=self.config.cancel_grace_s,
+            owner_id=entry.owner_id,
         )
         known = self._cancel_known.pop((entry.job_id, entry.attempt), None)
         if known is None:  # from a platform that does not say so with the ack
@@ -563,12 +585,12 @@ class Agent:
         except Exception as error:  # a handler bug fails the attempt, not Run
             return HandlerResult.failed("handler_error", type(error).__name__, retryable=True)
 
-    async def _remember_process(self, entry: Assignment, pid: int) -> None:
-        entry.process = process_record(pid)
+    async def _remember_process(self, entry: Assignment, record: int | dict[str, Any]) -> None:
+        entry.process = record if isinstance(record, dict) else process_record(record)
         await self._save(entry)
 
     async def _stop_left_behind(self, entry: Assignment) -> None:
-        """Stop the process group a previous Run process started for this attempt."""
+        """Stop what a previous Run process started for this attempt."""
         if entry.process is not None:
             await asyncio.to_thread(stop_left_behind, entry.process, self.config.cancel_grace_s)
             entry.process = None

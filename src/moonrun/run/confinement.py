@@ -2,23 +2,29 @@
 
 Run's own secrets (the identity key, the journal with every held attempt's lease and payload,
 Run's environment) must stay out of a command's reach: commands get an allow-listed
-environment, a working directory of their own per attempt, and with `--run-as` another uid.
+environment, a working directory of their own per attempt under Run's work root, and with
+`--run-as` another uid; with `--run-as-range` each owner a uid of its own, and where the host
+allows it a private /tmp and PID view per attempt. Every process of an attempt belongs to it
+(run/supervisor.py): in a cgroup of its own when Run may make one (run/cgroups.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import pwd
-import shutil
 import stat
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 from moonrun.errors import InvalidRequest
+from moonrun.run.cgroups import Cgroups
+from moonrun.run.owners import OwnerIds
+from moonrun.run.resolve import open_without_links
 
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 PASSED_ON = ("PATH", "LANG", "TZ", "TMPDIR")
@@ -44,6 +50,12 @@ class CommandUser:
             raise InvalidRequest(f"--run-as: there is no user {name!r} on this host") from None
         groups = tuple(os.getgrouplist(entry.pw_name, entry.pw_gid))
         return cls(entry.pw_name, entry.pw_uid, entry.pw_gid, groups, entry.pw_dir)
+
+    @classmethod
+    def of_owner(cls, uid: int) -> CommandUser:
+        """An owner's user of `--run-as-range`: uid, and a group of the same number, that no
+        passwd or group entry names; its home is the attempt's working directory."""
+        return cls(f"moonrun-{uid}", uid, uid, (uid,), "")
 
     @classmethod
     def effective(cls) -> CommandUser:
@@ -93,44 +105,63 @@ class Confinement:
     environment: Mapping[str, str] = field(default_factory=lambda: {"PATH": DEFAULT_PATH})
     work_root: Path | None = None
     """Where per-attempt working directories are made; None: the system's temporary directory."""
+    cgroups: Cgroups | None = None
+    """Where attempt cgroups are made; None: the supervisor's subreaper alone."""
+    owner_ids: OwnerIds | None = None
+    """`--run-as-range`: each owner's uid; None: every command runs as `run_as`."""
+    namespaces: bool = False
+    """Whether each attempt gets a PID and mount namespace (a private /tmp and PID view)."""
 
-    def spawn_options(self) -> dict[str, Any]:
-        """Keyword arguments of `asyncio.create_subprocess_exec` for the user and environment."""
-        options: dict[str, Any] = {"env": dict(self.environment)}
-        if self.run_as is not None:
-            options.update(
-                user=self.run_as.uid, group=self.run_as.gid, extra_groups=list(self.run_as.groups)
-            )
-        return options
+    def user_for(self, owner_id: str | None) -> CommandUser | None:
+        """Whom an owner's command runs as (blocking: may map the owner a uid, saved):
+        with `--run-as-range` the owner's own user (a job that names no owner runs as the
+        `--run-as` user when there is one), else the `--run-as` user; None for Run's own.
+        `OwnerRangeFull` when the range has no uid left for a new owner."""
+        if self.owner_ids is None or (owner_id is None and self.run_as is not None):
+            return self.run_as
+        return CommandUser.of_owner(self.owner_ids.uid_for(owner_id))
 
-    def make_workdir(self, job_id: str, attempt: int) -> Path:
+    def environment_for(self, user: CommandUser | None, workdir: Path) -> dict[str, str]:
+        """The command's environment: an owner's user has no home but its working directory."""
+        environment = dict(self.environment)
+        if user is not None and not user.home:
+            environment.update(HOME=str(workdir), USER=user.name, LOGNAME=user.name)
+        return environment
+
+    def make_workdir(self, job_id: str, attempt: int, user: CommandUser | None = None) -> Path:
         """A new empty directory (0700) for one attempt, owned by the command user."""
+        user = user if user is not None else self.run_as
         path = Path(tempfile.mkdtemp(prefix=f"moonrun-{job_id}-{attempt}-", dir=self.work_root))
-        if self.run_as is not None:
-            os.chown(path, self.run_as.uid, self.run_as.gid)
+        if user is not None:
+            os.chown(path, user.uid, user.gid)
         return path
 
-    def open_artifact(self, workdir: Path, path: str) -> BinaryIO | str:
+    def open_artifact(
+        self, workdir: Path, path: str, user: CommandUser | None = None
+    ) -> BinaryIO | str:
         """The artifact at `path` (relative paths are in `workdir`) opened for reading, or why
         it may not be uploaded (blocking).
 
         Opened, not named: the uploader reads it after the working directory is gone, and what
-        was checked is what is read. Never through a symbolic link, never anything but a
-        regular file, and with `--run-as` only one the command user owns: Run reads with its
-        own rights, which may be more.
+        was checked is what is read. Never through a symbolic link, at any point of its path
+        (run/resolve.py), never anything but a regular file, and with another command user
+        only one that user owns: Run reads with its own rights, which may be more.
         """
-        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # a FIFO never blocks
+        user = user if user is not None else self.run_as
+        flags = os.O_RDONLY | os.O_NONBLOCK  # a FIFO never blocks
         try:
-            fd = os.open(workdir / path, flags)
+            fd = open_without_links(workdir, path, flags)
         except OSError as error:
             if error.errno == errno.ELOOP:
                 return "a symbolic link"
+            if error.errno == errno.EXDEV:
+                return "a path with a '..' component"
             return error.strerror or "cannot be opened"
         found = os.fstat(fd)
         why = None
         if not stat.S_ISREG(found.st_mode):
             why = "not a regular file"
-        elif self.run_as is not None and found.st_uid != self.run_as.uid:
+        elif user is not None and found.st_uid != user.uid:
             why = "not owned by the command user"
         if why is not None:
             os.close(fd)
@@ -139,6 +170,20 @@ class Confinement:
         return os.fdopen(fd, "rb")
 
 
-def remove_workdir(path: Path) -> None:
-    """Remove an attempt's working directory and whatever the command left in it."""
-    shutil.rmtree(path, ignore_errors=True)
+def make_work_root(path: Path) -> None:
+    """Run's root of attempts' working directories: made if missing, 0711 (others may pass
+    through to their own directory, never list it), owned by Run's user, not a link."""
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o711)
+    found = path.lstat()
+    if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.geteuid():
+        raise InvalidRequest(
+            f"--work-dir {path} must be a directory of Run's own user (not a link)"
+        )
+    os.chmod(path, 0o711)
+
+
+def default_work_root(data_dir: Path) -> Path:
+    """Beside the data directory (which commands must not reach): `<data dir>-work`."""
+    resolved = data_dir.resolve()
+    return resolved.with_name(resolved.name + "-work")

@@ -62,10 +62,13 @@ class Assignment:
     progress_seq: int = 0
     result: dict[str, Any] | None = None
     """The result to deliver (outcome, retryable, error, output), kept until accepted."""
-    process: dict[str, int] | None = None
-    """The process group a handler started for this attempt (`pgid`, and the leader's start
-    time in clock ticks), so that a restarted Run can stop what its predecessor left behind."""
+    process: dict[str, Any] | None = None
+    """What a handler started for this attempt (`pgid` and the leader's start time in clock
+    ticks; for `command` also its cgroup, working directory and session: run/leftovers.py),
+    so that a restarted Run can stop what its predecessor left behind."""
     notes: list[str] = field(default_factory=list)
+    owner_id: str | None = None
+    """The job's owner, as the claim said (absent from a platform older than this Run)."""
 
 
 class Journal:

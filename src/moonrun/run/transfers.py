@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from moonrun.backoff import Backoff
-from moonrun.errors import ArtifactTooLarge, MoonrunError
+from moonrun.errors import ArtifactTooLarge, InvalidRequest, MoonrunError
 from moonrun.run.client import SESSION_ERRORS, TRANSIENT, PlatformClient
 
 log = logging.getLogger("moonrun.run.transfers")
@@ -356,8 +356,8 @@ class ArtifactUploader:
                 except RETRYABLE:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(stop.wait(), timeout=next(delays))
-                except ArtifactTooLarge as error:  # final: the same bytes would only be refused
-                    self._skip(upload, error.message)
+                except (ArtifactTooLarge, InvalidRequest) as error:  # final: too large, or
+                    self._skip(upload, error.message)  # a name the platform does not take
                     return
                 except MoonrunError:
                     self.dropped += 1

@@ -273,6 +273,9 @@ class Job:
     id: str
     server_id: str
     endpoint_id: str
+    owner_id: str
+    """The user who owned the job's server when the job was made (servers never change
+    owner); empty for jobs stored before jobs knew their owner whose server was removed."""
     kind: str
     payload_json: str
     """The payload as compact JSON; may hold secret references, so it never goes to users."""
@@ -364,6 +367,7 @@ def create_job(
     job_id: str,
     server_id: str,
     endpoint_id: str,
+    owner_id: str,
     kind: str,
     payload: JsonValue | None,
     policy: RetryPolicy,
@@ -385,6 +389,7 @@ def create_job(
         id=job_id,
         server_id=server_id,
         endpoint_id=endpoint_id,
+        owner_id=owner_id,
         kind=kind,
         payload_json=payload_json,
         policy=policy,

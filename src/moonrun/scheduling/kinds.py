@@ -8,12 +8,15 @@ bad field is a 422 naming the field instead of a failure on the host.
 Both sides use this one checker. It knows a subset of JSON Schema (draft 2020-12 meanings):
 `type`, `enum`, `const`, `properties`, `required`, `additionalProperties`, `items`,
 `minItems`, `maxItems`, `minLength`, `maxLength`, `minimum`, `maximum`, `exclusiveMinimum`,
-`exclusiveMaximum`, `anyOf`, `oneOf`, `allOf`, `not`, and `$ref` into the schema's own
-`$defs` (or `definitions`). Every other keyword is ignored, as JSON Schema ignores unknown
-keywords: in particular `pattern` and `format`, because a hostile Run could send a regular
-expression that takes the platform minutes to match. A check that would take more than
-`STEP_BUDGET` steps, or nest deeper than `MAX_DEPTH`, gives up and accepts (Run checks the
-payload again before running it).
+`exclusiveMaximum`, `anyOf`, `oneOf`, `allOf`, `not`, `$ref` into the schema's own `$defs`
+(or `definitions`), and `pattern` of one form only (`class_pattern`): a run of character
+classes, each but the last matching a fixed number of characters, like
+`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`. Such a pattern matches in one pass, without
+backtracking, whatever a hostile Run sends; any other regular expression could take the
+platform minutes, so any other `pattern` is ignored, as is `format` and every other keyword
+(JSON Schema ignores unknown keywords). A check that would take more than `STEP_BUDGET`
+steps, or nest deeper than `MAX_DEPTH`, gives up and accepts (Run checks the payload again
+before running it).
 """
 
 from __future__ import annotations
@@ -132,6 +135,8 @@ def _schema_problems(schema: Schema, root: Schema, at: str, found: list[str]) ->
         value = schema.get(word)
         if value is not None and not _is_number(value):
             found.append(f"{at}{word} must be a number")
+    if "pattern" in schema and not isinstance(schema["pattern"], str):
+        found.append(f"{at}pattern must be a string")
     properties = schema.get("properties")
     if properties is not None:
         if not isinstance(properties, dict):
@@ -472,7 +477,94 @@ def _type_part(kind: object) -> _Part:
 
 
 def _string_parts(schema: dict[str, Any]) -> list[_Part]:
-    return _length_parts(schema, str, ("minLength", "maxLength"), _characters)
+    parts = _length_parts(schema, str, ("minLength", "maxLength"), _characters)
+    pattern = schema.get("pattern")
+    compiled = class_pattern(pattern) if isinstance(pattern, str) else None
+    if compiled is not None:
+        mismatch = f"must match {pattern}"
+        parts.append(
+            lambda v, at, d, s: (
+                not isinstance(v, str) or compiled.fullmatch(v) is not None or _add(s, at, mismatch)
+            )
+        )
+    return parts
+
+
+MAX_CLASSES: Final = 8
+"""The most character classes a `pattern` this checker matches may have."""
+_COUNT: Final = re.compile(r"\{(\d{1,6})(?:(,)(\d{1,6})?)?\}")
+
+
+def class_pattern(pattern: str) -> re.Pattern[str] | None:
+    """`pattern` as a regular expression that matches in one pass, when it is `^`, then up to
+    MAX_CLASSES character classes (`[a-z._-]`: characters and ranges; `\\` before a character
+    that is not a letter or digit makes it literal; no negation), each but the last with no
+    count or an exact `{n}`, the last with `?`, `*`, `+`, `{n}`, `{m,}` or `{m,n}`, then `$`;
+    None for any other pattern (then ignored).
+
+    One pass: every class before the last takes a fixed number of characters, so the only
+    choice is how many the last one takes, and a class test per character decides it. The
+    expression is rebuilt from the classes read, never compiled from `pattern` itself.
+    """
+    if len(pattern) > 1024 or not pattern.startswith("^") or not pattern.endswith("$"):
+        return None
+    body, at = pattern[1:-1], 0
+    built: list[tuple[str, int, int, str]] = []
+    while at < len(body):
+        read = _read_class(body, at)
+        if read is None or len(built) == MAX_CLASSES:
+            return None
+        members, at = read
+        count, low, high = "", 1, 1
+        if at < len(body) and body[at] in "?*+":
+            count, at = body[at], at + 1
+            low, high = (0 if count != "+" else 1), (1 if count == "?" else -1)
+        elif (found := _COUNT.match(body, at)) is not None:
+            low = int(found.group(1))
+            high = low if not found.group(2) else int(found.group(3) or -1)
+            if high != -1 and high < low:
+                return None
+            count, at = found.group(0), found.end()
+        if built and built[-1][1] != built[-1][2]:
+            return None  # a class of variable count before another: not one pass
+        built.append((members, low, high, count))
+    if not built:
+        return None
+    return re.compile("".join(f"[{members}]{count}" for members, _, _, count in built))
+
+
+def _read_class(body: str, at: int) -> tuple[str, int] | None:
+    """The members of the class starting at `body[at]`, escaped for `re`, and where it ends."""
+    if not body.startswith("[", at) or body.startswith("[^", at):
+        return None
+    at += 1
+    members: list[str] = []
+    while at < len(body) and (body[at] != "]" or not members):
+        low, at = _class_character(body, at)
+        if low is None:
+            return None
+        if body.startswith("-", at) and at + 1 < len(body) and body[at + 1] != "]":
+            high, at = _class_character(body, at + 1)
+            if high is None or high < low:
+                return None
+            members.append(f"{re.escape(low)}-{re.escape(high)}")
+        else:
+            members.append(re.escape(low))
+    if at >= len(body):
+        return None
+    return "".join(members), at + 1
+
+
+def _class_character(body: str, at: int) -> tuple[str | None, int]:
+    """One character of a class (a `\\` escape of a non-alphanumeric one included)."""
+    character = body[at]
+    if character == "\\":
+        if at + 1 >= len(body) or body[at + 1].isalnum():
+            return None, at
+        return body[at + 1], at + 2
+    if character in "[]":
+        return None, at
+    return character, at + 1
 
 
 def _items(how: str, n: float) -> str:

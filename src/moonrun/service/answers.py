@@ -43,6 +43,9 @@ class ClaimedJob:
 
     job_id: str
     server_id: str
+    owner_id: str
+    """Whose job it is (the user who owned its server when it was made), so that Run can
+    keep owners apart."""
     kind: str
     payload_json: str
     """The payload as stored, handed on verbatim: the claim never decodes and re-encodes what

@@ -564,6 +564,7 @@ class SchedulingService:
         return ClaimedJob(
             job_id=job.id,
             server_id=job.server_id,
+            owner_id=job.owner_id,
             kind=job.kind,
             payload_json=job.payload_json,
             attempt=job.attempt,
@@ -826,6 +827,7 @@ class SchedulingService:
                 job_id=job_id,
                 server_id=server.id,
                 endpoint_id=server.endpoint_id,
+                owner_id=server.owner_id,
                 kind=spec.kind,
                 payload=spec.payload,
                 policy=self._policy(spec.max_attempts, spec.backoff),

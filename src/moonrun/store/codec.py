@@ -43,6 +43,7 @@ def job_to_row(job: Job) -> dict[str, Any]:
         "id": job.id,
         "server_id": job.server_id,
         "endpoint_id": job.endpoint_id,
+        "owner_id": job.owner_id,
         "kind": job.kind,
         "payload_json": job.payload_json,
         "state": job.state.value,
@@ -107,6 +108,7 @@ def row_to_job(row: Row) -> Job:
         id=row["id"],
         server_id=row["server_id"],
         endpoint_id=row["endpoint_id"],
+        owner_id=row["owner_id"],
         kind=row["kind"],
         payload_json=row["payload_json"],
         policy=_policy(

@@ -53,6 +53,7 @@ jobs = Table(
     Column("id", ID, primary_key=True),
     Column("server_id", ID, nullable=False),
     Column("endpoint_id", ID, nullable=False),
+    Column("owner_id", ID, nullable=False, server_default=text("''")),
     Column("kind", SHORT, nullable=False),
     Column("payload_json", Text, nullable=False),
     Column("state", String(16), nullable=False),
@@ -316,6 +317,22 @@ def _kinds_v6(connection: Connection) -> None:
             index.create(connection)
 
 
+def _owners_v7(connection: Connection) -> None:
+    """Each job knows its owner (docs/protocol.md 90): the owner of its server, which never
+    changes, filled in for the jobs already stored. A job whose server was removed (all of
+    them ended) keeps an empty owner: nobody can tell any more whose it was."""
+    if "owner_id" not in {c["name"] for c in inspect(connection).get_columns("jobs")}:
+        connection.execute(
+            text("ALTER TABLE jobs ADD COLUMN owner_id VARCHAR(64) NOT NULL DEFAULT ''")
+        )
+    connection.execute(
+        text(
+            "UPDATE jobs SET owner_id = COALESCE((SELECT servers.owner_id FROM servers "
+            "WHERE servers.id = jobs.server_id), '') WHERE owner_id = ''"
+        )
+    )
+
+
 MIGRATIONS: Final[Sequence[Callable[[Connection], None]]] = (
     _create_v1,
     _idempotency_keys_v2,
@@ -323,6 +340,7 @@ MIGRATIONS: Final[Sequence[Callable[[Connection], None]]] = (
     _scale_v4,
     _access_v5,
     _kinds_v6,
+    _owners_v7,
 )
 """Migration n (1-based) brings the schema from version n-1 to n; never edit a shipped one.
 

@@ -64,9 +64,12 @@ class JobContext:
     upload: Callable[[str | BinaryIO, str], None]
     """`upload(path, name)` queues a file for the artifacts channel (never blocks); a handler
     may hand over an open binary file instead of a path, which the uploader then closes."""
-    remember_process: Callable[[int], Awaitable[None]]
-    """Journal the process group a handler started, before it does any work."""
+    remember_process: Callable[[int | dict[str, Any]], Awaitable[None]]
+    """Journal what a handler started (a process group leader's pid, or a record that
+    run/leftovers.py knows how to stop), so that a restarted Run can stop it."""
     grace_s: float = 10.0
+    owner_id: str | None = None
+    """Who owns the job (its server's owner), when the platform said so with the claim."""
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
     percent: float | None = None
     message: str | None = None
