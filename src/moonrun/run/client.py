@@ -42,11 +42,11 @@ from moonrun.errors import (
 )
 from moonrun.security import signing
 
-_BY_CODE: dict[str, type[MoonrunError]] = {
-    code: error
-    for error, (_, code) in ERROR_TABLE.items()
-    if code not in ("internal", "unreachable")
-}
+_BY_CODE: dict[str, type[MoonrunError]] = {}
+for _error, (_, _code) in ERROR_TABLE.items():
+    if _code not in ("internal", "unreachable"):
+        # The first type of a code is its base (400 `invalid_request` is a kind of the 422).
+        _BY_CODE.setdefault(_code, _error)
 
 
 Unreachable = PlatformUnreachable
