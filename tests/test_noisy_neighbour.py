@@ -11,16 +11,24 @@ typed errors or bounded.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
-from collections.abc import Iterator
+import socket
+import statistics
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from moonrun.run.client import PlatformClient, join
+from moonrun.security import signing
 from tests.e2e import Cluster, JobView, cluster, wait_for
+from tests.test_platform_edge import Stalled, stalled_post
 
 # Real platform and Run processes: the serial lane of `make test` (docs/testing.md).
 pytestmark = pytest.mark.processes
@@ -197,3 +205,115 @@ def test_one_owners_floods_never_touch_another_owners_jobs_on_a_shared_endpoint(
         kept = sum(len(line["text"].encode()) for line in flooded)
         said = any("line(s) dropped" in line["text"] for line in flooded)
         assert (kept < FLOOD_LINE_BYTES // 4, said or dropped_bytes > 0) == (True, True)
+
+
+# -- an attacker without credentials ------------------------------------------------------------
+
+ROUNDS = 3
+SAMPLES = 30
+"""Per round and phase: the heartbeats, claims and reads each phase's median is taken over."""
+FLOOD_READS = 4_200
+
+
+class Probe:
+    """A Run on the wire (moonrun's own client, on an endpoint of its own) and a user reading
+    their job: what the attack must not slow down. Each call is timed, in milliseconds."""
+
+    def __init__(self, cl: Cluster, owner: Owner, job_id: str) -> None:
+        endpoint_id, token = cl.create_endpoint("probe")
+        key = Ed25519PrivateKey.generate()
+        self.loop = asyncio.new_event_loop()
+        public = signing.b64url(key.public_key().public_bytes_raw())
+        self.loop.run_until_complete(join(cl.platform.url, token, public))
+        self.run = PlatformClient(cl.platform.url, endpoint_id, key)
+        self.loop.run_until_complete(self._register())
+        self.owner, self.job_id = owner, job_id
+
+    async def _register(self) -> None:
+        await self.run.__aenter__()
+        await self.run.register("probe-boot", 1)
+        await self.run.reconcile([])
+
+    def sample(self, times: dict[str, list[float]], keep_up: Callable[[], None]) -> None:
+        for _ in range(SAMPLES):
+            keep_up()
+            for name, call in (
+                ("heartbeat", lambda: self.loop.run_until_complete(self.run.heartbeat())),
+                ("claim", lambda: self.loop.run_until_complete(self.run.claim(1))),
+                ("read", lambda: self.owner.job(self.job_id)),
+            ):
+                started = time.perf_counter()
+                call()
+                times[name].append((time.perf_counter() - started) * 1000)
+
+    def close(self) -> None:
+        self.loop.run_until_complete(self.run.__aexit__())
+        self.loop.close()
+
+
+class Attacker:
+    """No credentials: stalled bodies on the Run routes, the user API and the sign-in form,
+    and heads that grow past every bound; kept up while it attacks."""
+
+    def __init__(self, port: int) -> None:
+        big_head = b"GET /api/v1/servers HTTP/1.1\r\nHost: p\r\nX-Big: " + b"x" * 60_000
+        self.stalled = [
+            Stalled(port, stalled_post("/run/v1/heartbeat"), 16),
+            Stalled(port, stalled_post("/run/v1/jobs/claim"), 32),
+            Stalled(port, stalled_post("/api/v1/servers"), 16),
+            Stalled(port, stalled_post("/login"), 200, b"username=x"),
+            Stalled(port, big_head, 6),
+        ]
+
+    def keep_up(self) -> None:
+        for stalled in self.stalled:
+            stalled.keep_up()
+
+    def close(self) -> None:
+        for stalled in self.stalled:
+            stalled.close()
+
+
+def test_an_attacker_without_credentials_slows_neither_a_run_nor_a_user(tmp_path: Path) -> None:
+    """Beside a real Run, a Run's heartbeats and claims and a user's reads keep their median
+    latency within 2x of a quiet run while an attacker without credentials holds stalled
+    bodies on the Run routes, the user API and the sign-in form, sends heads past every bound,
+    and another user's 4,200 blocking reads have been sent and closed. Quiet and attacked
+    phases alternate, three rounds of each, so the machine's own drift falls on both."""
+    with cluster(tmp_path, open_files=4096) as cl:
+        run = cl.add_run("shared", capacity=2)
+        owner = Owner(cl, "owner-b", run.endpoint_id)
+        mallory = Owner(cl, "mallory", run.endpoint_id)
+        job_id = owner.submit("noop", None)
+        wait_for(lambda: owner.job(job_id)["state"] == "succeeded" or None, "B's job")
+        parked = mallory.submit("sleep", {"seconds": 3600})
+        token = mallory.client.headers["Authorization"]
+        flood = (
+            f"GET /api/v1/jobs/{parked}?wait_s=60&until=terminal HTTP/1.1\r\n"
+            f"Host: 127.0.0.1\r\nAuthorization: {token}\r\n\r\n"
+        ).encode()
+        probe = Probe(cl, owner, job_id)
+        quiet: dict[str, list[float]] = {"heartbeat": [], "claim": [], "read": []}
+        attacked: dict[str, list[float]] = {"heartbeat": [], "claim": [], "read": []}
+        try:
+            for round_ in range(ROUNDS):
+                probe.sample(quiet, lambda: None)
+                attacker = Attacker(cl.platform.port)
+                try:
+                    if round_ == 0:
+                        for _ in range(FLOOD_READS):
+                            with socket.create_connection(("127.0.0.1", cl.platform.port)) as s:
+                                s.sendall(flood)
+                    probe.sample(attacked, attacker.keep_up)
+                finally:
+                    attacker.close()
+        finally:
+            probe.close()
+            owner.client.close()
+            mallory.client.close()
+        run.check_alive()
+    ratios = {
+        name: statistics.median(attacked[name]) / statistics.median(quiet[name]) for name in quiet
+    }
+    medians = {name: round(statistics.median(quiet[name]), 2) for name in quiet}
+    assert all(ratio <= 2.0 for ratio in ratios.values()), (ratios, "quiet ms:", medians)
