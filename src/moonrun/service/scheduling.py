@@ -2,7 +2,8 @@
 
 Every use case is load -> pure transition (`moonrun.scheduling`) -> compare-and-swap write,
 retried on conflict. The service keeps no jobs, sessions or deadlines of its own: a second
-instance over the same store answers every call exactly as this one would.
+instance over the same store answers every call as this one would, but for which owner's turn
+it is at an endpoint's next claim (fairness, not correctness: `scheduling/fairness.py`).
 """
 
 from __future__ import annotations
@@ -144,6 +145,9 @@ class SchedulingService:
         self._settings = settings or SchedulingSettings()
         self._default_policy = self._settings.default_policy()
         self._events: JobEvents = events or _NoEvents()
+        self._served_last: dict[str, str] = {}
+        """Per endpoint, the owner its last claim served last: the next claim's turns start
+        after it. Kept here only; a restart starts the turns afresh."""
 
     def listen(self, events: JobEvents) -> None:
         """Tell `events` about every committed job write from now on (the HTTP app does)."""
@@ -460,7 +464,8 @@ class SchedulingService:
             seen.add(entry.job_id)
 
     def claim(self, session_id: str, max_jobs: int) -> list[ClaimedJob]:
-        """Grant up to `max_jobs` eligible jobs (and no more than free capacity), oldest first."""
+        """Grant up to `max_jobs` eligible jobs (and no more than free capacity): owners take
+        turns, each owner's oldest first."""
         return self.claim_or_wait(session_id, max_jobs).jobs
 
     def claim_or_wait(self, session_id: str, max_jobs: int) -> Claim:
@@ -494,7 +499,10 @@ class SchedulingService:
                 ack_timeout_ms=self._settings.ack_timeout_ms,
             )
 
-        claimed = self._store.claim_jobs(session.endpoint_id, now, wanted, grant)
+        turn = self._served_last.get(session.endpoint_id)
+        claimed = self._store.claim_jobs(session.endpoint_id, now, wanted, grant, after_owner=turn)
+        if claimed:
+            self._served_last[session.endpoint_id] = claimed[-1].owner_id
         for job in claimed:
             self._events.job_changed(job, before[job.id])
         if claimed:

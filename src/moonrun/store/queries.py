@@ -69,14 +69,26 @@ class Queries:
             f"INSERT INTO jobs ({', '.join(JOB_COLUMNS)}) "
             f"VALUES ({', '.join(':' + name for name in JOB_COLUMNS)})"
         )
-        claimable = (
+        self.claimable = render(
             f"SELECT {JOB} FROM jobs @ix_jobs_claim "
             "WHERE endpoint_id = :endpoint_id AND claimable_at <= :now "
             "ORDER BY claimable_at, created_at, id LIMIT :limit"
         )
-        self.claimable = render(claimable)
-        self.claimable_locked = render(
-            claimable + (" FOR UPDATE SKIP LOCKED" if dialect == "mysql" else "")
+        # Owners take turns at claims (scheduling/fairness.py): the next owner with waiting
+        # jobs is one dive into ix_jobs_owner_claim, and an owner's oldest claimable jobs one
+        # range of it, however many jobs other owners (or this one) have waiting.
+        next_owner = (
+            "SELECT claimable_owner_id FROM jobs @ix_jobs_owner_claim "
+            "WHERE endpoint_id = :endpoint_id AND claimable_owner_id {} "
+            "ORDER BY claimable_owner_id LIMIT 1"
+        )
+        self.first_claim_owner = render(next_owner.format("IS NOT NULL"))
+        self.next_claim_owner = render(next_owner.format("> :after"))
+        self.claimable_of_owner_locked = render(
+            f"SELECT {JOB} FROM jobs @ix_jobs_owner_claim "
+            "WHERE endpoint_id = :endpoint_id AND claimable_owner_id = :owner_id "
+            "AND claimable_at <= :now ORDER BY claimable_at, created_at, id LIMIT :limit"
+            + (" FOR UPDATE SKIP LOCKED" if dialect == "mysql" else "")
         )
         self.next_claimable = render(
             "SELECT MIN(claimable_at) FROM jobs @ix_jobs_claim WHERE endpoint_id = :endpoint_id"

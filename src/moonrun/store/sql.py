@@ -20,6 +20,7 @@ from sqlalchemy import Connection, Engine, insert, select, update
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from moonrun.errors import AlreadyExists, SchemaTooNew, StoreUnavailable
+from moonrun.scheduling.fairness import take_turns
 from moonrun.scheduling.jobs import Job, JobState
 from moonrun.scheduling.records import Advertisement, Endpoint, Server, Session, User
 from moonrun.scheduling.time import Instant
@@ -271,15 +272,39 @@ class SqlStore:
         return self._write(work) if ids else {}
 
     def claim_jobs(
-        self, endpoint_id: str, now: Instant, limit: int, grant: Callable[[Job], Job]
+        self,
+        endpoint_id: str,
+        now: Instant,
+        limit: int,
+        grant: Callable[[Job], Job],
+        after_owner: str | None = None,
     ) -> list[Job]:
-        parameters = {"endpoint_id": endpoint_id, "now": now, "limit": limit}
+        sql = self._sql
 
         def work(cursor: Cursor) -> list[Job]:
+            def next_owner(after: str | None) -> str | None:
+                if after is None:
+                    cursor.execute(sql.first_claim_owner, {"endpoint_id": endpoint_id})
+                else:
+                    cursor.execute(
+                        sql.next_claim_owner, {"endpoint_id": endpoint_id, "after": after}
+                    )
+                rows = cursor.fetchall()
+                return str(rows[0][0]) if rows else None
+
+            def oldest(owner_id: str, count: int) -> list[tuple[Job, dict[str, Any]]]:
+                parameters = {
+                    "endpoint_id": endpoint_id,
+                    "owner_id": owner_id,
+                    "now": now,
+                    "limit": count,
+                }
+                cursor.execute(sql.claimable_of_owner_locked, parameters)
+                return [_job_and_row(row) for row in cursor.fetchall()]
+
             # Inside the write transaction: SQLite holds the one write lock, MySQL locks the
             # candidates (skipping rows another platform is claiming right now).
-            cursor.execute(self._sql.claimable_locked, parameters)
-            candidates = [_job_and_row(row) for row in cursor.fetchall()]
+            candidates = take_turns(limit, after_owner, next_owner, oldest)
             deltas: Counter[str] = Counter()
             claimed = []
             for job, row in candidates:
