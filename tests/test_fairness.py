@@ -118,6 +118,14 @@ def test_with_more_owners_than_jobs_wanted_the_next_owners_in_turn_get_one_each(
     assert (endpoint.rows_read, endpoint.owner_reads) == (3, 3)
 
 
+def test_one_owner_alone_is_found_with_two_lookups() -> None:
+    """Alice alone, served last: the claim looks above her (nobody), then from the start
+    (Alice, where the round began), and no further."""
+    endpoint = Endpoint({"alice": 10})
+    assert endpoint.claim(4, "alice") == ["alice-0", "alice-1", "alice-2", "alice-3"]
+    assert endpoint.owner_reads == 2
+
+
 def test_an_owner_whose_few_jobs_are_all_granted_still_had_its_turn() -> None:
     """Alice's one job and Bob's first fill a claim of two: Carol is not even looked up."""
     endpoint = Endpoint({"alice": 1, "bob": 5, "carol": 5})

@@ -58,7 +58,8 @@ def take_turns(
                 listed, wrapped, cursor = wrapped, True, None
                 continue
             turns.append(found)
-            cursor = found
+            # Back at `after` the round is complete: the owners above it came first.
+            cursor, listed = found, wrapped and found == after
             continue
         counts = shares(turns, limit, {owner: len(queues[owner]) for owner in complete})
         reads = {
