@@ -60,16 +60,33 @@ def _search(index: str) -> list[Step]:
     return [("jobs", "SEARCH", index)]
 
 
+def _sqlite_union_of_two(index: str) -> list[Step]:
+    """SQLite's plan of `SELECT * FROM (a) UNION ALL SELECT * FROM (b)`, each part a search
+    of `index` whose few rows are then read in turn."""
+    return [
+        ("", "COMPOUND QUERY", None),
+        ("", "LEFT-MOST SUBQUERY", None),
+        ("", "CO-ROUTINE (subquery-1)", None),
+        *_search(index),
+        ("", "SCAN (subquery-1)", None),
+        ("", "UNION ALL", None),
+        ("", "CO-ROUTINE (subquery-3)", None),
+        *_search(index),
+        ("", "SCAN (subquery-3)", None),
+    ]
+
+
 EXPECTED_PLANS: dict[str, list[Step]] = {
     "get_job": _search("PRIMARY"),
     "claimable": _search("ix_jobs_claim"),
     "next_claimable": _search("ix_jobs_claim"),
-    # Owners take turns: one dive per owner, then one range of the owner's claimable jobs,
-    # for the owner with thousands waiting as for the one with a single job.
+    # Owners take turns: one dive per owner (the next one comes with the first one, where
+    # the turns wrap round), then one range of each owner's claimable jobs, for the owner
+    # with thousands waiting as for the one with a single job, in one statement.
     "first_claim_owner": _search("ix_jobs_owner_claim"),
-    "next_claim_owner": _search("ix_jobs_owner_claim"),
-    "claimable_of_owner_locked": _search("ix_jobs_owner_claim"),
-    "claimable_of_owner_locked, one job": _search("ix_jobs_owner_claim"),
+    "next_claim_owner": _sqlite_union_of_two("ix_jobs_owner_claim"),
+    "claimable_of_owners_locked": _search("ix_jobs_owner_claim"),
+    "claimable_of_owners_locked, two owners": _sqlite_union_of_two("ix_jobs_owner_claim"),
     "due": _search("ix_jobs_due"),
     "active": _search("ix_jobs_active"),
     "active_deadlines": _search("ix_jobs_active"),
@@ -105,6 +122,9 @@ MYSQL_PLANS: dict[str, list[Step]] = {
     # not a walk of the endpoint's whole claimable range; SQLite's plan text cannot tell the
     # two apart, MySQL's can.
     "next_claimable": [("", "MIN FROM INDEX", None)],
+    # MySQL writes a UNION ALL as its parts.
+    "next_claim_owner": _search("ix_jobs_owner_claim") * 2,
+    "claimable_of_owners_locked, two owners": _search("ix_jobs_owner_claim") * 2,
 }
 """Where MySQL's plan is written differently from EXPECTED_PLANS."""
 
@@ -118,10 +138,20 @@ def hot_queries(sql: Queries) -> dict[str, tuple[str, dict[str, Any]]]:
         "next_claimable": (sql.next_claimable, {"endpoint_id": ENDPOINT}),
         "first_claim_owner": (sql.first_claim_owner, {"endpoint_id": ENDPOINT}),
         "next_claim_owner": (sql.next_claim_owner, {"endpoint_id": ENDPOINT, "after": OWNER}),
-        "claimable_of_owner_locked": (sql.claimable_of_owner_locked, {**claim, "owner_id": OWNER}),
-        "claimable_of_owner_locked, one job": (
-            sql.claimable_of_owner_locked,
-            {**claim, "owner_id": OTHER_OWNER},
+        "claimable_of_owners_locked": (
+            sql.claimable_of_owners_locked(1),
+            {"endpoint_id": ENDPOINT, "now": NOW, "owner0": OWNER, "limit0": 16},
+        ),
+        "claimable_of_owners_locked, two owners": (
+            sql.claimable_of_owners_locked(2),
+            {
+                "endpoint_id": ENDPOINT,
+                "now": NOW,
+                "owner0": OWNER,
+                "limit0": 8,
+                "owner1": OTHER_OWNER,
+                "limit1": 8,
+            },
         ),
         "due": (sql.due, {"now": NOW, "limit": 500}),
         "active": (sql.active, {"endpoint_id": ENDPOINT}),

@@ -7,9 +7,9 @@ oldest first (`eligible_at`, then `created_at`, then id), round after round, unt
 `limit` jobs or nobody has more: round robin between owners, first in first out within one.
 A newcomer's job therefore waits for at most one turn of every other owner that has work.
 
-The store reads as the turns go (`take_turns` asks it for the next owner and for an owner's
-oldest jobs), so a claim reads about `limit` jobs and one index entry per owner it visits,
-however many jobs wait.
+The store reads as the turns go (`take_turns` asks it for the next owner, and for the oldest
+jobs of the owners whose turns come), so a claim reads about `limit` jobs and one index entry
+per owner it visits, however many jobs wait.
 
 Priorities (levels of urgency, higher first) are meant to sit above the turns: a claim would
 take the turns among the jobs of the highest priority that has claimable jobs, and go down a
@@ -28,21 +28,19 @@ NextOwner = Callable[[str | None], str | None]
 """The smallest owner id above the given one (above nothing: the smallest of all) that has
 waiting jobs on the endpoint, or None."""
 
+Oldest = Callable[[Mapping[str, int]], Mapping[str, Sequence[T]]]
+"""For each owner named, its first `n` claimable jobs in claim order (fewer when it has no
+more; never more)."""
 
-def take_turns(
-    limit: int,
-    after: str | None,
-    next_owner: NextOwner,
-    oldest: Callable[[str, int], Sequence[T]],
-) -> list[T]:
+
+def take_turns(limit: int, after: str | None, next_owner: NextOwner, oldest: Oldest[T]) -> list[T]:
     """Up to `limit` jobs in the order a claim grants them: owners take turns, one job each,
     from the first owner after `after` (wrapping round, `after` itself last), each owner's
     oldest first; an owner that runs out drops out of the turns.
 
-    `oldest(owner, n)` answers the owner's first `n` claimable jobs in claim order (fewer when
-    it has no more; never more). It is asked again, for more, when other owners turn out to
-    have fewer than their share; what it answers replaces what it answered before for that
-    owner.
+    `oldest` is asked once per round of reading, for every owner whose share is not read yet;
+    a second round, for more, comes only when some owner turned out to have fewer than its
+    share. What it answers for an owner replaces what it answered before.
     """
     turns: list[str] = []
     queues: dict[str, Sequence[T]] = {}
@@ -69,8 +67,9 @@ def take_turns(
         }
         if not reads:
             return interleave(turns, {owner: queues.get(owner, ()) for owner in turns}, limit)
+        answered = oldest(reads)
         for owner, wanted in reads.items():
-            queues[owner] = oldest(owner, wanted)
+            queues[owner] = answered.get(owner, ())
             if len(queues[owner]) < wanted:
                 complete.add(owner)
 

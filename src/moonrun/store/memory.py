@@ -6,7 +6,7 @@ import bisect
 import heapq
 import threading
 from collections import Counter
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from moonrun.errors import AlreadyExists
@@ -204,8 +204,13 @@ class MemoryStore:
         with self._lock:
             index, jobs = self._index, self._jobs
 
-            def oldest(owner_id: str, count: int) -> list[Job]:
-                return [jobs[i] for i in index.first_waiting_of(endpoint_id, owner_id, now, count)]
+            def oldest(wants: Mapping[str, int]) -> dict[str, list[Job]]:
+                return {
+                    owner_id: [
+                        jobs[i] for i in index.first_waiting_of(endpoint_id, owner_id, now, n)
+                    ]
+                    for owner_id, n in wants.items()
+                }
 
             chosen = take_turns(
                 limit, after_owner, lambda after: index.next_owner(endpoint_id, after), oldest
