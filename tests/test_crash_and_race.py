@@ -133,11 +133,17 @@ def kill_and_check(factory: StoreFactory, threads: int) -> tuple[dict[str, Any],
 def test_two_platform_processes_never_grant_an_attempt_twice(
     durable_factory: StoreFactory,
 ) -> None:
-    """Two processes claiming from one store at once: both are granted jobs, no (job, attempt)
-    is granted twice, no job is lost."""
+    """Two processes claiming from one store at once, where three owners' jobs take turns:
+    both are granted jobs, no (job, attempt) is granted twice, no job is lost."""
     # The children run on the system clock, so the world starts at the real time too.
     world = World(durable_factory, clock=ManualClock(SystemClock().now()))
-    job_ids = {world.submit().id for _ in range(RACE_JOBS)}
+    servers = [world.server] + [
+        world.directory.create_server(
+            world.admin, f"race-{user.name}", endpoint_id=world.endpoint.id, owner_id=user.id
+        )
+        for user in (world.helper, world.stranger)
+    ]
+    job_ids = {world.submit(servers[n % 3], world.admin).id for n in range(RACE_JOBS)}
     run = world.run().start(capacity=1024)
     url = durable_factory.url()
     world.store.close()

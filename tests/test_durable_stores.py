@@ -17,6 +17,7 @@ import pymysql
 import pytest
 
 from moonrun.errors import SchemaTooNew, StoreUnavailable
+from moonrun.scheduling.jobs import JobState
 from moonrun.scheduling.records import Server
 from moonrun.store import DEFAULT_STORE_URL, open_store
 from moonrun.store.file import FileStore
@@ -25,6 +26,7 @@ from moonrun.store.mysql import MySQLStore, redact
 from moonrun.store.protocol import IdempotencyRecord
 from moonrun.store.schema import SCHEMA_VERSION
 from tests.jobkit import T0, queued_job
+from tests.jobkit import claimed as claimed_job
 from tests.stores import StoreFactory, mysql_test_database
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -267,15 +269,20 @@ def _raw_sql(url: str, *statements: str) -> None:
 def test_an_older_store_learns_each_jobs_owner_from_its_server_on_open(
     private_store_url: str,
 ) -> None:
-    """Opening a store of schema 6 (jobs without `owner_id`) gives each stored job the owner
-    of its server; a job whose server was removed (it had ended) gets an empty owner."""
+    """Opening a store of schema 6 (jobs without `owner_id`, claims without owners' turns)
+    gives each stored job the owner of its server, a job whose server was removed (it had
+    ended) an empty owner, and the waiting jobs their place in their owner's turns."""
     store = open_store(private_store_url)
     store.insert_server(Server("srv-kept", "web", "ep-1", "usr-alice", T0))
-    kept = queued_job(job_id="job-kept")
-    store.insert_jobs([replace(kept, server_id="srv-kept"), replace(kept, id="job-orphan")])
+    kept = replace(queued_job(job_id="job-kept", endpoint_id="ep-1"), server_id="srv-kept")
+    orphan = replace(kept, id="job-orphan", server_id="srv-gone", state=JobState.CANCELLED)
+    store.insert_jobs([kept, orphan])
     store.close()
+    drop_index = "DROP INDEX ix_jobs_owner_claim"
     _raw_sql(
         private_store_url,
+        drop_index if private_store_url.startswith("file:") else f"{drop_index} ON jobs",
+        "ALTER TABLE jobs DROP COLUMN claimable_owner_id",
         "ALTER TABLE jobs DROP COLUMN owner_id",
         "UPDATE schema_version SET version = 6",
     )
@@ -288,5 +295,7 @@ def test_an_older_store_learns_each_jobs_owner_from_its_server_on_open(
             jobs["job-kept"].owner_id,
             jobs["job-orphan"].owner_id,
         ) == (SCHEMA_VERSION, "usr-alice", "")
+        claimed = store.claim_jobs("ep-1", T0 + 1, 2, lambda job: claimed_job(job, now=T0 + 1))
+        assert [(job.id, job.owner_id) for job in claimed] == [("job-kept", "usr-alice")]
     finally:
         store.close()

@@ -5,8 +5,9 @@ unselective and prefer a full scan of `jobs` (the claim's capacity check once di
 `ANALYZE`). Every hot query pins its index (`@ix_name` in store/queries.py); these tests read
 the plan the database itself chooses (SQLite's EXPLAIN QUERY PLAN, MySQL's EXPLAIN) for the
 exact text the store runs (its own `Queries`), on a small but skewed store: 3,000 jobs of one
-endpoint and one server (89% succeeded, 10% queued, 1% running) and one session, user, API
-token and console session, before and after gathering statistics.
+endpoint and one server (89% succeeded, 10% queued, 1% running), one queued job of another
+owner on another server, and one session, user, API token and console session, before and
+after gathering statistics.
 
 A plan is written as steps (table, access, index): SEARCH is a lookup or range of the index
 (SQLite SEARCH; MySQL const, eq_ref, ref, range), SCAN walks a whole table or index in order
@@ -21,7 +22,7 @@ import re
 import sqlite3
 from collections.abc import Iterator
 from contextlib import closing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 import pytest
@@ -39,6 +40,10 @@ Step = tuple[str, str, str | None]
 
 JOBS = 3_000
 SERVER = "srv-1"
+OWNER = "usr-1"
+"""The owner of every job of the skewed store but one (tests/jobkit.py's)."""
+OTHER_OWNER = "usr-2"
+"""The owner of one queued job, on another server of the same endpoint."""
 SESSION = "ses-1"
 USER = "usr-1"
 API_TOKEN_HASH = "a" * 64
@@ -55,11 +60,33 @@ def _search(index: str) -> list[Step]:
     return [("jobs", "SEARCH", index)]
 
 
+def _sqlite_union_of_two(index: str) -> list[Step]:
+    """SQLite's plan of `SELECT * FROM (a) UNION ALL SELECT * FROM (b)`, each part a search
+    of `index` whose few rows are then read in turn."""
+    return [
+        ("", "COMPOUND QUERY", None),
+        ("", "LEFT-MOST SUBQUERY", None),
+        ("", "CO-ROUTINE (subquery-1)", None),
+        *_search(index),
+        ("", "SCAN (subquery-1)", None),
+        ("", "UNION ALL", None),
+        ("", "CO-ROUTINE (subquery-3)", None),
+        *_search(index),
+        ("", "SCAN (subquery-3)", None),
+    ]
+
+
 EXPECTED_PLANS: dict[str, list[Step]] = {
     "get_job": _search("PRIMARY"),
     "claimable": _search("ix_jobs_claim"),
-    "claimable_locked": _search("ix_jobs_claim"),
     "next_claimable": _search("ix_jobs_claim"),
+    # Owners take turns: one dive per owner (the next one comes with the first one, where
+    # the turns wrap round), then one range of each owner's claimable jobs, for the owner
+    # with thousands waiting as for the one with a single job, in one statement.
+    "first_claim_owner": _search("ix_jobs_owner_claim"),
+    "next_claim_owner": _sqlite_union_of_two("ix_jobs_owner_claim"),
+    "claimable_of_owners_locked": _search("ix_jobs_owner_claim"),
+    "claimable_of_owners_locked, two owners": _sqlite_union_of_two("ix_jobs_owner_claim"),
     "due": _search("ix_jobs_due"),
     "active": _search("ix_jobs_active"),
     "active_deadlines": _search("ix_jobs_active"),
@@ -95,6 +122,9 @@ MYSQL_PLANS: dict[str, list[Step]] = {
     # not a walk of the endpoint's whole claimable range; SQLite's plan text cannot tell the
     # two apart, MySQL's can.
     "next_claimable": [("", "MIN FROM INDEX", None)],
+    # MySQL writes a UNION ALL as its parts.
+    "next_claim_owner": _search("ix_jobs_owner_claim") * 2,
+    "claimable_of_owners_locked, two owners": _search("ix_jobs_owner_claim") * 2,
 }
 """Where MySQL's plan is written differently from EXPECTED_PLANS."""
 
@@ -105,8 +135,24 @@ def hot_queries(sql: Queries) -> dict[str, tuple[str, dict[str, Any]]]:
     queries = {
         "get_job": (sql.get_job, {"id": MIDDLE[1]}),
         "claimable": (sql.claimable, claim),
-        "claimable_locked": (sql.claimable_locked, claim),
         "next_claimable": (sql.next_claimable, {"endpoint_id": ENDPOINT}),
+        "first_claim_owner": (sql.first_claim_owner, {"endpoint_id": ENDPOINT}),
+        "next_claim_owner": (sql.next_claim_owner, {"endpoint_id": ENDPOINT, "after": OWNER}),
+        "claimable_of_owners_locked": (
+            sql.claimable_of_owners_locked(1),
+            {"endpoint_id": ENDPOINT, "now": NOW, "owner0": OWNER, "limit0": 16},
+        ),
+        "claimable_of_owners_locked, two owners": (
+            sql.claimable_of_owners_locked(2),
+            {
+                "endpoint_id": ENDPOINT,
+                "now": NOW,
+                "owner0": OWNER,
+                "limit0": 8,
+                "owner1": OTHER_OWNER,
+                "limit1": 8,
+            },
+        ),
         "due": (sql.due, {"now": NOW, "limit": 500}),
         "active": (sql.active, {"endpoint_id": ENDPOINT}),
         "active_deadlines": (sql.active_deadlines, {"endpoint_id": ENDPOINT}),
@@ -197,6 +243,8 @@ def load(store: SqlStore) -> None:
     store.insert_api_token(API_TOKEN_HASH, USER, T0)
     store.insert_web_session(WEB_HASH, USER, T0, NOW + 3_600_000)
     store.insert_jobs(list(skewed_jobs()))
+    other = queued_job(job_id="job-other", now=T0 + JOBS)
+    store.insert_jobs([replace(other, server_id="srv-2", owner_id=OTHER_OWNER)])
 
 
 class Skewed:

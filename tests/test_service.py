@@ -204,6 +204,27 @@ def test_claim_hands_out_oldest_eligible_first(world: World) -> None:
     assert [late.id] == [c.job_id for c in run.claim(10)]
 
 
+def test_successive_claims_let_owners_take_turns(world: World) -> None:
+    """Each claim starts after the owner that the endpoint's previous claim served last: the
+    owner's five jobs (queued first) and the stranger's two, claimed one at a time, alternate
+    until the stranger's run out, each owner's oldest first; every grant names its owner."""
+    theirs = world.directory.create_server(
+        world.admin, "web-2", endpoint_id=world.endpoint.id, owner_id=world.stranger.id
+    )
+    mine = [world.submit() for _ in range(5)]
+    others = [world.submit(server=theirs, actor=world.stranger) for _ in range(2)]
+    run = world.run().start(capacity=10)
+    granted = [job for _ in range(5) for job in run.claim(1)]
+    first, second = sorted([world.owner.id, world.stranger.id])
+    assert [first, second, first, second, world.owner.id] == [job.owner_id for job in granted]
+    assert [job.id for job in mine[:3]] == [
+        j.job_id for j in granted if j.owner_id == world.owner.id
+    ]
+    assert [job.id for job in others] == [
+        j.job_id for j in granted if j.owner_id == world.stranger.id
+    ]
+
+
 def test_claim_returns_only_the_endpoints_jobs(world: World) -> None:
     """A Run never receives another endpoint's jobs."""
     world.submit(server=world.other_server, actor=world.stranger)

@@ -484,6 +484,129 @@ def test_concurrent_claims_never_grant_a_job_twice(store: Store) -> None:
     assert sorted(job.id for job in jobs) == sorted(granted)
 
 
+# -- jobs: owners take turns at claims --------------------------------------------------------
+
+
+def backlog(
+    owner_id: str, count: int, *, start: Instant = T0, eligible_at: Instant | None = None
+) -> list[Job]:
+    """`count` queued jobs of one owner, 1 ms apart from `start`."""
+    return [
+        make_job(
+            f"job-{owner_id}-{n:04d}",
+            owner_id=owner_id,
+            created_at=start + n,
+            eligible_at=eligible_at,
+        )
+        for n in range(count)
+    ]
+
+
+def owners(jobs: list[Job]) -> list[str]:
+    return [job.owner_id for job in jobs]
+
+
+def test_one_owners_backlog_does_not_hold_back_anothers_next_job(store: Store) -> None:
+    """Alice's 300 jobs came first, Bob's one last: the first claim grants Bob's job."""
+    alice = backlog("usr-alice", 300)
+    bob = make_job("job-bob", owner_id="usr-bob", created_at=T0 + 1_000)
+    store.insert_jobs([*alice, bob])
+    claimed = store.claim_jobs("ep-1", T0 + 2_000, 4, grant_at(T0 + 2_000))
+    assert [alice[0].id, bob.id, alice[1].id, alice[2].id] == [job.id for job in claimed]
+
+
+def test_claims_of_one_alternate_owners_from_the_owner_served_last(store: Store) -> None:
+    """Each claim starts after the owner the previous one served last, wrapping round."""
+    store.insert_jobs([*backlog("usr-a", 5), *backlog("usr-b", 5), *backlog("usr-c", 1)])
+    served, last = [], None
+    for _ in range(6):
+        (job,) = store.claim_jobs("ep-1", T0 + 100, 1, grant_at(T0 + 100), after_owner=last)
+        served.append(job.owner_id)
+        last = job.owner_id
+    assert served == ["usr-a", "usr-b", "usr-c", "usr-a", "usr-b", "usr-a"]
+
+
+def test_within_one_owner_claims_keep_the_claim_order(store: Store) -> None:
+    """Owners interleave, and each owner's jobs are granted oldest eligible_at first (then
+    created_at), across claims."""
+    a, b = backlog("usr-a", 6), backlog("usr-b", 4, start=T0 + 50)
+    late = make_job("job-usr-a-late", owner_id="usr-a", created_at=T0 - 10, eligible_at=T0 + 80)
+    store.insert_jobs([*a, *b, late])
+    granted: list[Job] = []
+    last = None
+    while claimed := store.claim_jobs("ep-1", T0 + 100, 3, grant_at(T0 + 100), after_owner=last):
+        granted += claimed
+        last = claimed[-1].owner_id
+    assert [job.id for job in [*a, late]] == [job.id for job in granted if job.owner_id == "usr-a"]
+    assert [job.id for job in b] == [job.id for job in granted if job.owner_id == "usr-b"]
+    assert owners(granted[:8]) == ["usr-a", "usr-b"] * 4
+
+
+def test_an_owner_with_nothing_claimable_takes_no_turn(store: Store) -> None:
+    """Bob's jobs are not eligible yet, Carol's has a cancel intent, Dan's runs: Alice's
+    backlog gets every job of the claim, and Bob's turn comes once his jobs are eligible."""
+    cancelled = make_job("job-carol", owner_id="usr-carol")
+    running_dan = accepted(make_job("job-dan", owner_id="usr-dan"), at=T0)
+    store.insert_jobs(
+        [
+            *backlog("usr-alice", 10),
+            *backlog("usr-bob", 2, eligible_at=T0 + 500),
+            cancelled,
+            running_dan,
+        ]
+    )
+    advance(store, cancelled, replace(cancelled, cancel=CancelState(T0, "u"), version=2))
+    assert owners(store.claim_jobs("ep-1", T0 + 10, 3, grant_at(T0 + 10))) == ["usr-alice"] * 3
+    later = store.claim_jobs("ep-1", T0 + 500, 3, grant_at(T0 + 500), after_owner="usr-alice")
+    assert owners(later) == ["usr-bob", "usr-alice", "usr-bob"]
+
+
+def test_a_retrying_job_takes_its_owners_turn_again(store: Store) -> None:
+    """Bob's one job is claimed, then waits to retry: once eligible, it is in the turns again."""
+    store.insert_jobs([*backlog("usr-alice", 20), make_job("job-bob", owner_id="usr-bob")])
+    first = store.claim_jobs("ep-1", T0 + 10, 2, grant_at(T0 + 10))
+    bob = next(job for job in first if job.owner_id == "usr-bob")
+    advance(store, bob, retrying(bob, eligible_at=T0 + 60))
+    assert (
+        owners(store.claim_jobs("ep-1", T0 + 59, 2, grant_at(T0 + 59), after_owner="usr-bob"))
+        == ["usr-alice"] * 2
+    )
+    again = store.claim_jobs("ep-1", T0 + 60, 2, grant_at(T0 + 60), after_owner="usr-alice")
+    assert [(job.owner_id, job.attempt) for job in again] == [("usr-bob", 2), ("usr-alice", 1)]
+
+
+def test_owners_take_turns_on_their_own_endpoint_only(store: Store) -> None:
+    """Bob's jobs on another endpoint never take a turn on this one."""
+    theirs = make_job("job-bob", owner_id="usr-bob", endpoint_id="ep-2")
+    store.insert_jobs([*backlog("usr-alice", 3), theirs])
+    assert owners(store.claim_jobs("ep-1", T0 + 10, 4, grant_at(T0 + 10))) == ["usr-alice"] * 3
+    assert [theirs.id] == [
+        job.id for job in store.claim_jobs("ep-2", T0 + 10, 4, grant_at(T0 + 10))
+    ]
+
+
+def test_concurrent_claims_of_several_owners_never_grant_a_job_twice(store: Store) -> None:
+    """Eight threads claiming from four owners' queues at once share them without overlap and
+    without loss."""
+    jobs = [job for n in range(4) for job in backlog(f"usr-{n}", 15, start=T0 + n)]
+    store.insert_jobs(jobs)
+
+    def claim_all() -> list[str]:
+        mine: list[str] = []
+        last = None
+        while granted := store.claim_jobs(
+            "ep-1", T0 + 100, 3, grant_at(T0 + 100), after_owner=last
+        ):
+            mine.extend(job.id for job in granted)
+            last = granted[-1].owner_id
+        return mine
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = [f.result() for f in [pool.submit(claim_all) for _ in range(8)]]
+    granted = [job_id for ids in results for job_id in ids]
+    assert sorted(job.id for job in jobs) == sorted(granted)
+
+
 def test_job_counts_by_state(store: Store) -> None:
     """Counts follow the stored states."""
     jobs = [make_job(f"job-{n}", created_at=T0 + n) for n in range(3)]

@@ -36,9 +36,14 @@ class GrantsActiveJobs(_Wrapper):
         self.claims = 0
 
     def claim_jobs(
-        self, endpoint_id: str, now: int, limit: int, grant: Callable[[Job], Job]
+        self,
+        endpoint_id: str,
+        now: int,
+        limit: int,
+        grant: Callable[[Job], Job],
+        after_owner: str | None = None,
     ) -> list[Job]:
-        claimed = self._inner.claim_jobs(endpoint_id, now, limit, grant)
+        claimed = self._inner.claim_jobs(endpoint_id, now, limit, grant, after_owner)
         self.claims += 1
         if self.claims % 3 or len(claimed) >= limit:
             return claimed

@@ -49,7 +49,12 @@ class RecordingStore:
         return done
 
     def claim_jobs(
-        self, endpoint_id: str, now: int, limit: int, grant: Callable[[Job], Job]
+        self,
+        endpoint_id: str,
+        now: int,
+        limit: int,
+        grant: Callable[[Job], Job],
+        after_owner: str | None = None,
     ) -> list[Job]:
         before: dict[str, Job] = {}
 
@@ -57,7 +62,7 @@ class RecordingStore:
             before[job.id] = job
             return grant(job)
 
-        claimed = self._inner.claim_jobs(endpoint_id, now, limit, granting)
+        claimed = self._inner.claim_jobs(endpoint_id, now, limit, granting, after_owner)
         for job in claimed:
             self._history.wrote(self._clock.now(), before.get(job.id), job)
         return claimed

@@ -2,7 +2,8 @@
 
 Every use case is load -> pure transition (`moonrun.scheduling`) -> compare-and-swap write,
 retried on conflict. The service keeps no jobs, sessions or deadlines of its own: a second
-instance over the same store answers every call exactly as this one would.
+instance over the same store answers every call as this one would, but for which owner's turn
+it is at an endpoint's next claim (fairness, not correctness: `scheduling/fairness.py`).
 """
 
 from __future__ import annotations
@@ -153,6 +154,9 @@ class SchedulingService:
         self.waiters = Watch(waiting)
         """Who waits for which job or endpoint (told of every committed job write)."""
         self._events: JobEvents = self.waiters
+        self._served_last: dict[str, str] = {}
+        """Per endpoint, the owner its last claim served last: the next claim's turns start
+        after it. Kept here only; a restart starts the turns afresh."""
 
     def listen(self, events: JobEvents) -> None:
         """Tell `events` too about every committed job write from now on."""
@@ -477,7 +481,8 @@ class SchedulingService:
             seen.add(entry.job_id)
 
     def claim(self, session_id: str, max_jobs: int) -> list[ClaimedJob]:
-        """Grant up to `max_jobs` eligible jobs (and no more than free capacity), oldest first."""
+        """Grant up to `max_jobs` eligible jobs (and no more than free capacity): owners take
+        turns, each owner's oldest first."""
         return self.claim_now(session_id, max_jobs).jobs
 
     async def wait_for_claim(
@@ -544,7 +549,10 @@ class SchedulingService:
                 ack_timeout_ms=self._settings.ack_timeout_ms,
             )
 
-        claimed = self._store.claim_jobs(session.endpoint_id, now, wanted, grant)
+        turn = self._served_last.get(session.endpoint_id)
+        claimed = self._store.claim_jobs(session.endpoint_id, now, wanted, grant, after_owner=turn)
+        if claimed:
+            self._served_last[session.endpoint_id] = claimed[-1].owner_id
         for job in claimed:
             self._events.job_changed(job, before[job.id])
         if claimed:

@@ -55,6 +55,7 @@ def job_to_row(job: Job) -> dict[str, Any]:
         "backoff_jitter": policy.jitter,
         "eligible_at": job.eligible_at,
         "claimable_at": job.claimable_at,
+        "claimable_owner_id": None if job.claimable_at is None else job.owner_id,
         "created_at": job.created_at,
         "updated_at": job.updated_at,
         "version": job.version,

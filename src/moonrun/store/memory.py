@@ -6,10 +6,11 @@ import bisect
 import heapq
 import threading
 from collections import Counter
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from moonrun.errors import AlreadyExists
+from moonrun.scheduling.fairness import take_turns
 from moonrun.scheduling.jobs import Job, JobState
 from moonrun.scheduling.records import Advertisement, Endpoint, Server, Session, User
 from moonrun.scheduling.time import Instant
@@ -23,14 +24,19 @@ _WaitKey = tuple[Instant, Instant, str]
 class _JobIndexes:
     """Keys that answer the claim, deadline and active queries without scanning every job.
 
-    Waiting jobs sit in a heap per endpoint: claims take from the front and new jobs arrive at
-    the back, and a heap does both in O(log n) where a sorted list would shift every entry. A
-    job that stops waiting leaves a stale heap entry behind, recognised and dropped when it
-    surfaces (`waiting_key` holds each waiting job's one live key).
+    Waiting jobs sit in a heap per endpoint, and again in a heap per endpoint and owner (for
+    claims, where owners take turns): claims take from the front and new jobs arrive at the
+    back, and a heap does both in O(log n) where a sorted list would shift every entry. A
+    job that stops waiting leaves stale heap entries behind, recognised and dropped when they
+    surface (`waiting_key` holds each waiting job's one live key). `owners` lists, per
+    endpoint and in id order, the owners with waiting jobs (`waiting_count` of them each).
     """
 
     waiting: dict[str, list[_WaitKey]] = field(default_factory=dict)
     waiting_key: dict[str, _WaitKey] = field(default_factory=dict)
+    owner_waiting: dict[tuple[str, str], list[_WaitKey]] = field(default_factory=dict)
+    owners: dict[str, list[str]] = field(default_factory=dict)
+    waiting_count: Counter[tuple[str, str]] = field(default_factory=Counter)
     deadlines: list[tuple[Instant, str]] = field(default_factory=list)
     active: dict[str, set[str]] = field(default_factory=dict)
     counts: Counter[JobState] = field(default_factory=Counter)
@@ -43,9 +49,12 @@ class _JobIndexes:
         self.counts[new.state] += 1
         if new.claimable_at is not None:
             key = (new.claimable_at, new.created_at, new.id)
-            if live != key:  # an unchanged key keeps its heap entry
+            if live != key:  # an unchanged key keeps its heap entries
                 heapq.heappush(self.waiting.setdefault(new.endpoint_id, []), key)
+                owner = (new.endpoint_id, new.owner_id)
+                heapq.heappush(self.owner_waiting.setdefault(owner, []), key)
             self.waiting_key[new.id] = key
+            self._count_owner(new, 1)
         if new.deadline_at is not None:
             bisect.insort(self.deadlines, (new.deadline_at, new.id))
         if new.state.is_active:
@@ -54,6 +63,7 @@ class _JobIndexes:
     def _remove(self, job: Job) -> None:
         if job.claimable_at is not None:
             self.waiting_key.pop(job.id, None)
+            self._count_owner(job, -1)
         if job.deadline_at is not None:
             key = (job.deadline_at, job.id)
             index = bisect.bisect_left(self.deadlines, key)
@@ -62,9 +72,34 @@ class _JobIndexes:
         if job.state.is_active:
             self.active[job.endpoint_id].discard(job.id)
 
+    def _count_owner(self, job: Job, delta: int) -> None:
+        """One more (or one fewer) waiting job of the job's owner on its endpoint."""
+        key = (job.endpoint_id, job.owner_id)
+        self.waiting_count[key] += delta
+        if self.waiting_count[key] == delta:  # from none to one: the owner waits now
+            bisect.insort(self.owners.setdefault(job.endpoint_id, []), job.owner_id)
+        elif self.waiting_count[key] == 0:
+            del self.waiting_count[key]
+            owners = self.owners[job.endpoint_id]
+            del owners[bisect.bisect_left(owners, job.owner_id)]
+
+    def next_owner(self, endpoint_id: str, after: str | None) -> str | None:
+        """The smallest owner id above `after` with waiting jobs on the endpoint."""
+        owners = self.owners.get(endpoint_id, [])
+        at = 0 if after is None else bisect.bisect_right(owners, after)
+        return owners[at] if at < len(owners) else None
+
     def first_waiting(self, endpoint_id: str, now: Instant, limit: int) -> list[str]:
         """Ids of up to `limit` jobs waiting with `claimable_at <= now`, in claim order."""
-        heap = self.waiting.get(endpoint_id, [])
+        return self._first(self.waiting.get(endpoint_id, []), now, limit)
+
+    def first_waiting_of(
+        self, endpoint_id: str, owner_id: str, now: Instant, limit: int
+    ) -> list[str]:
+        """`first_waiting` of one owner's jobs."""
+        return self._first(self.owner_waiting.get((endpoint_id, owner_id), []), now, limit)
+
+    def _first(self, heap: list[_WaitKey], now: Instant, limit: int) -> list[str]:
         taken: list[_WaitKey] = []
         while heap and len(taken) < limit:
             key = heap[0]
@@ -159,11 +194,29 @@ class MemoryStore:
             return [self._jobs[i] for i in self._index.first_waiting(endpoint_id, now, limit)]
 
     def claim_jobs(
-        self, endpoint_id: str, now: Instant, limit: int, grant: Callable[[Job], Job]
+        self,
+        endpoint_id: str,
+        now: Instant,
+        limit: int,
+        grant: Callable[[Job], Job],
+        after_owner: str | None = None,
     ) -> list[Job]:
         with self._lock:
+            index, jobs = self._index, self._jobs
+
+            def oldest(wants: Mapping[str, int]) -> dict[str, list[Job]]:
+                return {
+                    owner_id: [
+                        jobs[i] for i in index.first_waiting_of(endpoint_id, owner_id, now, n)
+                    ]
+                    for owner_id, n in wants.items()
+                }
+
+            chosen = take_turns(
+                limit, after_owner, lambda after: index.next_owner(endpoint_id, after), oldest
+            )
             # Grant everything before storing anything, so a failing grant changes nothing.
-            pairs = [(job, grant(job)) for job in self.claimable_jobs(endpoint_id, now, limit)]
+            pairs = [(job, grant(job)) for job in chosen]
             for job, granted in pairs:
                 self._jobs[job.id] = granted
                 self._index.replace(job, granted)

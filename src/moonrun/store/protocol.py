@@ -69,12 +69,20 @@ class Store(Protocol):
         ...
 
     def claim_jobs(
-        self, endpoint_id: str, now: Instant, limit: int, grant: Callable[[Job], Job]
+        self,
+        endpoint_id: str,
+        now: Instant,
+        limit: int,
+        grant: Callable[[Job], Job],
+        after_owner: str | None = None,
     ) -> list[Job]:
-        """Atomically claim up to `limit` of `claimable_jobs(endpoint_id, now, limit)`: store what
-        `grant` returns for each (its `version` one above) and return those records. A job that
-        another caller is claiming at the same moment is skipped, so no job version is ever
-        granted twice."""
+        """Atomically claim up to `limit` of the endpoint's claimable jobs, chosen and ordered
+        as `scheduling.fairness.take_turns` says: owners take turns from the first owner after
+        `after_owner`, each owner's oldest first (`claimable_jobs` order). Store what `grant`
+        returns for each (its `version` one above) and return those records in that order. A
+        job that another caller is claiming at the same moment is skipped, so no job version
+        is ever granted twice. The cost grows with `limit` and the number of owners with
+        waiting jobs, not with the number of jobs waiting."""
         ...
 
     def due_jobs(self, now: Instant, limit: int) -> list[Job]:

@@ -58,6 +58,15 @@ _KIND_LISTINGS: Final = {
 }
 
 
+_OWNER_DIVE: Final = (
+    "SELECT {} AS wrapped, claimable_owner_id FROM jobs @ix_jobs_owner_claim "
+    "WHERE endpoint_id = :endpoint_id AND claimable_owner_id {} "
+    "ORDER BY claimable_owner_id LIMIT 1"
+)
+"""The smallest owner id with waiting jobs on the endpoint that meets a condition (one index
+dive); `wrapped` tells the dive from the start of the owners (1) from the one after an owner."""
+
+
 class Queries:
     """Every statement of the SQL stores, rendered for one dialect."""
 
@@ -69,15 +78,18 @@ class Queries:
             f"INSERT INTO jobs ({', '.join(JOB_COLUMNS)}) "
             f"VALUES ({', '.join(':' + name for name in JOB_COLUMNS)})"
         )
-        claimable = (
+        self.claimable = render(
             f"SELECT {JOB} FROM jobs @ix_jobs_claim "
             "WHERE endpoint_id = :endpoint_id AND claimable_at <= :now "
             "ORDER BY claimable_at, created_at, id LIMIT :limit"
         )
-        self.claimable = render(claimable)
-        self.claimable_locked = render(
-            claimable + (" FOR UPDATE SKIP LOCKED" if dialect == "mysql" else "")
-        )
+        # Owners take turns at claims (scheduling/fairness.py): the next owner with waiting
+        # jobs is one dive into ix_jobs_owner_claim, and an owner's oldest claimable jobs one
+        # range of it, however many jobs other owners (or this one) have waiting. The next
+        # owner comes with the first one (where the turns wrap round): both dives, one trip.
+        first = _OWNER_DIVE.format(1, "IS NOT NULL")
+        self.first_claim_owner = render(first)
+        self.next_claim_owner = render(self._union_all([_OWNER_DIVE.format(0, "> :after"), first]))
         self.next_claimable = render(
             "SELECT MIN(claimable_at) FROM jobs @ix_jobs_claim WHERE endpoint_id = :endpoint_id"
         )
@@ -232,6 +244,29 @@ class Queries:
         # the key before any unique column (tests/test_query_plans.py checks the plans).
         text = re.sub(r"@pk_(\w+)", r"INDEXED BY sqlite_autoindex_\1_1", text)
         return re.sub(r"@(ix_\w+)", r"INDEXED BY \1", text)
+
+    def _union_all(self, parts: list[str]) -> str:
+        """The rows of every part, each part with its own ORDER BY and LIMIT (SQLite takes
+        those only in a subquery)."""
+        if len(parts) == 1:
+            return parts[0]
+        if self.dialect == "mysql":
+            return " UNION ALL ".join(f"({part})" for part in parts)
+        return " UNION ALL ".join(f"SELECT * FROM ({part})" for part in parts)
+
+    @functools.lru_cache(maxsize=64)  # noqa: B019
+    def claimable_of_owners_locked(self, count: int) -> str:
+        """The oldest claimable jobs of `count` owners of an endpoint (`:owner<n>`, at most
+        `:limit<n>` each) in one statement, locked (MySQL, skipping rows another transaction
+        holds) until the write ends."""
+        lock = " FOR UPDATE SKIP LOCKED" if self.dialect == "mysql" else ""
+        parts = [
+            f"SELECT {JOB} FROM jobs @ix_jobs_owner_claim "
+            f"WHERE endpoint_id = :endpoint_id AND claimable_owner_id = :owner{n} "
+            f"AND claimable_at <= :now ORDER BY claimable_at, created_at, id LIMIT :limit{n}{lock}"
+            for n in range(count)
+        ]
+        return self.render(self._union_all(parts))
 
     def _insert(self, table: str, names: tuple[str, ...]) -> str:
         return self.render(

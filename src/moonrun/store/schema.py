@@ -3,7 +3,9 @@
 Every time is a BIGINT of milliseconds since the epoch. Nested values of the job record are
 flat columns, so each scheduling fact is plain SQL. `claimable_at` and `deadline_at` are the
 record's own derived values (`Job.claimable_at`, `Job.deadline_at`), stored for the claim and
-sweeper indexes.
+sweeper indexes; `claimable_owner_id` is the job's owner while `claimable_at` is set (NULL
+otherwise), so that a claim finds the owners with waiting jobs by one index dive each, past
+the entries of every job that does not wait.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ jobs = Table(
     Column("backoff_jitter", Double, nullable=False),
     Column("eligible_at", BigInteger, nullable=False),
     Column("claimable_at", BigInteger),
+    Column("claimable_owner_id", ID),
     Column("created_at", BigInteger, nullable=False),
     Column("updated_at", BigInteger, nullable=False),
     Column("version", BigInteger, nullable=False),
@@ -113,6 +116,7 @@ jobs = Table(
     Index("ix_jobs_listing", "created_at", "id"),
     Index("ix_jobs_kind_listing", "kind", "created_at", "id"),
     Index("ix_jobs_server_kind_listing", "server_id", "kind", "created_at", "id"),
+    # And ix_jobs_owner_claim, made by migration 8 (OWNER_CLAIM_INDEX).
     **TABLE_OPTIONS,
 )
 
@@ -333,6 +337,31 @@ def _owners_v7(connection: Connection) -> None:
     )
 
 
+OWNER_CLAIM_INDEX: Final = (
+    "CREATE INDEX ix_jobs_owner_claim ON jobs "
+    "(endpoint_id, claimable_owner_id, claimable_at, created_at, id)"
+)
+"""Claims where owners take turns: the next owner with waiting jobs, and an owner's oldest
+claimable jobs. Not declared on `jobs`, because migrations 4 and 6 create every index declared
+there, and on a store older than them this column does not exist yet."""
+
+
+def _owner_turns_v8(connection: Connection) -> None:
+    """Owners take turns at claims (docs/protocol.md 91): the owner of each waiting job, and
+    the index of owners' claimable jobs."""
+    inspector = inspect(connection)
+    if "claimable_owner_id" not in {c["name"] for c in inspector.get_columns("jobs")}:
+        connection.execute(text("ALTER TABLE jobs ADD COLUMN claimable_owner_id VARCHAR(64)"))
+    connection.execute(
+        text(
+            "UPDATE jobs SET claimable_owner_id = owner_id "
+            "WHERE claimable_at IS NOT NULL AND claimable_owner_id IS NULL"
+        )
+    )
+    if "ix_jobs_owner_claim" not in {index["name"] for index in inspector.get_indexes("jobs")}:
+        connection.execute(text(OWNER_CLAIM_INDEX))
+
+
 MIGRATIONS: Final[Sequence[Callable[[Connection], None]]] = (
     _create_v1,
     _idempotency_keys_v2,
@@ -341,10 +370,13 @@ MIGRATIONS: Final[Sequence[Callable[[Connection], None]]] = (
     _access_v5,
     _kinds_v6,
     _owners_v7,
+    _owner_turns_v8,
 )
 """Migration n (1-based) brings the schema from version n-1 to n; never edit a shipped one.
 
 The first three create tables from their current definitions, so a later migration must
-accept finding its change already made on a store created after it was written."""
+accept finding its change already made on a store created after it was written. Migrations 4
+and 6 create every index declared on `jobs`: an index over a column added later is made by its
+own migration and not declared there (OWNER_CLAIM_INDEX)."""
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

@@ -13,13 +13,14 @@ import heapq
 import json
 import random
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import Connection, Engine, insert, select, update
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from moonrun.errors import AlreadyExists, SchemaTooNew, StoreUnavailable
+from moonrun.scheduling.fairness import take_turns
 from moonrun.scheduling.jobs import Job, JobState
 from moonrun.scheduling.records import Advertisement, Endpoint, Server, Session, User
 from moonrun.scheduling.time import Instant
@@ -62,6 +63,11 @@ def _job(row: Row) -> Job:
 def _job_and_row(row: Row) -> tuple[Job, dict[str, Any]]:
     mapping = dict(zip(JOB_COLUMNS, row, strict=True))
     return codec.row_to_job(mapping), mapping
+
+
+def _claim_order(candidate: tuple[Job, dict[str, Any]]) -> tuple[int, int, str]:
+    job = candidate[0]
+    return job.eligible_at, job.created_at, job.id
 
 
 def _endpoint(row: Row) -> Endpoint:
@@ -271,15 +277,50 @@ class SqlStore:
         return self._write(work) if ids else {}
 
     def claim_jobs(
-        self, endpoint_id: str, now: Instant, limit: int, grant: Callable[[Job], Job]
+        self,
+        endpoint_id: str,
+        now: Instant,
+        limit: int,
+        grant: Callable[[Job], Job],
+        after_owner: str | None = None,
     ) -> list[Job]:
-        parameters = {"endpoint_id": endpoint_id, "now": now, "limit": limit}
+        sql = self._sql
+        Candidate = tuple[Job, dict[str, Any]]
 
         def work(cursor: Cursor) -> list[Job]:
+            # The first owner of all (where the turns wrap round), once a dive has told it.
+            first: list[str | None] = []
+
+            def next_owner(after: str | None) -> str | None:
+                if after is None:
+                    if not first:
+                        cursor.execute(sql.first_claim_owner, {"endpoint_id": endpoint_id})
+                        first.extend(str(owner) for _, owner in cursor.fetchall())
+                        first.append(None)
+                    return first[0]
+                parameters = {"endpoint_id": endpoint_id, "after": after}
+                cursor.execute(sql.next_claim_owner, parameters)
+                found = {int(wrapped): str(owner) for wrapped, owner in cursor.fetchall()}
+                if not first:
+                    first.append(found.get(1))
+                return found.get(0)
+
+            def oldest(wants: Mapping[str, int]) -> dict[str, list[Candidate]]:
+                owners = list(wants)
+                parameters: dict[str, Any] = {"endpoint_id": endpoint_id, "now": now}
+                for n, owner in enumerate(owners):
+                    parameters[f"owner{n}"], parameters[f"limit{n}"] = owner, wants[owner]
+                cursor.execute(sql.claimable_of_owners_locked(len(owners)), parameters)
+                found: dict[str, list[Candidate]] = {owner: [] for owner in owners}
+                # In claim order whatever order the parts of a UNION come back in.
+                candidates = sorted(map(_job_and_row, cursor.fetchall()), key=_claim_order)
+                for job, row in candidates:
+                    found[job.owner_id].append((job, row))
+                return found
+
             # Inside the write transaction: SQLite holds the one write lock, MySQL locks the
             # candidates (skipping rows another platform is claiming right now).
-            cursor.execute(self._sql.claimable_locked, parameters)
-            candidates = [_job_and_row(row) for row in cursor.fetchall()]
+            candidates = take_turns(limit, after_owner, next_owner, oldest)
             deltas: Counter[str] = Counter()
             claimed = []
             for job, row in candidates:
