@@ -4,14 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from pydantic import BaseModel
 
-from moonrun.http import schemas
 from moonrun.http.channels import Channels
-from moonrun.scheduling import views
 from tests.http_harness import Cast, HttpWorld, http_world
 from tests.stores import StoreFactory, memory_factory
 
@@ -172,22 +168,3 @@ def test_a_query_integer_beyond_its_range_is_invalid_not_a_crash(memory_cast: Ca
     path = f"/api/v1/jobs/{job['id']}/logs?attempt={2**64}"
     answer = world.api("GET", path, token=memory_cast.owner[1])
     assert (answer.status_code, answer.json()["error"]["code"]) == (422, "invalid_request")
-
-
-@pytest.mark.parametrize(
-    ("model", "view"),
-    [
-        (schemas.JobViewModel, views.JobView),
-        (schemas.EndpointModel, views.EndpointView),
-        (schemas.ServerModel, views.ServerView),
-        (schemas.UserModel, views.UserView),
-    ],
-    ids=["job", "endpoint", "server", "user"],
-)
-def test_each_answer_model_documents_exactly_the_fields_of_its_view(
-    model: type[BaseModel], view: type[Any]
-) -> None:
-    """The wire models (http/schemas.py) and the projections (scheduling/views.py) are kept
-    apart on purpose: the domain decides what leaves, the HTTP room only documents it. This
-    keeps the two from drifting."""
-    assert set(view.__annotations__) == set(model.model_fields)

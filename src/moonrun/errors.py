@@ -237,6 +237,11 @@ Unreachable = PlatformUnreachable
 """The name Run and the user client use for a platform that did not answer."""
 
 
+class ForeignAnswer(PlatformUnreachable):
+    """The platform answered in a shape this Run does not know (a field missing or of another
+    type): as good as no answer."""
+
+
 class JoinUnconfirmed(PlatformUnreachable):
     """The join may have reached the platform, but no answer came back: run the same
     `moonrun run join` again (same token, same data directory) to finish it."""

@@ -26,11 +26,13 @@ import logging
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 from urllib.parse import parse_qsl
 
 import orjson
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
+from pydantic_core import core_schema
 from starlette.requests import cookie_parser
 
 from moonrun.errors import (
@@ -49,6 +51,8 @@ from moonrun.http.platform import Platform, channel_of, declared_over
 from moonrun.scheduling.records import User
 from moonrun.service.waiting import Waiting
 from moonrun.service.websessions import SESSION_COOKIE
+from moonrun.wire import error_body as envelope
+from moonrun.wire.error_body import ErrorBody
 
 log = logging.getLogger("moonrun.http")
 
@@ -58,6 +62,7 @@ API token or the console's cookie, or anyone (None)."""
 Scope = Mapping[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
+Content = TypeVar("Content")
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +106,8 @@ class Call:
     query and body parsed."""
 
     platform: Platform
-    lane: Channel
+    channel: Channel
+    """The route's channel: its admission, and its threads or inline work (`run`)."""
     admission: Admission
     subject: str
     """The session id (or, for registration, the endpoint id) a Run request was signed for."""
@@ -119,7 +125,7 @@ class Call:
     def waiting(self) -> Waiting:
         """What this request lends the service to wait (claims, blocking reads): its
         channel's threads, its place on the channel, and its client's disconnect."""
-        return Waiting(self.lane.run, self.admission, self._disconnected, self.address)
+        return Waiting(self.channel.run, self.admission, self._disconnected, self.address)
 
     async def _disconnected(self) -> None:
         while (await self.receive())["type"] != "http.disconnect":
@@ -127,12 +133,13 @@ class Call:
 
 
 @dataclass(frozen=True)
-class Answer:
-    """A handler's answer when it is not the route's status with a JSON body."""
+class JsonReply(Generic[Content]):
+    """What a handler answers when it is more than the route's status with `content` as the
+    JSON body: another status, headers, or no body."""
 
     status: int
-    content: Any = None
-    """A JSON body, or None for none."""
+    content: Content
+    """The JSON body, or None for none."""
     headers: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -155,7 +162,7 @@ Handler = Callable[[Call], Awaitable[Any]]
 class Signatures:
     """How `Api` checks a signed Run request: its head before the body is read, then its body.
 
-    `head(platform, lane, auth, scope, headers)` verifies what the headers prove (the MAC or
+    `head(platform, channel, auth, scope, headers)` verifies what the headers prove (the MAC or
     Ed25519 signature over the method, path, query and `Content-Digest` header) and returns
     what `body(platform, signed, data)` needs to tie the body to that digest and record the
     nonce; `body` returns the key's subject (session or endpoint id)."""
@@ -164,7 +171,7 @@ class Signatures:
     body: Callable[[Platform, Any, bytes], str]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Route:
     """One route: where, on which channel, called by whom, with which query and bodies."""
 
@@ -172,9 +179,11 @@ class Route:
     path: str
     channel: str
     auth: Auth
-    body: type[BaseModel] | None
+    body: type[BaseModel] | None = None
     """The JSON body's model; None for a body that is ignored, or raw bytes (`raw_body`)."""
-    answer: type[BaseModel] | None
+    answer: type[Any] | None
+    """The answer's shape (a TypedDict of `moonrun.wire`), which the handler returns (in a
+    `JsonReply` when it sets more than the body); None for no JSON body."""
     status: int
     handler: Handler
     ints: frozenset[str] = frozenset()
@@ -182,7 +191,7 @@ class Route:
     query: type[BaseModel] | None = None
     headers: tuple[str, ...] = ()
     """Optional request headers the route reads (for the document)."""
-    also: Mapping[int, tuple[type[BaseModel] | None, str]] = field(default_factory=dict)
+    also: Mapping[int, tuple[type[Any] | None, str]] = field(default_factory=dict)
     """Other successful answers: status -> (model or None, description)."""
     raw_body: bool = False
     no_store: bool = False
@@ -227,11 +236,8 @@ def _unfragment(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON")
 
 
-def error_body(error: MoonrunError) -> dict[str, Any]:
-    detail: dict[str, Any] = {"code": error.code, "message": error.message}
-    if error.fields:
-        detail["fields"] = [{"field": field, "message": text} for field, text in error.fields]
-    return {"error": detail}
+def error_body(error: MoonrunError) -> ErrorBody:
+    return envelope.error_body(error.code, error.message, error.fields)
 
 
 class Api:
@@ -262,8 +268,8 @@ class Api:
             answer = await self._serve(route, params, scope, receive)
             if isinstance(answer, Stream):
                 stream = answer
-            elif not isinstance(answer, Answer):
-                answer = Answer(route.status, answer)
+            elif not isinstance(answer, JsonReply):
+                answer = JsonReply(route.status, answer)
         except ClientGone:
             # Nobody is left to answer: one line, no error.
             self._observe(started, path, method, template, ClientGone().status)
@@ -271,11 +277,10 @@ class Api:
         except MoonrunError as error:
             if path.startswith("/run/"):
                 platform.metrics.count_rejection(error)
-            answer = Answer(error.status, error_body(error), _error_headers(error, path, self))
+            answer = JsonReply(error.status, error_body(error), _error_headers(error, path, self))
         except Exception:
             log.exception("unexpected error", extra={"fields": {"route": template}})
-            error_answer = {"error": {"code": "internal", "message": "internal error"}}
-            answer = Answer(500, error_answer)
+            answer = JsonReply(500, envelope.error_body("internal", "internal error"))
         if stream is not None:
             # Past its first byte an answer cannot become an error: a failure ends the stream.
             await self._stream(stream, method, send)
@@ -363,7 +368,7 @@ class Api:
         limit = platform.http.limit_for(route.channel)
         if declared_over(headers.get("content-length"), limit):
             raise TooLarge(f"the body is over the limit of {limit} bytes")
-        lane: Channel = getattr(platform.channels, route.channel)
+        channel: Channel = getattr(platform.channels, route.channel)
         edge = edge_of(scope)
         signed: Any = None
         credentials = None
@@ -375,17 +380,17 @@ class Api:
             if edge is not None and not edge.arrived:
                 # Checked now rather than with the work: a caller without valid credentials
                 # then waits for no body.
-                await lane.run(credentials.check, platform)
+                await channel.run(credentials.check, platform)
                 vouched = True
         elif route.auth is not None:
-            signed = await self._verify.head(platform, lane, route.auth, scope, headers)
+            signed = await self._verify.head(platform, channel, route.auth, scope, headers)
             vouched = True
         data = await self._body(edge, vouched, receive, limit)
         subject = "" if signed is None else self._verify.body(platform, signed, data)
-        with lane.admit() as admission:
+        with channel.admit() as admission:
             call = Call(
                 platform,
-                lane,
+                channel,
                 admission,
                 subject,
                 credentials,
@@ -407,7 +412,7 @@ class Api:
                     call.body = _parse_body(route.body, data)
             except InvalidRequest:
                 if credentials is not None:  # bad credentials are 401 whatever the request
-                    await lane.run(credentials.check, platform)
+                    await channel.run(credentials.check, platform)
                 raise
             return await route.handler(call)
 
@@ -522,24 +527,40 @@ ERRORS: Mapping[int, str] = {
 """Every route may answer these, each with the one error body."""
 
 
+class _ClosedAnswers(GenerateJsonSchema):
+    """pydantic's JSON Schema, each answer's object closed (`additionalProperties: false`): the
+    platform sends no key its TypedDict does not name."""
+
+    def typed_dict_schema(self, schema: core_schema.TypedDictSchema) -> JsonSchemaValue:
+        generated = super().typed_dict_schema(schema)
+        generated["additionalProperties"] = False
+        return generated
+
+
+def _key(shape: type[Any]) -> str:
+    return f"{shape.__module__}.{shape.__qualname__}"
+
+
 def openapi_paths(
-    routes: Sequence[Route], error: type[BaseModel]
+    routes: Sequence[Route], error: type[Any]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The OpenAPI path items of `routes` and the component schemas they refer to (`error` is
-    the one error body)."""
-    from pydantic.json_schema import models_json_schema
-
-    models = {
-        model
+    the one error body). Requests are pydantic models, answers the TypedDicts of
+    `moonrun.wire`: the document is generated from the very declarations the handlers build
+    and Run parses, so it cannot drift from what is sent."""
+    shapes = {
+        shape
         for r in routes
-        for model in (r.body, r.answer, r.query, *(m for m, _ in r.also.values()))
-        if model is not None
+        for shape in (r.body, r.answer, r.query, *(m for m, _ in r.also.values()))
+        if shape is not None
     } | {error}
-    refs, document = models_json_schema(
-        [(model, "validation") for model in sorted(models, key=lambda m: m.__name__)],
+    ordered = sorted(shapes, key=lambda shape: shape.__name__)
+    refs, document = TypeAdapter.json_schemas(
+        [(_key(shape), "validation", TypeAdapter(shape)) for shape in ordered],
         ref_template="#/components/schemas/{model}",
+        schema_generator=_ClosedAnswers,
     )
-    schema_of = {model: refs[(model, "validation")] for model in models}
+    schema_of = {shape: refs[(_key(shape), "validation")] for shape in shapes}
     definitions: dict[str, Any] = document.get("$defs", {})
     errors = {
         str(status): {
@@ -601,3 +622,4 @@ def openapi_paths(
             }
         paths.setdefault(route.path, {})[route.method.lower()] = operation
     return paths, definitions
+

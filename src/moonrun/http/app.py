@@ -24,9 +24,10 @@ from moonrun.http.platform import (
     error_response,
     platform_of,
 )
-from moonrun.http.schemas import ErrorBody, HealthAnswer
+from moonrun.http.schemas import HealthAnswer
 from moonrun.service.sweeper import Sweeper
 from moonrun.web import views
+from moonrun.wire.error_body import ErrorBody
 
 API_ROUTES = (*run_api.ROUTES, *user_api.ROUTES)
 """The routes `Api` serves: everything under /run/ and /api/."""

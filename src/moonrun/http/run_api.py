@@ -3,12 +3,13 @@
 Served by `http/api.py` like the user API. Every route but join is signed (RFC 9421
 subset): the signature is verified from the head before the body is read (it covers the
 `Content-Digest` header), and the body is checked against that digest once it has arrived.
-Handlers answer exactly what the service answers, with instants as RFC 3339 strings.
+Handlers answer exactly what the service answers, with instants as RFC 3339 strings, in the
+shapes `moonrun.wire.run` declares (the same Run parses).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -18,48 +19,50 @@ from moonrun.http.api import Auth, Call, Route, Signatures, error_body
 from moonrun.http.channels import Channel
 from moonrun.http.platform import Platform
 from moonrun.http.schemas import (
-    AckAnswerModel,
     AckBatchRequest,
-    BatchAnswer,
-    CancelPollAnswerModel,
-    ChunkAnswer,
-    ClaimAnswer,
     ClaimRequest,
     EvidenceRequest,
-    HeartbeatAnswer,
-    JoinAnswer,
     JoinRequest,
-    LogBatchAnswer,
     LogBatchRequest,
-    ProgressAnswerModel,
     ProgressRequest,
-    ReconcileAnswer,
     ReconcileRequest,
-    RegisterAnswer,
     RegisterRequest,
-    ResultAnswerModel,
     ResultBatchRequest,
     ResultRequest,
-    SessionEndAnswer,
 )
-from moonrun.scheduling.messages import (
-    AckAnswer,
-    CancelPollAnswer,
-    Evidence,
-    ProgressAnswer,
-    ResultAnswer,
-)
+from moonrun.scheduling import messages
+from moonrun.scheduling.messages import Evidence
 from moonrun.scheduling.reconcile import ReconcileEntry
 from moonrun.scheduling.time import format_instant, format_optional
 from moonrun.security import signing
 from moonrun.security.keys import session_key
 from moonrun.security.tokens import b64url
 from moonrun.service.logstore import LogLine
+from moonrun.wire.error_body import ErrorDetail
+from moonrun.wire.run import (
+    AckAnswer,
+    AckBatchAnswer,
+    AckEntry,
+    CancelPollAnswer,
+    ChunkAnswer,
+    ClaimAnswer,
+    HeartbeatAnswer,
+    JoinAnswer,
+    LogBatchAnswer,
+    ProgressAnswer,
+    ReconcileAnswer,
+    RegisterAnswer,
+    ResultAnswer,
+    ResultBatchAnswer,
+    ResultEntry,
+    SessionEndAnswer,
+)
+
 
 # -- answers -------------------------------------------------------------------------------------
 
 
-def ack_answer(answer: AckAnswer) -> dict[str, Any]:
+def ack_answer(answer: messages.AckAnswer) -> AckAnswer:
     return {
         "state": answer.state.value,
         "lease_expires_at": format_instant(answer.lease_expires_at),
@@ -67,21 +70,21 @@ def ack_answer(answer: AckAnswer) -> dict[str, Any]:
     }
 
 
-def progress_answer(answer: ProgressAnswer) -> dict[str, Any]:
+def progress_answer(answer: messages.ProgressAnswer) -> ProgressAnswer:
     return {
         "lease_expires_at": format_instant(answer.lease_expires_at),
         "cancel_requested": answer.cancel_requested,
     }
 
 
-def cancel_poll_answer(answer: CancelPollAnswer) -> dict[str, Any]:
+def cancel_poll_answer(answer: messages.CancelPollAnswer) -> CancelPollAnswer:
     return {
         "cancel_requested": answer.cancel_requested,
         "requested_at": format_optional(answer.requested_at),
     }
 
 
-def result_answer(answer: ResultAnswer) -> dict[str, Any]:
+def result_answer(answer: messages.ResultAnswer) -> ResultAnswer:
     return {
         "state": answer.state.value,
         "attempt": answer.attempt,
@@ -94,18 +97,18 @@ def result_answer(answer: ResultAnswer) -> dict[str, Any]:
 # -- control channel -----------------------------------------------------------------------------
 
 
-async def join(call: Call) -> dict[str, Any]:
+async def join(call: Call) -> JoinAnswer:
     """Burn a one-time join token and record the endpoint's Ed25519 public key (unsigned)."""
     service = call.platform.service
     body: JoinRequest = call.body
-    endpoint = await call.lane.run(service.join_endpoint, body.join_token, body.identity_public_key)
+    endpoint = await call.channel.run(service.join_endpoint, body.join_token, body.identity_public_key)
     return {"endpoint_id": endpoint.id}
 
 
-async def register(call: Call) -> dict[str, Any]:
+async def register(call: Call) -> RegisterAnswer:
     """Register a new session (generation + 1), signed with the endpoint's identity key."""
     platform, body = call.platform, call.body
-    registration = await call.lane.run(
+    registration = await call.channel.run(
         platform.service.register_session,
         call.subject,
         boot_id=body.boot_id,
@@ -126,29 +129,29 @@ async def register(call: Call) -> dict[str, Any]:
     }
 
 
-async def heartbeat(call: Call) -> dict[str, Any]:
+async def heartbeat(call: Call) -> HeartbeatAnswer:
     """Keep the session alive; answers its new expiry and the platform's time."""
-    beat = await call.lane.run(call.platform.service.heartbeat, call.subject)
+    beat = await call.channel.run(call.platform.service.heartbeat, call.subject)
     return {
         "session_expires_at": format_instant(beat.session_expires_at),
         "server_time": format_instant(beat.server_time),
     }
 
 
-async def end_session(call: Call) -> dict[str, Any]:
+async def end_session(call: Call) -> SessionEndAnswer:
     """End the session: Run is shutting down cleanly, its endpoint shows offline at once."""
-    session = await call.lane.run(call.platform.service.end_session, call.subject)
+    session = await call.channel.run(call.platform.service.end_session, call.subject)
     return {"session_id": session.id, "generation": session.generation}
 
 
 # -- jobs channel --------------------------------------------------------------------------------
 
 
-async def reconcile(call: Call) -> dict[str, Any]:
+async def reconcile(call: Call) -> ReconcileAnswer:
     """Confirm, discard and lose: Run's journal against the store (after every registration)."""
     body: ReconcileRequest = call.body
     entries = [ReconcileEntry(e.job_id, e.attempt, e.lease) for e in body.entries]
-    report = await call.lane.run(call.platform.service.reconcile, call.subject, entries)
+    report = await call.channel.run(call.platform.service.reconcile, call.subject, entries)
     return {
         "confirmed": [
             {
@@ -171,7 +174,7 @@ async def reconcile(call: Call) -> dict[str, Any]:
     }
 
 
-async def claim(call: Call) -> dict[str, Any]:
+async def claim(call: Call) -> ClaimAnswer:
     """Grant up to `max_jobs` eligible jobs, each under a new attempt and lease; with `wait_s`,
     wait up to that long for one to become claimable (the place on the channel is given up
     while waiting)."""
@@ -202,19 +205,19 @@ async def claim(call: Call) -> dict[str, Any]:
     }
 
 
-async def ack(call: Call) -> dict[str, Any]:
+async def ack(call: Call) -> AckAnswer:
     """accepted -> running, before the ack deadline."""
     body: EvidenceRequest = call.body
     evidence = Evidence(body.attempt, body.lease)
     service = call.platform.service
-    answer = await call.lane.run(service.ack, call.subject, call.params["job_id"], evidence)
+    answer = await call.channel.run(service.ack, call.subject, call.params["job_id"], evidence)
     return ack_answer(answer)
 
 
-async def progress(call: Call) -> dict[str, Any]:
+async def progress(call: Call) -> ProgressAnswer:
     """Report progress; renews the execution lease. `seq` strictly increases per attempt."""
     body: ProgressRequest = call.body
-    answer = await call.lane.run(
+    answer = await call.channel.run(
         call.platform.service.progress,
         call.subject,
         call.params["job_id"],
@@ -226,19 +229,19 @@ async def progress(call: Call) -> dict[str, Any]:
     return progress_answer(answer)
 
 
-async def cancel_poll(call: Call) -> dict[str, Any]:
+async def cancel_poll(call: Call) -> CancelPollAnswer:
     """Whether a user asked to cancel this attempt's job."""
     body: EvidenceRequest = call.body
     evidence = Evidence(body.attempt, body.lease)
     service = call.platform.service
-    answer = await call.lane.run(service.cancel_poll, call.subject, call.params["job_id"], evidence)
+    answer = await call.channel.run(service.cancel_poll, call.subject, call.params["job_id"], evidence)
     return cancel_poll_answer(answer)
 
 
-async def result(call: Call) -> dict[str, Any]:
+async def result(call: Call) -> ResultAnswer:
     """Record the attempt's result; replaying the recorded one answers it again."""
     body: ResultRequest = call.body
-    answer = await call.lane.run(
+    answer = await call.channel.run(
         call.platform.service.result,
         call.subject,
         call.params["job_id"],
@@ -251,29 +254,28 @@ async def result(call: Call) -> dict[str, Any]:
     return result_answer(answer)
 
 
-def _batch(
-    call: Call, job_ids: Sequence[str], answers: Sequence[Any], render: Callable[[Any], Any]
-) -> dict[str, Any]:
-    """One entry per message, in order: the status and answer (or error) it would get alone."""
-    entries = []
-    for job_id, answer in zip(job_ids, answers, strict=True):
-        if isinstance(answer, MoonrunError):
-            call.platform.metrics.count_rejection(answer)
-            entries.append({"job_id": job_id, "status": answer.status, **error_body(answer)})
-        else:
-            entries.append({"job_id": job_id, "status": 200, "answer": render(answer)})
-    return {"answers": entries}
+def _refusal(call: Call, error: MoonrunError) -> ErrorDetail:
+    """A batch entry's error (counted as the single message's refusal would be)."""
+    call.platform.metrics.count_rejection(error)
+    return error_body(error)["error"]
 
 
-async def ack_batch(call: Call) -> dict[str, Any]:
+async def ack_batch(call: Call) -> AckBatchAnswer:
     """Several acks in one request and one commit; each answered as its own ack would be."""
     body: AckBatchRequest = call.body
     acks = [(a.job_id, Evidence(a.attempt, a.lease)) for a in body.acks]
-    answers = await call.lane.run(call.platform.service.ack_many, call.subject, acks)
-    return _batch(call, [job_id for job_id, _ in acks], answers, ack_answer)
+    answers = await call.channel.run(call.platform.service.ack_many, call.subject, acks)
+    # One entry per ack, in order: the status and answer (or error) it would get alone.
+    entries: list[AckEntry] = [
+        {"job_id": job_id, "status": answer.status, "error": _refusal(call, answer)}
+        if isinstance(answer, MoonrunError)
+        else {"job_id": job_id, "status": 200, "answer": ack_answer(answer)}
+        for (job_id, _), answer in zip(acks, answers, strict=True)
+    ]
+    return {"answers": entries}
 
 
-async def result_batch(call: Call) -> dict[str, Any]:
+async def result_batch(call: Call) -> ResultBatchAnswer:
     """Several results in one request and one commit; each answered as its own result would."""
     body: ResultBatchRequest = call.body
     results = [
@@ -289,26 +291,32 @@ async def result_batch(call: Call) -> dict[str, Any]:
         )
         for r in body.results
     ]
-    answers = await call.lane.run(call.platform.service.result_many, call.subject, results)
-    return _batch(call, [job_id for job_id, _, _ in results], answers, result_answer)
+    answers = await call.channel.run(call.platform.service.result_many, call.subject, results)
+    entries: list[ResultEntry] = [
+        {"job_id": job_id, "status": answer.status, "error": _refusal(call, answer)}
+        if isinstance(answer, MoonrunError)
+        else {"job_id": job_id, "status": 200, "answer": result_answer(answer)}
+        for (job_id, _, _), answer in zip(results, answers, strict=True)
+    ]
+    return {"answers": entries}
 
 
 # -- logs and artifacts channels -----------------------------------------------------------------
 
 
-async def append_logs(call: Call) -> dict[str, Any]:
+async def append_logs(call: Call) -> LogBatchAnswer:
     """Store a batch of log lines, once per (job, attempt, seq)."""
     platform, body = call.platform, call.body
     evidence = Evidence(body.attempt, body.lease)
-    await call.lane.run(platform.service.check_transfer, call.subject, body.job_id, evidence)
+    await call.channel.run(platform.service.check_transfer, call.subject, body.job_id, evidence)
     lines = [LogLine(body.seq, line.ts, line.stream, line.text) for line in body.lines]
     # A durable log store waits for an fsync: on the logs channel's threads, not the event loop.
-    work = call.lane.thread if platform.logs.on_threads else call.lane.run
+    work = call.channel.thread if platform.logs.on_threads else call.channel.run
     through = await work(platform.logs.append, body.job_id, body.attempt, body.seq, lines)
     return {"accepted_through_seq": through}
 
 
-async def put_artifact_chunk(call: Call) -> dict[str, Any]:
+async def put_artifact_chunk(call: Call) -> ChunkAnswer:
     """Store one chunk of an artifact (idempotent per chunk index); `Run-Final` ends it."""
     platform, params = call.platform, call.params
     lease = call.headers.get("run-lease")
@@ -320,11 +328,11 @@ async def put_artifact_chunk(call: Call) -> dict[str, Any]:
         params["name"],
         params["chunk_index"],
     )
-    await call.lane.run(
+    await call.channel.run(
         platform.service.check_transfer, call.subject, job_id, Evidence(attempt, lease)
     )
     final = call.headers.get("run-final", "").lower() == "true"
-    await call.lane.run(
+    await call.channel.run(
         platform.artifacts.put_chunk, job_id, attempt, name, index, call.body, final
     )
     return {"chunk_index": index, "final": final}
@@ -332,54 +340,64 @@ async def put_artifact_chunk(call: Call) -> dict[str, Any]:
 
 ROUTES: tuple[Route, ...] = (
     # control channel
-    Route("POST", "/run/v1/join", "control", None, JoinRequest, JoinAnswer, 200, join),
     Route(
-        "POST", "/run/v1/sessions", "control", "endpoint",
-        RegisterRequest, RegisterAnswer, 201, register, no_store=True,
+        method="POST", path="/run/v1/join", channel="control", auth=None,
+        body=JoinRequest, answer=JoinAnswer, status=200, handler=join,
     ),
-    Route("POST", "/run/v1/heartbeat", "control", "session", None, HeartbeatAnswer, 200, heartbeat),
     Route(
-        "POST", "/run/v1/sessions/end", "control", "session",
-        None, SessionEndAnswer, 200, end_session,
+        method="POST", path="/run/v1/sessions", channel="control", auth="endpoint",
+        body=RegisterRequest, answer=RegisterAnswer, status=201, handler=register, no_store=True,
+    ),
+    Route(
+        method="POST", path="/run/v1/heartbeat", channel="control", auth="session",
+        answer=HeartbeatAnswer, status=200, handler=heartbeat,
+    ),
+    Route(
+        method="POST", path="/run/v1/sessions/end", channel="control", auth="session",
+        answer=SessionEndAnswer, status=200, handler=end_session,
     ),
     # jobs channel
     Route(
-        "POST", "/run/v1/reconcile", "jobs", "session",
-        ReconcileRequest, ReconcileAnswer, 200, reconcile,
-    ),
-    Route("POST", "/run/v1/jobs/claim", "jobs", "session", ClaimRequest, ClaimAnswer, 200, claim),
-    Route(
-        "POST", "/run/v1/jobs/acks", "jobs", "session",
-        AckBatchRequest, BatchAnswer, 200, ack_batch,
+        method="POST", path="/run/v1/reconcile", channel="jobs", auth="session",
+        body=ReconcileRequest, answer=ReconcileAnswer, status=200, handler=reconcile,
     ),
     Route(
-        "POST", "/run/v1/jobs/results", "jobs", "session",
-        ResultBatchRequest, BatchAnswer, 200, result_batch,
+        method="POST", path="/run/v1/jobs/claim", channel="jobs", auth="session",
+        body=ClaimRequest, answer=ClaimAnswer, status=200, handler=claim,
     ),
     Route(
-        "POST", "/run/v1/jobs/{job_id}/ack", "jobs", "session",
-        EvidenceRequest, AckAnswerModel, 200, ack,
+        method="POST", path="/run/v1/jobs/acks", channel="jobs", auth="session",
+        body=AckBatchRequest, answer=AckBatchAnswer, status=200, handler=ack_batch,
     ),
     Route(
-        "POST", "/run/v1/jobs/{job_id}/progress", "jobs", "session",
-        ProgressRequest, ProgressAnswerModel, 200, progress,
+        method="POST", path="/run/v1/jobs/results", channel="jobs", auth="session",
+        body=ResultBatchRequest, answer=ResultBatchAnswer, status=200, handler=result_batch,
     ),
     Route(
-        "POST", "/run/v1/jobs/{job_id}/cancel-poll", "jobs", "session",
-        EvidenceRequest, CancelPollAnswerModel, 200, cancel_poll,
+        method="POST", path="/run/v1/jobs/{job_id}/ack", channel="jobs", auth="session",
+        body=EvidenceRequest, answer=AckAnswer, status=200, handler=ack,
     ),
     Route(
-        "POST", "/run/v1/jobs/{job_id}/result", "jobs", "session",
-        ResultRequest, ResultAnswerModel, 200, result,
+        method="POST", path="/run/v1/jobs/{job_id}/progress", channel="jobs", auth="session",
+        body=ProgressRequest, answer=ProgressAnswer, status=200, handler=progress,
+    ),
+    Route(
+        method="POST", path="/run/v1/jobs/{job_id}/cancel-poll", channel="jobs", auth="session",
+        body=EvidenceRequest, answer=CancelPollAnswer, status=200, handler=cancel_poll,
+    ),
+    Route(
+        method="POST", path="/run/v1/jobs/{job_id}/result", channel="jobs", auth="session",
+        body=ResultRequest, answer=ResultAnswer, status=200, handler=result,
     ),
     # logs and artifacts channels
     Route(
-        "POST", "/run/v1/logs", "logs", "session",
-        LogBatchRequest, LogBatchAnswer, 202, append_logs,
+        method="POST", path="/run/v1/logs", channel="logs", auth="session",
+        body=LogBatchRequest, answer=LogBatchAnswer, status=202, handler=append_logs,
     ),
     Route(
-        "PUT", "/run/v1/artifacts/{job_id}/{attempt}/{name}/{chunk_index}", "artifacts", "session",
-        None, ChunkAnswer, 202, put_artifact_chunk, ints=frozenset({"attempt", "chunk_index"}),
+        method="PUT", path="/run/v1/artifacts/{job_id}/{attempt}/{name}/{chunk_index}",
+        channel="artifacts", auth="session", answer=ChunkAnswer, status=202,
+        handler=put_artifact_chunk, ints=frozenset({"attempt", "chunk_index"}),
         headers=("Run-Lease", "Run-Final"), raw_body=True,
     ),
 )  # fmt: skip
@@ -391,7 +409,7 @@ ROUTES: tuple[Route, ...] = (
 
 async def verify_head(
     platform: Platform,
-    lane: Channel,
+    channel: Channel,
     kind: Auth,
     scope: Mapping[str, Any],
     headers: dict[str, str],
@@ -410,7 +428,7 @@ async def verify_head(
     if kind == "session":
         signing.verify_hmac(signed, session_key(platform.secret, signed.key_subject))
     else:
-        public_key = await lane.run(platform.service.identity_key, signed.key_subject)
+        public_key = await channel.run(platform.service.identity_key, signed.key_subject)
         signing.verify_ed25519(signed, public_key)
     return signed
 

@@ -1,8 +1,8 @@
-"""Request and response bodies of the HTTP API (PROTOCOL.md), as pydantic models.
+"""The HTTP APIs' request bodies and queries (docs/protocol.md), as pydantic models.
 
-Requests are strict: a wrong JSON type is 422 `invalid_request`, never coerced. Responses
-are declared so that the served OpenAPI document describes every route, and FastAPI filters
-each response through its model: a field the model does not name never leaves.
+Requests are strict: a wrong JSON type is 422 `invalid_request`, never coerced. The answers
+are declared once, in `moonrun.wire` (Run reads them too); the OpenAPI document is generated
+from both.
 """
 
 from __future__ import annotations
@@ -24,30 +24,6 @@ class Strict(BaseModel):
     model_config = ConfigDict(strict=True, extra="ignore")
 
 
-class Answer(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-# -- errors ------------------------------------------------------------------------------------
-
-
-class FieldProblem(Answer):
-    field: str
-    """Where in the request's payload, e.g. `argv[0]`; "" is the whole payload."""
-    message: str
-
-
-class ErrorDetail(Answer):
-    code: str
-    message: str
-    fields: list[FieldProblem] | None = None
-    """With `invalid_payload`: each field that does not fit the kind's schema."""
-
-
-class ErrorBody(Answer):
-    error: ErrorDetail
-
-
 # -- Run: control channel ------------------------------------------------------------------------
 
 
@@ -56,37 +32,12 @@ class JoinRequest(Strict):
     identity_public_key: str
 
 
-class JoinAnswer(Answer):
-    endpoint_id: str
-
-
 class RegisterRequest(Strict):
     boot_id: str
     run_version: str
     capacity: int
     kinds: dict[str, Any] | None = None
     """The kinds this Run runs, each with its payload's JSON Schema (docs/protocol.md 83)."""
-
-
-class RegisterAnswer(Answer):
-    session_id: str
-    session_key: str
-    generation: int
-    expires_at: str
-    heartbeat_interval_s: float
-    session_ttl_s: float
-    ack_timeout_s: float
-    lease_ttl_s: float
-
-
-class HeartbeatAnswer(Answer):
-    session_expires_at: str
-    server_time: str
-
-
-class SessionEndAnswer(Answer):
-    session_id: str
-    generation: int
 
 
 # -- Run: jobs channel ---------------------------------------------------------------------------
@@ -107,75 +58,16 @@ class ReconcileRequest(Strict):
     entries: list[ReconcileEntryModel]
 
 
-class ConfirmedModel(Answer):
-    job_id: str
-    attempt: int
-    state: str
-    cancel_requested: bool
-    deadline: str
-
-
-class DiscardModel(Answer):
-    job_id: str
-    attempt: int
-    reason: str
-
-
-class LostModel(Answer):
-    job_id: str
-    attempt: int
-    state: str
-
-
-class ReconcileAnswer(Answer):
-    confirmed: list[ConfirmedModel]
-    discard: list[DiscardModel]
-    lost: list[LostModel]
-
-
 class ClaimRequest(Strict):
     max_jobs: int
     wait_s: float | None = Field(default=None, ge=0, le=3600)
     """Long poll: wait up to this long (capped by the platform) for a claimable job."""
 
 
-class ClaimedModel(Answer):
-    job_id: str
-    server_id: str
-    owner_id: str
-    kind: str
-    payload: Any
-    attempt: int
-    lease: str
-    ack_deadline: str
-    lease_ttl_s: float
-    max_attempts: int
-
-
-class ClaimAnswer(Answer):
-    jobs: list[ClaimedModel]
-
-
-class AckAnswerModel(Answer):
-    state: str
-    lease_expires_at: str
-    cancel_requested: bool
-
-
 class ProgressRequest(EvidenceRequest):
     seq: int
     percent: float | None = None
     message: str | None = None
-
-
-class ProgressAnswerModel(Answer):
-    lease_expires_at: str
-    cancel_requested: bool
-
-
-class CancelPollAnswerModel(Answer):
-    cancel_requested: bool
-    requested_at: str | None
 
 
 class ErrorInfoModel(Strict):
@@ -188,14 +80,6 @@ class ResultRequest(EvidenceRequest):
     retryable: bool
     error: ErrorInfoModel | None = None
     output: Any = None
-
-
-class ResultAnswerModel(Answer):
-    state: str
-    attempt: int
-    fingerprint: str
-    next_eligible_at: str | None
-    replayed: bool
 
 
 class AckItem(Strict):
@@ -214,23 +98,6 @@ class ResultItem(ResultRequest):
 
 class ResultBatchRequest(Strict):
     results: list[ResultItem]
-
-
-class BatchEntry(Answer):
-    job_id: str
-    status: int
-    """What the single-message route would have answered: 200, or the error's status."""
-    answer: dict[str, Any] | None = None
-    error: ErrorDetail | None = None
-
-
-class BatchAnswer(Answer):
-    answers: list[BatchEntry]
-
-
-class ChunkAnswer(Answer):
-    chunk_index: int
-    final: bool
 
 
 # -- Run: logs channel ---------------------------------------------------------------------------
@@ -264,20 +131,7 @@ class LogBatchRequest(Strict):
     lines: list[LogLineModel]
 
 
-class LogBatchAnswer(Answer):
-    accepted_through_seq: int
-
-
 # -- users ---------------------------------------------------------------------------------------
-
-
-class UserModel(Answer):
-    id: str
-    name: str
-    platform_admin: bool
-    created_at: str
-    disabled: bool
-    """Its API tokens and console sessions are refused (docs/protocol.md 75)."""
 
 
 NAME = Field(pattern=NAME_PATTERN.pattern)
@@ -289,51 +143,8 @@ class CreateUserRequest(Strict):
     platform_admin: bool = False
 
 
-class CreatedUserAnswer(Answer):
-    user: UserModel
-    api_token: str
-
-
-class RotatedTokenAnswer(Answer):
-    user: UserModel
-    api_token: str
-    """The user's only API token from now, shown once."""
-
-
 class SetPasswordRequest(Strict):
     password: str
-
-
-class UsersAnswer(Answer):
-    users: list[UserModel]
-
-
-class ServerModel(Answer):
-    id: str
-    name: str
-    endpoint_id: str
-    owner_id: str
-    admin_ids: list[str]
-    created_at: str
-    endpoint_online: bool
-
-
-class ServersAnswer(Answer):
-    servers: list[ServerModel]
-
-
-class KindModel(Answer):
-    kind: str
-    payload_schema: Any
-    """The JSON Schema the server's Run checks this kind's payloads with (docs/kinds.md)."""
-
-
-class KindsAnswer(Answer):
-    advertised: bool
-    """Whether the server's Run advertised its kinds; when not (an older Run, or one that
-    never registered), every kind is accepted at submit and checked only on the host."""
-    advertised_at: str | None
-    kinds: list[KindModel]
 
 
 class CreateServerRequest(Strict):
@@ -346,30 +157,8 @@ class AddAdminRequest(Strict):
     user_id: str
 
 
-class EndpointModel(Answer):
-    id: str
-    name: str
-    online: bool
-    generation: int
-    last_seen_at: str | None
-    capacity: int | None
-    run_version: str | None
-    draining: bool
-    """No new claims are granted to it (docs/protocol.md 78)."""
-
-
-class EndpointsAnswer(Answer):
-    endpoints: list[EndpointModel]
-
-
 class CreateEndpointRequest(Strict):
     name: str = NAME
-
-
-class CreatedEndpointAnswer(Answer):
-    endpoint: EndpointModel
-    join_token: str
-    join_token_expires_at: str
 
 
 class BackoffModel(Strict):
@@ -386,124 +175,14 @@ class CreateJobRequest(Strict):
     not_before: str | None = None
 
 
-class LastFailureModel(Answer):
-    reason: str
-    code: str | None
-    attempt: int
-    at: str
-    message: str | None
-
-
-class RetryModel(Answer):
-    next_eligible_at: str | None
-    initial_s: float
-    multiplier: float
-    max_s: float
-    last_failure: LastFailureModel | None
-
-
-class ProgressModel(Answer):
-    seq: int
-    percent: float | None
-    message: str | None
-    at: str
-
-
-class CancelModel(Answer):
-    requested: bool
-    requested_at: str | None
-    result: str | None
-    resolved_at: str | None
-
-
-class TerminalErrorModel(Answer):
-    code: str
-    message: str
-
-
-class TerminalModel(Answer):
-    outcome: str
-    attempt: int
-    at: str
-    error: TerminalErrorModel | None
-
-
-class ReconcileModel(Answer):
-    outcome: str | None
-    at: str | None
-
-
-class HistoryModel(Answer):
-    attempt: int
-    claimed_at: str | None
-    ended_at: str
-    outcome: str
-    code: str | None
-
-
-class JobViewModel(Answer):
-    id: str
-    server_id: str
-    kind: str
-    state: str
-    attempt: int
-    max_attempts: int
-    created_at: str
-    updated_at: str
-    retry: RetryModel
-    progress: ProgressModel | None
-    cancel: CancelModel
-    terminal: TerminalModel | None
-    reconcile: ReconcileModel
-    history: list[HistoryModel]
-
-
 class CreateJobsRequest(Strict):
     jobs: list[CreateJobRequest] = Field(min_length=1, max_length=1000)
 
 
-class CreatedJobsAnswer(Answer):
-    jobs: list[JobViewModel]
+# -- operations (served by FastAPI, which sends an answer through its model) ---------------------
 
 
-class JobsAnswer(Answer):
-    jobs: list[JobViewModel]
-    next_cursor: str | None
+class HealthAnswer(BaseModel):
+    model_config = ConfigDict(extra="forbid")
 
-
-class UserLogLine(Answer):
-    attempt: int
-    seq: int
-    ts: str
-    stream: str
-    text: str
-
-
-class LogsAnswer(Answer):
-    attempt: int | None
-    lines: list[UserLogLine]
-    next_after_seq: int
-    """Pass as `after_seq` for the next page (or, after a tail, for newer lines)."""
-    more: bool
-    """This page left lines after `next_after_seq` off."""
-    dropped_lines: int
-    """Lines of the attempt the platform dropped for its bounds (docs/protocol.md 52-53)."""
-    dropped_bytes: int
-
-
-class ArtifactModel(Answer):
-    attempt: int
-    name: str
-    size: int
-    """The bytes stored so far (all of them once complete)."""
-    complete: bool
-    """Its final chunk has arrived: it can be downloaded."""
-
-
-class ArtifactsAnswer(Answer):
-    artifacts: list[ArtifactModel]
-    """Every attempt's artifacts, by attempt then name."""
-
-
-class HealthAnswer(Answer):
     status: str

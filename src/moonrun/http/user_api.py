@@ -16,46 +16,43 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from moonrun.errors import ArtifactIncomplete, InvalidRequest, NotFound
-from moonrun.http.api import Answer, Call, Route, Stream
+from moonrun.http.api import Call, JsonReply, Route, Stream
 from moonrun.http.schemas import (
     SEQ_MAX,
     AddAdminRequest,
-    ArtifactsAnswer,
-    CreatedEndpointAnswer,
-    CreatedJobsAnswer,
-    CreatedUserAnswer,
     CreateEndpointRequest,
     CreateJobRequest,
     CreateJobsRequest,
     CreateServerRequest,
     CreateUserRequest,
-    EndpointModel,
-    EndpointsAnswer,
-    JobsAnswer,
-    JobViewModel,
-    KindsAnswer,
-    LogsAnswer,
-    RotatedTokenAnswer,
-    ServerModel,
-    ServersAnswer,
     SetPasswordRequest,
-    UserModel,
-    UsersAnswer,
 )
 from moonrun.scheduling.jobs import Job
 from moonrun.scheduling.kinds import load_advertisement
 from moonrun.scheduling.records import Server, User
 from moonrun.scheduling.time import format_instant, parse_instant
-from moonrun.scheduling.views import (
-    ServerView,
-    endpoint_view,
-    job_view,
-    server_view,
-    user_view,
-)
+from moonrun.scheduling.views import endpoint_view, job_view, server_view, user_view
 from moonrun.service.artifacts import NAME_PATTERN, ArtifactInfo, ArtifactStore
 from moonrun.service.logstore import LogPage
 from moonrun.service.scheduling import JobSpec
+from moonrun.wire.user import (
+    ArtifactsAnswer,
+    CreatedEndpointAnswer,
+    CreatedJobsAnswer,
+    CreatedUserAnswer,
+    EndpointsAnswer,
+    EndpointView,
+    JobsAnswer,
+    JobView,
+    KindsAnswer,
+    LogLineView,
+    LogsAnswer,
+    RotatedTokenAnswer,
+    ServersAnswer,
+    ServerView,
+    UsersAnswer,
+    UserView,
+)
 
 T = TypeVar("T")
 
@@ -63,12 +60,12 @@ T = TypeVar("T")
 async def as_caller(call: Call, work: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Check the request's credentials and run `work(user, *args, **kwargs)`, together, as the
     user channel runs store work."""
-    return await call.lane.run(_as_caller(call, work, args, kwargs))
+    return await call.channel.run(_as_caller(call, work, args, kwargs))
 
 
 async def as_caller_on_a_thread(call: Call, work: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """`as_caller` for work that is slow without the store (it hashes a password)."""
-    return await call.lane.thread(_as_caller(call, work, args, kwargs))
+    return await call.channel.thread(_as_caller(call, work, args, kwargs))
 
 
 def _as_caller(
@@ -115,13 +112,13 @@ class ArtifactQuery(_Query):
 # -- users -------------------------------------------------------------------------------------
 
 
-async def whoami(call: Call) -> Any:
+async def whoami(call: Call) -> UserView:
     """The caller: the user its credentials belong to."""
     user = await as_caller(call, lambda user: user)
     return user_view(user)
 
 
-async def create_user(call: Call) -> Any:
+async def create_user(call: Call) -> CreatedUserAnswer:
     """Create a user (platform admins); the answer carries its API token, once."""
     body: CreateUserRequest = call.body
     created = await as_caller_on_a_thread(
@@ -134,25 +131,25 @@ async def create_user(call: Call) -> Any:
     return {"user": user_view(created.user), "api_token": created.api_token}
 
 
-async def list_users(call: Call) -> Any:
+async def list_users(call: Call) -> UsersAnswer:
     """Every user (platform admins)."""
     users = await as_caller(call, call.platform.directory.list_users)
     return {"users": [user_view(u) for u in users]}
 
 
-async def disable_user(call: Call) -> Any:
+async def disable_user(call: Call) -> UserView:
     """Disable a user (platform admins): their API tokens and console sessions are refused."""
     directory, user_id = call.platform.directory, call.params["user_id"]
     return user_view(await as_caller(call, directory.set_disabled, user_id, True))
 
 
-async def enable_user(call: Call) -> Any:
+async def enable_user(call: Call) -> UserView:
     """Enable a disabled user again (platform admins)."""
     directory, user_id = call.platform.directory, call.params["user_id"]
     return user_view(await as_caller(call, directory.set_disabled, user_id, False))
 
 
-async def rotate_token(call: Call) -> Any:
+async def rotate_token(call: Call) -> RotatedTokenAnswer:
     """A new API token for the user, shown once; their old ones stop working (the user
     themself or a platform admin)."""
     directory, user_id = call.platform.directory, call.params["user_id"]
@@ -166,7 +163,7 @@ async def rotate_token(call: Call) -> Any:
     return {"user": user_view(user), "api_token": token}
 
 
-async def set_password(call: Call) -> Any:
+async def set_password(call: Call) -> UserView:
     """Set the user's console password (the user themself or a platform admin)."""
     body: SetPasswordRequest = call.body
     directory = call.platform.directory
@@ -182,7 +179,7 @@ async def set_password(call: Call) -> Any:
 async def server_views(call: Call, servers: Sequence[Server]) -> list[ServerView]:
     """The servers as their owners see them, with whether each one's host is online."""
     service = call.platform.service
-    online = await call.lane.run(service.endpoints_online, [s.endpoint_id for s in servers])
+    online = await call.channel.run(service.endpoints_online, [s.endpoint_id for s in servers])
     return [server_view(server, online[server.endpoint_id]) for server in servers]
 
 
@@ -190,7 +187,7 @@ async def one_server_view(call: Call, server: Server) -> ServerView:
     return (await server_views(call, [server]))[0]
 
 
-async def create_server(call: Call) -> Any:
+async def create_server(call: Call) -> ServerView:
     """Create a server on an endpoint, owned by a user (platform admins)."""
     body: CreateServerRequest = call.body
     server = await as_caller(
@@ -203,19 +200,19 @@ async def create_server(call: Call) -> Any:
     return await one_server_view(call, server)
 
 
-async def list_servers(call: Call) -> Any:
+async def list_servers(call: Call) -> ServersAnswer:
     """The servers the caller owns or administers (every server for platform admins)."""
     servers = await as_caller(call, call.platform.directory.list_servers)
     return {"servers": await server_views(call, servers)}
 
 
-async def get_server(call: Call) -> Any:
+async def get_server(call: Call) -> ServerView:
     """A server the caller owns or administers (any server for platform admins)."""
     server = await as_caller(call, call.platform.directory.get_server, call.params["server_id"])
     return await one_server_view(call, server)
 
 
-async def add_server_admin(call: Call) -> Any:
+async def add_server_admin(call: Call) -> ServerView:
     """Make a user an administrator of the server (its owner or a platform admin)."""
     body: AddAdminRequest = call.body
     server = await as_caller(
@@ -224,7 +221,7 @@ async def add_server_admin(call: Call) -> Any:
     return await one_server_view(call, server)
 
 
-async def remove_server_admin(call: Call) -> Any:
+async def remove_server_admin(call: Call) -> ServerView:
     """Take a user's administration of the server away (its owner or a platform admin)."""
     server = await as_caller(
         call,
@@ -235,7 +232,7 @@ async def remove_server_admin(call: Call) -> Any:
     return await one_server_view(call, server)
 
 
-async def remove_server(call: Call) -> Any:
+async def remove_server(call: Call) -> ServerView:
     """Remove a server none of whose jobs is still waiting or running (its owner or a
     platform admin); the answer is the server as it was."""
     directory = call.platform.directory
@@ -246,12 +243,12 @@ async def remove_server(call: Call) -> Any:
 # -- endpoints ---------------------------------------------------------------------------------
 
 
-async def list_endpoints(call: Call) -> Any:
+async def list_endpoints(call: Call) -> EndpointsAnswer:
     """Every endpoint with its current session's state (platform admins)."""
     return {"endpoints": await as_caller(call, call.platform.service.endpoint_views)}
 
 
-async def create_endpoint(call: Call) -> Any:
+async def create_endpoint(call: Call) -> CreatedEndpointAnswer:
     """Create an endpoint; the answer carries its one-time join token, once."""
     body: CreateEndpointRequest = call.body
     platform = call.platform
@@ -263,19 +260,19 @@ async def create_endpoint(call: Call) -> Any:
     }
 
 
-async def drain_endpoint(call: Call) -> Any:
+async def drain_endpoint(call: Call) -> EndpointView:
     """Grant the endpoint no new claims; its running attempts finish (platform admins)."""
     service, endpoint_id = call.platform.service, call.params["endpoint_id"]
     return await as_caller(call, service.set_draining, endpoint_id, True)
 
 
-async def undrain_endpoint(call: Call) -> Any:
+async def undrain_endpoint(call: Call) -> EndpointView:
     """Grant the endpoint claims again (platform admins)."""
     service, endpoint_id = call.platform.service, call.params["endpoint_id"]
     return await as_caller(call, service.set_draining, endpoint_id, False)
 
 
-async def remove_endpoint(call: Call) -> Any:
+async def remove_endpoint(call: Call) -> EndpointView:
     """Remove an endpoint no server points at, ending its session (platform admins)."""
     service, endpoint_id = call.platform.service, call.params["endpoint_id"]
     return await as_caller(call, service.remove_endpoint, endpoint_id)
@@ -295,11 +292,12 @@ def etag(job: Job) -> str:
     return f'"{job.version}"'
 
 
-def job_answer(job: Job, status: int = 200) -> Answer:
-    return Answer(status, job_view(job), {"ETag": etag(job)})
+def job_reply(job: Job, status: int = 200) -> JsonReply[JobView]:
+    """The job's view, with its ETag."""
+    return JsonReply(status, job_view(job), {"ETag": etag(job)})
 
 
-async def create_job(call: Call) -> Any:
+async def create_job(call: Call) -> JsonReply[JobView]:
     """Queue a job. The same Idempotency-Key with the same body gives the same job."""
     body: CreateJobRequest = call.body
     service = call.platform.service
@@ -318,10 +316,10 @@ async def create_job(call: Call) -> Any:
             idempotency_key=key,
         )
 
-    return job_answer(await as_caller(call, create), 201)
+    return job_reply(await as_caller(call, create), 201)
 
 
-async def create_jobs(call: Call) -> Any:
+async def create_jobs(call: Call) -> CreatedJobsAnswer:
     """Queue up to 1,000 jobs at once, all or none. An Idempotency-Key covers the batch: the
     same key with the same batch gives the same jobs."""
     body: CreateJobsRequest = call.body
@@ -336,7 +334,7 @@ async def create_jobs(call: Call) -> Any:
     return {"jobs": [job_view(job) for job in jobs]}
 
 
-async def list_jobs(call: Call) -> Any:
+async def list_jobs(call: Call) -> JobsAnswer:
     """The jobs the caller may see, newest first, a page at a time."""
     query: JobsQuery = call.query
     page = await as_caller(
@@ -352,15 +350,15 @@ async def list_jobs(call: Call) -> Any:
     return {"jobs": [job_view(job) for job in page.jobs], "next_cursor": page.next_cursor}
 
 
-async def rerun_job(call: Call) -> Any:
+async def rerun_job(call: Call) -> JsonReply[JobView]:
     """Queue a new job like a finished one (same server, kind, payload and retry policy);
     the same Idempotency-Key gives the same new job."""
     service, key = call.platform.service, call.headers.get("idempotency-key")
     job = await as_caller(call, service.rerun_job, call.params["job_id"], idempotency_key=key)
-    return job_answer(job, 201)
+    return job_reply(job, 201)
 
 
-async def server_kinds(call: Call) -> Any:
+async def server_kinds(call: Call) -> KindsAnswer:
     """The kinds the server's Run advertised, with each payload's JSON Schema."""
     advertisement = await as_caller(
         call, call.platform.service.server_kinds, call.params["server_id"]
@@ -375,7 +373,7 @@ async def server_kinds(call: Call) -> Any:
     }
 
 
-async def get_job(call: Call) -> Any:
+async def get_job(call: Call) -> JsonReply[JobView] | JsonReply[None]:
     """The job (its ETag changes whenever it does). A blocking read: with `wait_s`, answer as
     soon as the job is no longer the one `If-None-Match` names (304 if it still is when the
     wait ends), or with `until=terminal`, once it has ended (the current job when the wait
@@ -387,7 +385,7 @@ async def get_job(call: Call) -> Any:
         job = await as_caller(call, service.get_job, job_id)  # 401, 403 and 404 come first
         if query.wait_s is not None:
             raise InvalidRequest("wait_s needs an If-None-Match header or until=terminal")
-        return job_answer(job)
+        return job_reply(job)
 
     def settled(job: Job) -> bool:
         if query.until == "terminal":
@@ -404,17 +402,17 @@ async def get_job(call: Call) -> Any:
         waiting=call.waiting(),
     )
     if query.until is None and not settled(job):
-        return Answer(304, None, {"ETag": etag(job)})
-    return job_answer(job)
+        return JsonReply(304, None, {"ETag": etag(job)})
+    return job_reply(job)
 
 
-async def cancel_job(call: Call) -> Any:
+async def cancel_job(call: Call) -> JsonReply[JobView]:
     """Cancel: waiting jobs end at once (200); running ones get a durable intent (202)."""
     outcome = await as_caller(call, call.platform.service.cancel_job, call.params["job_id"])
-    return Answer(202 if outcome.waits_on_run else 200, job_view(outcome.job))
+    return JsonReply(202 if outcome.waits_on_run else 200, job_view(outcome.job))
 
 
-async def job_logs(call: Call) -> Any:
+async def job_logs(call: Call) -> LogsAnswer:
     """A page of log lines of one attempt (the latest with logs unless `attempt` is given):
     whole batches after `after_seq`, or with `tail` the newest lines."""
     platform, query = call.platform, call.query
@@ -433,18 +431,18 @@ async def job_logs(call: Call) -> Any:
         return logs.read(job_id, attempt, query.after_seq, query.limit)
 
     page = await as_caller(call, read)
-    return {
-        "attempt": page.attempt,
-        "lines": [
-            {
-                "attempt": page.attempt,
-                "seq": ln.seq,
-                "ts": ln.ts,
-                "stream": ln.stream,
-                "text": ln.text,
-            }
+    attempt = page.attempt
+    lines: list[LogLineView] = (
+        []
+        if attempt is None  # (then there are none)
+        else [
+            {"attempt": attempt, "seq": ln.seq, "ts": ln.ts, "stream": ln.stream, "text": ln.text}
             for ln in page.lines
-        ],
+        ]
+    )
+    return {
+        "attempt": attempt,
+        "lines": lines,
         "next_after_seq": page.next_after_seq,
         "more": page.more,
         "dropped_lines": page.dropped_lines,
@@ -455,7 +453,7 @@ async def job_logs(call: Call) -> Any:
 # -- artifacts ---------------------------------------------------------------------------------
 
 
-async def job_artifacts(call: Call) -> Any:
+async def job_artifacts(call: Call) -> ArtifactsAnswer:
     """The job's artifacts, every attempt's, and whether each is complete (downloadable)."""
     platform, job_id = call.platform, call.params["job_id"]
 
@@ -525,7 +523,7 @@ async def _parts(
         offset += length
 
 
-async def download_artifact(call: Call) -> Any:
+async def download_artifact(call: Call) -> JsonReply[None] | Stream:
     """The artifact's bytes (of the latest attempt that has it, unless `attempt` is given),
     streamed a chunk at a time. `If-None-Match` with its ETag is 304; one `Range: bytes=a-b`
     is 206. An artifact whose final chunk has not arrived is 409 `artifact_incomplete`."""
@@ -555,7 +553,7 @@ async def download_artifact(call: Call) -> Any:
         "Content-Disposition": f'attachment; filename="{name}"',
     }
     if call.headers.get("if-none-match") == tag:
-        return Answer(304, None, headers)
+        return JsonReply(304, None, headers)
     wanted = byte_range(call.headers.get("range"), info.size)
     status, (start, end) = 200, (0, info.size - 1)
     if wanted is not None:
@@ -568,104 +566,121 @@ async def download_artifact(call: Call) -> Any:
 IDEMPOTENCY = ("Idempotency-Key",)
 
 ROUTES: tuple[Route, ...] = (
-    Route("GET", "/api/v1/me", "user", "user", None, UserModel, 200, whoami),
     Route(
-        "POST", "/api/v1/users", "user", "user",
-        CreateUserRequest, CreatedUserAnswer, 201, create_user, no_store=True,
-    ),
-    Route("GET", "/api/v1/users", "user", "user", None, UsersAnswer, 200, list_users),
-    Route(
-        "POST", "/api/v1/users/{user_id}/disable", "user", "user",
-        None, UserModel, 200, disable_user,
+        method="GET", path="/api/v1/me", channel="user", auth="user", answer=UserView, status=200,
+        handler=whoami,
     ),
     Route(
-        "POST", "/api/v1/users/{user_id}/enable", "user", "user",
-        None, UserModel, 200, enable_user,
+        method="POST", path="/api/v1/users", channel="user", auth="user", body=CreateUserRequest,
+        answer=CreatedUserAnswer, status=201, handler=create_user, no_store=True,
     ),
     Route(
-        "POST", "/api/v1/users/{user_id}/token", "user", "user",
-        None, RotatedTokenAnswer, 200, rotate_token, no_store=True,
+        method="GET", path="/api/v1/users", channel="user", auth="user", answer=UsersAnswer,
+        status=200, handler=list_users,
     ),
     Route(
-        "PUT", "/api/v1/users/{user_id}/password", "user", "user",
-        SetPasswordRequest, UserModel, 200, set_password,
+        method="POST", path="/api/v1/users/{user_id}/disable", channel="user", auth="user",
+        answer=UserView, status=200, handler=disable_user,
     ),
     Route(
-        "POST", "/api/v1/servers", "user", "user",
-        CreateServerRequest, ServerModel, 201, create_server,
-    ),
-    Route("GET", "/api/v1/servers", "user", "user", None, ServersAnswer, 200, list_servers),
-    Route("GET", "/api/v1/servers/{server_id}", "user", "user", None, ServerModel, 200, get_server),
-    Route(
-        "DELETE", "/api/v1/servers/{server_id}", "user", "user",
-        None, ServerModel, 200, remove_server,
+        method="POST", path="/api/v1/users/{user_id}/enable", channel="user", auth="user",
+        answer=UserView, status=200, handler=enable_user,
     ),
     Route(
-        "POST", "/api/v1/servers/{server_id}/admins", "user", "user",
-        AddAdminRequest, ServerModel, 200, add_server_admin,
+        method="POST", path="/api/v1/users/{user_id}/token", channel="user", auth="user",
+        answer=RotatedTokenAnswer, status=200, handler=rotate_token, no_store=True,
     ),
     Route(
-        "DELETE", "/api/v1/servers/{server_id}/admins/{user_id}", "user", "user",
-        None, ServerModel, 200, remove_server_admin,
-    ),
-    Route("GET", "/api/v1/endpoints", "user", "user", None, EndpointsAnswer, 200, list_endpoints),
-    Route(
-        "POST", "/api/v1/endpoints", "user", "user",
-        CreateEndpointRequest, CreatedEndpointAnswer, 201, create_endpoint, no_store=True,
+        method="PUT", path="/api/v1/users/{user_id}/password", channel="user", auth="user",
+        body=SetPasswordRequest, answer=UserView, status=200, handler=set_password,
     ),
     Route(
-        "POST", "/api/v1/endpoints/{endpoint_id}/drain", "user", "user",
-        None, EndpointModel, 200, drain_endpoint,
+        method="POST", path="/api/v1/servers", channel="user", auth="user",
+        body=CreateServerRequest, answer=ServerView, status=201, handler=create_server,
     ),
     Route(
-        "POST", "/api/v1/endpoints/{endpoint_id}/undrain", "user", "user",
-        None, EndpointModel, 200, undrain_endpoint,
+        method="GET", path="/api/v1/servers", channel="user", auth="user", answer=ServersAnswer,
+        status=200, handler=list_servers,
     ),
     Route(
-        "DELETE", "/api/v1/endpoints/{endpoint_id}", "user", "user",
-        None, EndpointModel, 200, remove_endpoint,
+        method="GET", path="/api/v1/servers/{server_id}", channel="user", auth="user",
+        answer=ServerView, status=200, handler=get_server,
     ),
     Route(
-        "POST", "/api/v1/servers/{server_id}/jobs", "user", "user",
-        CreateJobRequest, JobViewModel, 201, create_job, headers=IDEMPOTENCY,
+        method="DELETE", path="/api/v1/servers/{server_id}", channel="user", auth="user",
+        answer=ServerView, status=200, handler=remove_server,
     ),
     Route(
-        "POST", "/api/v1/servers/{server_id}/jobs/batch", "user", "user",
-        CreateJobsRequest, CreatedJobsAnswer, 201, create_jobs, headers=IDEMPOTENCY,
+        method="POST", path="/api/v1/servers/{server_id}/admins", channel="user", auth="user",
+        body=AddAdminRequest, answer=ServerView, status=200, handler=add_server_admin,
     ),
     Route(
-        "GET", "/api/v1/servers/{server_id}/kinds", "user", "user",
-        None, KindsAnswer, 200, server_kinds,
+        method="DELETE", path="/api/v1/servers/{server_id}/admins/{user_id}", channel="user",
+        auth="user", answer=ServerView, status=200, handler=remove_server_admin,
     ),
     Route(
-        "GET", "/api/v1/jobs", "user", "user",
-        None, JobsAnswer, 200, list_jobs, query=JobsQuery,
+        method="GET", path="/api/v1/endpoints", channel="user", auth="user", answer=EndpointsAnswer,
+        status=200, handler=list_endpoints,
     ),
     Route(
-        "POST", "/api/v1/jobs/{job_id}/rerun", "user", "user",
-        None, JobViewModel, 201, rerun_job, headers=IDEMPOTENCY,
+        method="POST", path="/api/v1/endpoints", channel="user", auth="user",
+        body=CreateEndpointRequest, answer=CreatedEndpointAnswer, status=201,
+        handler=create_endpoint, no_store=True,
     ),
     Route(
-        "GET", "/api/v1/jobs/{job_id}", "user", "user",
-        None, JobViewModel, 200, get_job, query=JobReadQuery, headers=("If-None-Match",),
+        method="POST", path="/api/v1/endpoints/{endpoint_id}/drain", channel="user", auth="user",
+        answer=EndpointView, status=200, handler=drain_endpoint,
+    ),
+    Route(
+        method="POST", path="/api/v1/endpoints/{endpoint_id}/undrain", channel="user", auth="user",
+        answer=EndpointView, status=200, handler=undrain_endpoint,
+    ),
+    Route(
+        method="DELETE", path="/api/v1/endpoints/{endpoint_id}", channel="user", auth="user",
+        answer=EndpointView, status=200, handler=remove_endpoint,
+    ),
+    Route(
+        method="POST", path="/api/v1/servers/{server_id}/jobs", channel="user", auth="user",
+        body=CreateJobRequest, answer=JobView, status=201, handler=create_job, headers=IDEMPOTENCY,
+    ),
+    Route(
+        method="POST", path="/api/v1/servers/{server_id}/jobs/batch", channel="user", auth="user",
+        body=CreateJobsRequest, answer=CreatedJobsAnswer, status=201, handler=create_jobs,
+        headers=IDEMPOTENCY,
+    ),
+    Route(
+        method="GET", path="/api/v1/servers/{server_id}/kinds", channel="user", auth="user",
+        answer=KindsAnswer, status=200, handler=server_kinds,
+    ),
+    Route(
+        method="GET", path="/api/v1/jobs", channel="user", auth="user", answer=JobsAnswer,
+        status=200, handler=list_jobs, query=JobsQuery,
+    ),
+    Route(
+        method="POST", path="/api/v1/jobs/{job_id}/rerun", channel="user", auth="user",
+        answer=JobView, status=201, handler=rerun_job, headers=IDEMPOTENCY,
+    ),
+    Route(
+        method="GET", path="/api/v1/jobs/{job_id}", channel="user", auth="user", answer=JobView,
+        status=200, handler=get_job, query=JobReadQuery, headers=("If-None-Match",),
         also={304: (None, "Not modified: the job still has the If-None-Match tag")},
     ),
     Route(
-        "POST", "/api/v1/jobs/{job_id}/cancel", "user", "user",
-        None, JobViewModel, 200, cancel_job,
-        also={202: (JobViewModel, "Cancel intent waits on Run")},
+        method="POST", path="/api/v1/jobs/{job_id}/cancel", channel="user", auth="user",
+        answer=JobView, status=200, handler=cancel_job,
+        also={202: (JobView, "Cancel intent waits on Run")},
     ),
     Route(
-        "GET", "/api/v1/jobs/{job_id}/logs", "user", "user",
-        None, LogsAnswer, 200, job_logs, query=LogsQuery,
+        method="GET", path="/api/v1/jobs/{job_id}/logs", channel="user", auth="user",
+        answer=LogsAnswer, status=200, handler=job_logs, query=LogsQuery,
     ),
     Route(
-        "GET", "/api/v1/jobs/{job_id}/artifacts", "user", "user",
-        None, ArtifactsAnswer, 200, job_artifacts,
+        method="GET", path="/api/v1/jobs/{job_id}/artifacts", channel="user", auth="user",
+        answer=ArtifactsAnswer, status=200, handler=job_artifacts,
     ),
     Route(
-        "GET", "/api/v1/jobs/{job_id}/artifacts/{name}", "user", "user",
-        None, None, 200, download_artifact, query=ArtifactQuery,
+        method="GET", path="/api/v1/jobs/{job_id}/artifacts/{name}", channel="user", auth="user",
+        answer=None, status=200, handler=download_artifact, query=ArtifactQuery,
         headers=("If-None-Match", "Range"),
         also={
             206: (None, "The one byte range Range asked for"),

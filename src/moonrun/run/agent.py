@@ -18,10 +18,10 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from moonrun.backoff import Backoff
 from moonrun.errors import MoonrunError, SequenceRegression
@@ -46,6 +46,7 @@ from moonrun.run.journal import Assignment, Journal
 from moonrun.run.leftovers import process_record, stop_left_behind
 from moonrun.run.transfers import MAX_ARTIFACT_BYTES, ArtifactUploader, Attempt, LogShipper
 from moonrun.security.tokens import b64url
+from moonrun.wire.run import Grant, ReconcileAnswer
 
 log = logging.getLogger("moonrun.run")
 
@@ -61,7 +62,12 @@ def wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def message_batcher(send: Callable[[list[Message]], Awaitable[list[Any]]]) -> Batcher[Message, Any]:
+MessageAnswer = TypeVar("MessageAnswer")
+
+
+def message_batcher(
+    send: Callable[[list[Message]], Awaitable[Sequence[MessageAnswer | Exception]]],
+) -> Batcher[Message, MessageAnswer]:
     """Batches of acks or results: one entry per job, within the platform's bounds."""
     return Batcher(
         send,
@@ -272,9 +278,9 @@ class Agent:
                                 "generation": self.client.session.generation
                                 if self.client.session
                                 else None,
-                                "confirmed": len(report.get("confirmed", [])),
-                                "discarded": len(report.get("discard", [])),
-                                "lost": len(report.get("lost", [])),
+                                "confirmed": len(report["confirmed"]),
+                                "discarded": len(report["discard"]),
+                                "lost": len(report["lost"]),
                             }
                         },
                     )
@@ -293,17 +299,17 @@ class Agent:
             if entry.state != "self_fenced"
         ]
 
-    async def _apply_reconcile(self, report: dict[str, Any], sent: float) -> None:
+    async def _apply_reconcile(self, report: ReconcileAnswer, sent: float) -> None:
         """Keep and resume what the platform confirmed; drop everything else."""
         session = self.client.session
         assert session is not None
-        confirmed = {item["job_id"]: item for item in report.get("confirmed", [])}
+        confirmed = {item["job_id"]: item for item in report["confirmed"]}
         for job_id, item in confirmed.items():
             key = (job_id, item["attempt"])
-            self._cancel_known[key] = bool(item.get("cancel_requested"))
+            self._cancel_known[key] = item["cancel_requested"]
             self._renewed_until[key] = sent + session.lease_ttl_s
             entry = self.journal.entries.get(job_id)
-            if entry is not None and entry.state == "accepted" and item.get("state") == "running":
+            if entry is not None and entry.state == "accepted" and item["state"] == "running":
                 # Acked before, the journal's `running` lost in a crash: an ack now would renew
                 # nothing (a repeated ack is answered as before), so none is sent; the lease
                 # is the one this reconciliation renewed.
@@ -394,7 +400,7 @@ class Agent:
                 # claims. Poll then, rather than claim in a tight loop.
                 await self._pause(self.config.claim_interval_s)
 
-    async def _claim(self, free: int) -> list[dict[str, Any]]:
+    async def _claim(self, free: int) -> list[Grant]:
         """Claim up to `free` jobs, waiting at the platform for some; nothing if Run stops
         first."""
         claim = asyncio.ensure_future(self.client.claim(free, self.config.claim_wait_s))
@@ -409,7 +415,7 @@ class Agent:
                 claim.cancel()  # ack deadline, as for any Run that stops
         return claim.result() if claim.done() else []
 
-    async def _accept(self, granted: list[dict[str, Any]]) -> None:
+    async def _accept(self, granted: list[Grant]) -> None:
         """Journal every granted attempt (durably) before acking any of them."""
         entries = [
             Assignment(
@@ -430,10 +436,10 @@ class Agent:
             )
             self._start(entry, resumed=False)
 
-    def _owner_of(self, job: dict[str, Any]) -> str | None:
+    def _owner_of(self, job: Grant) -> str | None:
         """The grant's `owner_id`; a platform older than this Run sends none (said once)."""
         owner = job.get("owner_id")
-        if isinstance(owner, str) and owner:
+        if owner:
             return owner
         if self.config.owner_uids and not self._owner_missing_said:
             self._owner_missing_said = True
@@ -512,8 +518,9 @@ class Agent:
 
         async def send() -> None:
             answer = await self._acks.submit(ack)
-            if isinstance(answer, dict) and "cancel_requested" in answer:
-                self._cancel_known[key] = bool(answer["cancel_requested"])
+            cancel_requested = answer.get("cancel_requested")
+            if cancel_requested is not None:  # a platform older than this Run says nothing
+                self._cancel_known[key] = cancel_requested
 
         sent = await self._settle(entry, "ack", send)
         session = self.client.session
@@ -563,7 +570,7 @@ class Agent:
         if known is None:  # from a platform that does not say so with the ack
             with contextlib.suppress(MoonrunError):
                 answer = await self.client.cancel_poll(entry.job_id, entry.attempt, entry.lease)
-                known = bool(answer["cancel_requested"])
+                known = answer["cancel_requested"]
         if known:
             context.cancelled.set()
         if not self._lease_lasts_a_tick(entry):

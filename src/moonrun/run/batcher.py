@@ -14,18 +14,18 @@ from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import Generic, TypeVar
 
 Item = TypeVar("Item")
-Answer = TypeVar("Answer")
+ItemAnswer = TypeVar("ItemAnswer")
 
-Send = Callable[[list[Item]], Awaitable[Sequence[Answer | Exception]]]
+Send = Callable[[list[Item]], Awaitable[Sequence[ItemAnswer | Exception]]]
 """Sends one batch; answers, in order, each item's answer or the error it alone got."""
 
 
-class Batcher(Generic[Item, Answer]):
+class Batcher(Generic[Item, ItemAnswer]):
     """Gathers submitted items into batches and hands each answer back to its submitter."""
 
     def __init__(
         self,
-        send: Send[Item, Answer],
+        send: Send[Item, ItemAnswer],
         *,
         max_items: int = 1000,
         size: Callable[[Item], int] | None = None,
@@ -39,12 +39,12 @@ class Batcher(Generic[Item, Answer]):
         self._size = size
         self._max_size = max_size
         self._key = key
-        self._queue: deque[tuple[Item, asyncio.Future[Answer]]] = deque()
+        self._queue: deque[tuple[Item, asyncio.Future[ItemAnswer]]] = deque()
         self._sender: asyncio.Task[None] | None = None
 
-    def submit(self, item: Item) -> asyncio.Future[Answer]:
+    def submit(self, item: Item) -> asyncio.Future[ItemAnswer]:
         """Queue `item`; the future holds its answer once its batch is answered."""
-        future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[ItemAnswer] = asyncio.get_running_loop().create_future()
         self._queue.append((item, future))
         if self._sender is None:
             self._sender = asyncio.create_task(self._send_all())
@@ -56,7 +56,7 @@ class Batcher(Generic[Item, Answer]):
             await asyncio.shield(self._sender)
 
     async def _send_all(self) -> None:
-        batch: list[tuple[Item, asyncio.Future[Answer]]] = []
+        batch: list[tuple[Item, asyncio.Future[ItemAnswer]]] = []
         try:
             while self._queue:
                 batch = self._take()
@@ -82,10 +82,10 @@ class Batcher(Generic[Item, Answer]):
         finally:
             self._sender = None
 
-    def _take(self) -> list[tuple[Item, asyncio.Future[Answer]]]:
+    def _take(self) -> list[tuple[Item, asyncio.Future[ItemAnswer]]]:
         """The next batch, oldest first, within the bounds; deferred items keep their place."""
-        batch: list[tuple[Item, asyncio.Future[Answer]]] = []
-        deferred: list[tuple[Item, asyncio.Future[Answer]]] = []
+        batch: list[tuple[Item, asyncio.Future[ItemAnswer]]] = []
+        deferred: list[tuple[Item, asyncio.Future[ItemAnswer]]] = []
         keys: set[Hashable] = set()
         total = 0
         while self._queue and len(batch) < self._max_items:

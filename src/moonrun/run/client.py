@@ -3,7 +3,9 @@
 Each channel (control, jobs, logs, artifacts) has its own connection pool and timeouts, so a
 stuck artifact upload can never hold a connection a heartbeat needs. Every request is signed
 afresh when sent (a retry gets a new nonce and `created`). Error answers become the
-`moonrun.errors` type their code names; a failure to get any answer is `Unreachable`.
+`moonrun.errors` type their code names; a failure to get any answer is `Unreachable`. Every
+answer is parsed into its declared shape (`moonrun.wire.run`) here: one in a foreign shape is
+`ForeignAnswer` (a kind of `Unreachable`), so the agent only ever reads typed answers.
 
 Acks and results travel in batches (`acks`, `results`): each entry is answered, or refused,
 exactly as its single-message route would answer it. A claim may wait at the platform for work
@@ -18,7 +20,7 @@ import secrets
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -29,6 +31,7 @@ from moonrun.errors import (
     ERROR_TABLE,
     ChannelBusy,
     Contention,
+    ForeignAnswer,
     JoinUnconfirmed,
     MoonrunError,
     PlatformUnreachable,
@@ -41,6 +44,28 @@ from moonrun.errors import (
     StoreUnavailable,
 )
 from moonrun.security import signing
+from moonrun.wire.error_body import ErrorDetail
+from moonrun.wire.parse import parse
+from moonrun.wire.run import (
+    AckAnswer,
+    AckBatchAnswer,
+    BatchEntry,
+    CancelPollAnswer,
+    ChunkAnswer,
+    ClaimAnswer,
+    Grant,
+    HeartbeatAnswer,
+    JoinAnswer,
+    LogBatchAnswer,
+    ProgressAnswer,
+    ReconcileAnswer,
+    RegisterAnswer,
+    ResultAnswer,
+    ResultBatchAnswer,
+    SessionEndAnswer,
+)
+
+T = TypeVar("T")
 
 _BY_CODE: dict[str, type[MoonrunError]] = {}
 for _error, (_, _code) in ERROR_TABLE.items():
@@ -117,12 +142,15 @@ def error_from(status: int, body: Any) -> MoonrunError:
     return error_type(str(message or code))
 
 
-def entry_answer(entry: dict[str, Any]) -> Any:
+def entry_answer(
+    status: int, answer: T | None, error: ErrorDetail | None, where: str
+) -> T | MoonrunError:
     """A batch entry's answer, or its typed error (as the single-message route gives it)."""
-    status = entry.get("status")
-    if status == 200:
-        return entry.get("answer")
-    return error_from(status if isinstance(status, int) else 500, entry)
+    if status != 200:
+        return error_from(status, {"error": error})
+    if answer is None:
+        raise ForeignAnswer(f"the platform answered {where} in a foreign shape: 200 without answer")
+    return answer
 
 
 class PlatformClient:
@@ -172,7 +200,9 @@ class PlatformClient:
         extra_headers: Mapping[str, str] | None = None,
         content_type: str = "application/json",
         timeout_s: float | None = None,
-    ) -> Any:
+    ) -> object:
+        """The decoded answer (None for none, or for one that is not JSON): the caller parses
+        it into its shape."""
         headers = {"Content-Type": content_type, **(extra_headers or {})}
         if key is not None and key_id is not None:
             headers.update(
@@ -212,11 +242,18 @@ class PlatformClient:
         return self.session
 
     async def _signed(
-        self, channel: str, path: str, document: Any, *, timeout_s: float | None = None
-    ) -> Any:
+        self,
+        channel: str,
+        path: str,
+        document: Any,
+        shape: type[T],
+        *,
+        timeout_s: float | None = None,
+    ) -> T:
+        """POST `document`, signed with the session key; the answer, parsed as `shape`."""
         session = self._session()
         body = json.dumps(document).encode()
-        return await self._send(
+        answer = await self._send(
             channel,
             "POST",
             path,
@@ -225,6 +262,7 @@ class PlatformClient:
             key=session.key,
             timeout_s=timeout_s,
         )
+        return parse(shape, answer, f"POST {path}")
 
     # -- control channel -----------------------------------------------------------------------
 
@@ -240,7 +278,7 @@ class PlatformClient:
         if kinds is not None:
             message["kinds"] = kinds
         body = json.dumps(message).encode()
-        answer = await self._send(
+        sent = await self._send(
             "control",
             "POST",
             "/run/v1/sessions",
@@ -248,6 +286,7 @@ class PlatformClient:
             key_id=f"endpoint:{self.endpoint_id}",
             key=self._identity,
         )
+        answer = parse(RegisterAnswer, sent, "POST /run/v1/sessions")
         self.session = SessionInfo(
             session_id=answer["session_id"],
             key=signing.b64url_decode(answer["session_key"]),
@@ -259,20 +298,23 @@ class PlatformClient:
         )
         return self.session
 
-    async def heartbeat(self) -> Any:
-        return await self._signed("control", "/run/v1/heartbeat", {})
+    async def heartbeat(self) -> HeartbeatAnswer:
+        return await self._signed("control", "/run/v1/heartbeat", {}, HeartbeatAnswer)
 
     async def end_session(self, timeout_s: float) -> None:
         """End the session (a clean shutdown): the endpoint shows offline at once."""
-        await self._signed("control", "/run/v1/sessions/end", {}, timeout_s=timeout_s)
+        path = "/run/v1/sessions/end"
+        await self._signed("control", path, {}, SessionEndAnswer, timeout_s=timeout_s)
         self.session = None
 
     # -- jobs channel --------------------------------------------------------------------------
 
-    async def reconcile(self, entries: list[dict[str, Any]]) -> Any:
-        return await self._signed("jobs", "/run/v1/reconcile", {"entries": entries})
+    async def reconcile(self, entries: list[dict[str, Any]]) -> ReconcileAnswer:
+        return await self._signed(
+            "jobs", "/run/v1/reconcile", {"entries": entries}, ReconcileAnswer
+        )
 
-    async def claim(self, max_jobs: int, wait_s: float | None = None) -> list[dict[str, Any]]:
+    async def claim(self, max_jobs: int, wait_s: float | None = None) -> list[Grant]:
         """Up to `max_jobs` jobs; with `wait_s`, the platform holds the request until one is
         claimable or that time is up (so this request's timeout is that much longer)."""
         body: dict[str, Any] = {"max_jobs": max_jobs}
@@ -280,28 +322,25 @@ class PlatformClient:
         if wait_s is not None:
             body["wait_s"] = wait_s
             timeout_s = wait_s + self._channels["jobs"].timeout_s
-        answer = await self._signed("jobs", "/run/v1/jobs/claim", body, timeout_s=timeout_s)
-        jobs: list[dict[str, Any]] = answer["jobs"]
-        return jobs
+        path = "/run/v1/jobs/claim"
+        answer = await self._signed("jobs", path, body, ClaimAnswer, timeout_s=timeout_s)
+        return answer["jobs"]
 
-    async def acks(self, acks: list[dict[str, Any]]) -> list[Any]:
+    async def acks(self, acks: list[dict[str, Any]]) -> list[AckAnswer | MoonrunError]:
         """Several acks (`job_id`, `attempt`, `lease`) in one request: for each, in order, its
         answer or its error (an error of the whole request is raised)."""
-        return await self._batch("/run/v1/jobs/acks", "acks", acks)
+        path = "/run/v1/jobs/acks"
+        answer = await self._signed("jobs", path, {"acks": acks}, AckBatchAnswer)
+        entries = _in_order(answer["answers"], acks, path)
+        return [entry_answer(e["status"], e.get("answer"), e.get("error"), path) for e in entries]
 
-    async def results(self, results: list[dict[str, Any]]) -> list[Any]:
+    async def results(self, results: list[dict[str, Any]]) -> list[ResultAnswer | MoonrunError]:
         """Several results (`job_id`, `attempt`, `lease` and the result's fields) in one
         request, answered as `acks` are."""
-        return await self._batch("/run/v1/jobs/results", "results", results)
-
-    async def _batch(self, path: str, name: str, items: list[dict[str, Any]]) -> list[Any]:
-        answer = await self._signed("jobs", path, {name: items})
-        entries = answer.get("answers") if isinstance(answer, dict) else None
-        if not isinstance(entries, list) or [
-            entry.get("job_id") if isinstance(entry, dict) else None for entry in entries
-        ] != [item["job_id"] for item in items]:
-            raise Unreachable(f"the platform answered {path} with a foreign shape")
-        return [entry_answer(entry) for entry in entries]
+        path = "/run/v1/jobs/results"
+        answer = await self._signed("jobs", path, {"results": results}, ResultBatchAnswer)
+        entries = _in_order(answer["answers"], results, path)
+        return [entry_answer(e["status"], e.get("answer"), e.get("error"), path) for e in entries]
 
     async def progress(
         self,
@@ -311,25 +350,27 @@ class PlatformClient:
         seq: int,
         percent: float | None,
         message: str | None,
-    ) -> Any:
-        body = {"attempt": attempt, "lease": lease, "seq": seq}
+    ) -> ProgressAnswer:
+        body: dict[str, Any] = {"attempt": attempt, "lease": lease, "seq": seq}
         if percent is not None:
             body["percent"] = percent
         if message is not None:
             body["message"] = message
-        return await self._signed("jobs", f"/run/v1/jobs/{job_id}/progress", body)
+        path = f"/run/v1/jobs/{job_id}/progress"
+        return await self._signed("jobs", path, body, ProgressAnswer)
 
-    async def cancel_poll(self, job_id: str, attempt: int, lease: str) -> Any:
+    async def cancel_poll(self, job_id: str, attempt: int, lease: str) -> CancelPollAnswer:
         evidence = {"attempt": attempt, "lease": lease}
-        return await self._signed("jobs", f"/run/v1/jobs/{job_id}/cancel-poll", evidence)
+        path = f"/run/v1/jobs/{job_id}/cancel-poll"
+        return await self._signed("jobs", path, evidence, CancelPollAnswer)
 
     # -- logs and artifacts channels -----------------------------------------------------------
 
     async def send_logs(
         self, job_id: str, attempt: int, lease: str, seq: int, lines: list[dict[str, str]]
-    ) -> Any:
+    ) -> LogBatchAnswer:
         body = {"job_id": job_id, "attempt": attempt, "lease": lease, "seq": seq, "lines": lines}
-        return await self._signed("logs", "/run/v1/logs", body)
+        return await self._signed("logs", "/run/v1/logs", body, LogBatchAnswer)
 
     async def put_chunk(
         self,
@@ -341,21 +382,33 @@ class PlatformClient:
         data: bytes,
         *,
         final: bool,
-    ) -> Any:
+    ) -> ChunkAnswer:
         session = self._session()
         headers = {"Run-Lease": lease}
         if final:
             headers["Run-Final"] = "true"
-        return await self._send(
+        path = f"/run/v1/artifacts/{job_id}/{attempt}/{name}/{index}"
+        answer = await self._send(
             "artifacts",
             "PUT",
-            f"/run/v1/artifacts/{job_id}/{attempt}/{name}/{index}",
+            path,
             data,
             key_id=f"session:{session.session_id}",
             key=session.key,
             extra_headers=headers,
             content_type="application/octet-stream",
         )
+        return parse(ChunkAnswer, answer, f"PUT {path}")
+
+
+E = TypeVar("E", bound=BatchEntry)
+
+
+def _in_order(entries: list[E], items: list[dict[str, Any]], path: str) -> list[E]:
+    """A batch's entries, once they answer the items sent, one each, in order."""
+    if [entry["job_id"] for entry in entries] != [item["job_id"] for item in items]:
+        raise ForeignAnswer(f"the platform answered POST {path} for other jobs than were sent")
+    return entries
 
 
 JOIN_TRIES = 8
@@ -411,10 +464,7 @@ async def join(
                 continue
             if status >= 400:
                 raise error_from(status, answer)
-            if not isinstance(answer, dict) or not isinstance(answer.get("endpoint_id"), str):
-                raise Unreachable(f"{base_url} did not answer like a moonrun platform")
-            endpoint_id: str = answer["endpoint_id"]
-            return endpoint_id
+            return parse(JoinAnswer, answer, f"POST {url}")["endpoint_id"]
     if delivered:
         raise JoinUnconfirmed(
             f"{problem.message}; the join may have reached the platform: run the same command "

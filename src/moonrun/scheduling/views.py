@@ -1,63 +1,27 @@
-"""The only shapes in which records leave the platform toward users (PROTOCOL.md section 6).
+"""What of a record leaves the platform toward users (docs/protocol.md, "User API").
 
 Each view is built field by field from an allowlist; nothing here copies a record wholesale,
-so a field added to a record never leaks by accident.
+so a field added to a record never leaks by accident. The views' shapes are declared in
+`moonrun.wire.user`, with the answers that carry them.
 """
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
-
 from moonrun.scheduling.jobs import Job
 from moonrun.scheduling.records import Endpoint, Server, Session, User
 from moonrun.scheduling.time import Instant, format_instant, format_optional
+from moonrun.wire.user import EndpointView, JobView, ServerView, UserView
 
-
-class JobView(TypedDict):
-    id: str
-    server_id: str
-    kind: str
-    state: str
-    attempt: int
-    max_attempts: int
-    created_at: str
-    updated_at: str
-    retry: dict[str, Any]
-    progress: dict[str, Any] | None
-    cancel: dict[str, Any]
-    terminal: dict[str, Any] | None
-    reconcile: dict[str, Any]
-    history: list[dict[str, Any]]
-
-
-class EndpointView(TypedDict):
-    id: str
-    name: str
-    online: bool
-    generation: int
-    last_seen_at: str | None
-    capacity: int | None
-    run_version: str | None
-    draining: bool
-
-
-class ServerView(TypedDict):
-    id: str
-    name: str
-    endpoint_id: str
-    owner_id: str
-    admin_ids: list[str]
-    created_at: str
-    endpoint_online: bool
-    """Whether the Run of the server's endpoint holds a live session now."""
-
-
-class UserView(TypedDict):
-    id: str
-    name: str
-    platform_admin: bool
-    created_at: str
-    disabled: bool
+__all__ = [
+    "EndpointView",
+    "JobView",
+    "ServerView",
+    "UserView",
+    "endpoint_view",
+    "job_view",
+    "server_view",
+    "user_view",
+]
 
 
 def job_view(job: Job) -> JobView:

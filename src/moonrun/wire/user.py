@@ -1,0 +1,211 @@
+"""The user API's answers (docs/protocol.md, "User API"): the views of records, and the
+answers that carry them.
+
+`scheduling/views.py` decides, field by field, what of a record goes into its view; this
+module only declares the shapes. Instants are RFC 3339 strings.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from typing_extensions import TypedDict
+
+# -- views ---------------------------------------------------------------------------------------
+
+
+class LastFailureView(TypedDict):
+    reason: str
+    code: str | None
+    attempt: int
+    at: str
+    message: str | None
+
+
+class RetryView(TypedDict):
+    next_eligible_at: str | None
+    initial_s: float
+    multiplier: float
+    max_s: float
+    last_failure: LastFailureView | None
+
+
+class ProgressView(TypedDict):
+    seq: int
+    percent: float | None
+    message: str | None
+    at: str
+
+
+class CancelView(TypedDict):
+    requested: bool
+    requested_at: str | None
+    result: str | None
+    resolved_at: str | None
+
+
+class TerminalErrorView(TypedDict):
+    code: str
+    message: str
+
+
+class TerminalView(TypedDict):
+    outcome: str
+    attempt: int
+    at: str
+    error: TerminalErrorView | None
+
+
+class ReconcileView(TypedDict):
+    outcome: str | None
+    at: str | None
+
+
+class PastAttemptView(TypedDict):
+    attempt: int
+    claimed_at: str | None
+    ended_at: str
+    outcome: str
+    code: str | None
+
+
+class JobView(TypedDict):
+    """A job as users see it: its scheduling status, without credentials or payload."""
+
+    id: str
+    server_id: str
+    kind: str
+    state: str
+    attempt: int
+    max_attempts: int
+    created_at: str
+    updated_at: str
+    retry: RetryView
+    progress: ProgressView | None
+    cancel: CancelView
+    terminal: TerminalView | None
+    reconcile: ReconcileView
+    history: list[PastAttemptView]
+
+
+class EndpointView(TypedDict):
+    id: str
+    name: str
+    online: bool
+    generation: int
+    last_seen_at: str | None
+    capacity: int | None
+    run_version: str | None
+    draining: bool
+    """No new claims are granted to it (docs/protocol.md 78)."""
+
+
+class ServerView(TypedDict):
+    id: str
+    name: str
+    endpoint_id: str
+    owner_id: str
+    admin_ids: list[str]
+    created_at: str
+    endpoint_online: bool
+    """Whether the Run of the server's endpoint holds a live session now."""
+
+
+class UserView(TypedDict):
+    id: str
+    name: str
+    platform_admin: bool
+    created_at: str
+    disabled: bool
+    """Its API tokens and console sessions are refused (docs/protocol.md 75)."""
+
+
+# -- answers -------------------------------------------------------------------------------------
+
+
+class CreatedUserAnswer(TypedDict):
+    user: UserView
+    api_token: str
+    """Shown once."""
+
+
+class RotatedTokenAnswer(TypedDict):
+    user: UserView
+    api_token: str
+    """The user's only API token from now, shown once."""
+
+
+class UsersAnswer(TypedDict):
+    users: list[UserView]
+
+
+class ServersAnswer(TypedDict):
+    servers: list[ServerView]
+
+
+class AdvertisedKind(TypedDict):
+    kind: str
+    payload_schema: Any
+    """The JSON Schema the server's Run checks this kind's payloads with (docs/kinds.md)."""
+
+
+class KindsAnswer(TypedDict):
+    advertised: bool
+    """Whether the server's Run advertised its kinds; when not (an older Run, or one that
+    never registered), every kind is accepted at submit and checked only on the host."""
+    advertised_at: str | None
+    kinds: list[AdvertisedKind]
+
+
+class EndpointsAnswer(TypedDict):
+    endpoints: list[EndpointView]
+
+
+class CreatedEndpointAnswer(TypedDict):
+    endpoint: EndpointView
+    join_token: str
+    """Shown once."""
+    join_token_expires_at: str
+
+
+class CreatedJobsAnswer(TypedDict):
+    jobs: list[JobView]
+
+
+class JobsAnswer(TypedDict):
+    jobs: list[JobView]
+    next_cursor: str | None
+
+
+class LogLineView(TypedDict):
+    attempt: int
+    seq: int
+    ts: str
+    stream: str
+    text: str
+
+
+class LogsAnswer(TypedDict):
+    attempt: int | None
+    lines: list[LogLineView]
+    next_after_seq: int
+    """Pass as `after_seq` for the next page (or, after a tail, for newer lines)."""
+    more: bool
+    """This page left lines after `next_after_seq` off."""
+    dropped_lines: int
+    """Lines of the attempt the platform dropped for its bounds (docs/protocol.md 52-53)."""
+    dropped_bytes: int
+
+
+class ArtifactView(TypedDict):
+    attempt: int
+    name: str
+    size: int
+    """The bytes stored so far (all of them once complete)."""
+    complete: bool
+    """Its final chunk has arrived: it can be downloaded."""
+
+
+class ArtifactsAnswer(TypedDict):
+    artifacts: list[ArtifactView]
+    """Every attempt's artifacts, by attempt then name."""
