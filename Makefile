@@ -110,8 +110,8 @@ $(MUTATE_STAMP): $(DEV_STAMP) pyproject.toml
 # scratch; later runs test only the functions that changed). Then the score per area, and
 # exit 1 below 90% on scheduling/ or signing.py. `make mutate MUTANTS='moonrun.scheduling.retry.*'`
 # runs fewer.
-FENCING := check_transfer claim_or_wait _session_and_endpoint _caller _live _apply _apply_many \
-	_apply_deadline \
+FENCING := check_transfer claim_now _session_and_endpoint _caller _apply_passed_deadlines _apply \
+	_apply_many _apply_deadline \
 	sweep reconcile
 MUTANTS ?= 'moonrun.scheduling.*' 'moonrun.security.signing.*' \
 	$(foreach f,$(FENCING),'moonrun.service.scheduling.xǁSchedulingServiceǁ$(f)__mutmut_*') \

@@ -31,10 +31,10 @@ SURVIVED = {0}
 NO_TESTS = {5, 33}
 FENCING = (
     "check_transfer",
-    "claim_or_wait",
+    "claim_now",
     "_session_and_endpoint",
     "_caller",
-    "_live",
+    "_apply_passed_deadlines",
     "_apply",
     "_apply_many",
     "_apply_deadline",

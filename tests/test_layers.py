@@ -42,6 +42,19 @@ HTTP_AND_TEMPLATES = ("fastapi", "starlette", "jinja2", "markupsafe", "uvicorn",
 ROUTE_MODULES = ("moonrun.http.api", "moonrun.http.run_api", "moonrun.http.user_api")
 
 LAYER_RULES: dict[str, set[str]] = {
+    # The answers' shapes, declared once: plain TypedDicts both the platform and Run load.
+    "wire": {
+        "moonrun.scheduling",
+        "moonrun.store",
+        *PLATFORM,
+        "moonrun.run",
+        "moonrun.clock",
+        "moonrun.security",
+        *ABOVE_THE_PLATFORM,
+        *HTTP_AND_TEMPLATES,
+        "aiohttp",
+        "httpx",
+    },
     "scheduling": {
         "moonrun.store",
         *PLATFORM,
@@ -52,7 +65,7 @@ LAYER_RULES: dict[str, set[str]] = {
     },
     "store": {*PLATFORM, "moonrun.run", *ABOVE_THE_PLATFORM},
     "security": {*PLATFORM, "moonrun.run", "moonrun.store", *ABOVE_THE_PLATFORM},
-    "run": {*PLATFORM, "moonrun.store", *ABOVE_THE_PLATFORM},
+    "run": {*PLATFORM, "moonrun.store", *ABOVE_THE_PLATFORM, *HTTP_AND_TEMPLATES},
     # The use cases: the only code above store/ that touches a store, and no HTTP or templates.
     "service": {
         "moonrun.http",
@@ -246,3 +259,24 @@ def test_the_user_verbs_are_there_for_every_other_command_line() -> None:
     """`moonrun job ...` (and `moonrun --help`) load the user verbs."""
     expected = "httpx,moonrun.client,moonrun.client.verbs"
     assert expected == loaded_by("job", "list", "--help")
+
+
+RUN_LOADS = """
+import sys
+import moonrun.run.agent, moonrun.run.client, moonrun.run.handlers
+print("loaded:" + ",".join(sorted(name for name in sys.modules if name.split(".")[0] in NAMES)))
+"""
+
+
+def test_run_loads_neither_pydantic_nor_the_web_framework() -> None:
+    """Run parses the platform's answers with moonrun.wire alone: its agent, client and
+    handlers load none of the platform's HTTP and template libraries (start-up time)."""
+    names = {name.split(".")[0] for name in HTTP_AND_TEMPLATES}
+    done = subprocess.run(
+        [sys.executable, "-c", f"NAMES = {sorted(names)!r}" + RUN_LOADS],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert done.stdout.rpartition("loaded:")[2].strip() == ""

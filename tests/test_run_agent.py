@@ -496,6 +496,39 @@ async def test_a_handler_never_starts_on_a_lease_that_may_lapse_before_its_first
     assert (result, handler.started, entry.state) == (None, [], "self_fenced")
 
 
+# -- answers in a foreign shape ------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_a_claim_answered_in_a_foreign_shape_is_tried_again_and_nothing_is_journaled(
+    tmp_path: Path,
+) -> None:
+    """The platform grants a job without its attempt, lease or kind (another version, a proxy
+    that rewrote it): Run takes it as no answer and claims again a little later; the jobs loop
+    never fails on a missing key, and nothing of the foreign grant reaches the journal."""
+    claims: list[str] = []
+
+    def foreign_claims(client: RecordingClient) -> None:
+        send = client._send
+
+        async def sending(channel: str, method: str, path: str, body: bytes, **options: Any) -> Any:
+            if path == "/run/v1/jobs/claim":
+                claims.append(path)
+                return {"jobs": [{"job_id": "job_foreign"}]}
+            return await send(channel, method, path, body, **options)
+
+        client._send = sending  # type: ignore[method-assign]
+
+    async with (
+        served_platform(tmp_path) as world,
+        running_agent(world, tmp_path, capacity=1, prepare=foreign_claims) as agent,
+    ):
+        await until(lambda: len(claims) >= 3)
+        journaled = dict(agent.journal.entries)
+
+    assert journaled == {}
+
+
 # -- long-poll claims ----------------------------------------------------------------------------
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -11,7 +13,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from moonrun.backoff import Backoff
-from moonrun.errors import JoinUnconfirmed
+from moonrun.errors import ForeignAnswer, JoinUnconfirmed
 from moonrun.run.client import ChannelSettings, PlatformClient, SessionInfo, Unreachable, join
 from moonrun.security import signing
 from tests.processes import free_port
@@ -146,3 +148,93 @@ async def test_a_join_that_never_connected_is_plainly_unreachable() -> None:
     with pytest.raises(Unreachable) as raised:
         await join(f"http://127.0.0.1:{free_port()}", "mrj_x", "k", tries=2, backoff=QUICK_BACKOFF)
     assert not isinstance(raised.value, JoinUnconfirmed)
+
+
+# -- answers in a foreign shape ----------------------------------------------------------------
+
+
+@asynccontextmanager
+async def answering_platform(answer: Callable[[str], object]) -> AsyncIterator[str]:
+    """A server that answers every request 200 with `answer(path)` as JSON (a platform of
+    another version, or something else that speaks HTTP at that address)."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                path = head.split(b" ", 2)[1].decode()
+                length = next(
+                    (
+                        int(line.split(b":", 1)[1])
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length:")
+                    ),
+                    0,
+                )
+                await reader.readexactly(length)
+                body = json.dumps(answer(path)).encode()
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                    + body
+                )
+                await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    finally:
+        server.close()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("call", sorted(CALLS))
+async def test_an_answer_in_a_foreign_shape_is_foreign_answer_never_a_key_error(call: str) -> None:
+    """Every request whose answer lacks its declared fields fails as ForeignAnswer, a kind of
+    Unreachable (so Run backs off and tries again, as for no answer), at the client's edge."""
+    async with answering_platform(lambda path: {"answers": [], "jobs": [{}], "x": 1}) as url:
+        client = PlatformClient(url, "ep_1", Ed25519PrivateKey.generate(), channels=QUICK)
+        client.session = SessionInfo("ses_1", b"k" * 32, 1, 10.0, 50.0, 30.0, 40.0)
+        async with client:
+            with pytest.raises(ForeignAnswer) as raised:
+                await asyncio.wait_for(CALLS[call](client), HANG_GUARD_S)
+    assert isinstance(raised.value, Unreachable)
+
+
+@pytest.mark.anyio
+async def test_a_field_of_another_type_is_named_but_its_value_never_shown() -> None:
+    """A registration whose generation is a string: ForeignAnswer names the field and both
+    types; the session key beside it (a secret) appears nowhere."""
+    registered = {
+        "session_id": "ses_1",
+        "session_key": "c2VjcmV0LXNlc3Npb24ta2V5",
+        "generation": "1",
+        "expires_at": "2026-11-30T04:00:00.000Z",
+        "heartbeat_interval_s": 10.0,
+        "session_ttl_s": 50.0,
+        "ack_timeout_s": 30.0,
+        "lease_ttl_s": 40.0,
+    }
+    async with answering_platform(lambda path: registered) as url:
+        client = PlatformClient(url, "ep_1", Ed25519PrivateKey.generate(), channels=QUICK)
+        async with client:
+            with pytest.raises(ForeignAnswer) as raised:
+                await client.register("boot", 1)
+
+    assert str(raised.value).endswith("at generation: expected an integer, got a string")
+    assert registered["session_key"] not in str(raised.value)
+    assert client.session is None
+
+
+@pytest.mark.anyio
+async def test_a_batch_answered_for_other_jobs_is_foreign() -> None:
+    """Entries that do not answer the acks sent, one each and in order, are not taken as theirs."""
+    answer = {"state": "running", "lease_expires_at": "2026-11-30T04:00:00.000Z"}
+    other = {"answers": [{"job_id": "job_2", "status": 200, "answer": answer}]}
+    async with answering_platform(lambda path: other) as url:
+        client = PlatformClient(url, "ep_1", Ed25519PrivateKey.generate(), channels=QUICK)
+        client.session = SessionInfo("ses_1", b"k" * 32, 1, 10.0, 50.0, 30.0, 40.0)
+        async with client:
+            with pytest.raises(ForeignAnswer, match="for other jobs than were sent"):
+                await client.acks([{"job_id": "job_1", "attempt": 1, "lease": "l"}])

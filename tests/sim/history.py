@@ -40,7 +40,7 @@ class Write:
 
 
 @dataclass(frozen=True)
-class Answer:
+class GivenAnswer:
     """One answer the platform gave (for one job, or for the whole call when `job_id` is None):
     the answer value, or the `MoonrunError` it refused with."""
 
@@ -100,7 +100,7 @@ class Snapshot:
 class History:
     settings: SchedulingSettings
     writes: list[Write] = field(default_factory=list)
-    answers: list[Answer] = field(default_factory=list)
+    answers: list[GivenAnswer] = field(default_factory=list)
     work: list[Work] = field(default_factory=list)
     beliefs: list[Belief] = field(default_factory=list)
     snapshots: list[Snapshot] = field(default_factory=list)
@@ -126,7 +126,7 @@ class History:
         self.latest[after.id] = after
 
     def answered(self, at: int, cause: Cause, job_id: str | None, value: Any) -> None:
-        self.answers.append(Answer(at, cause, job_id, value))
+        self.answers.append(GivenAnswer(at, cause, job_id, value))
 
     def job_ids(self) -> list[str]:
         """Every job the store said it inserted, in order."""

@@ -622,4 +622,3 @@ def openapi_paths(
             }
         paths.setdefault(route.path, {})[route.method.lower()] = operation
     return paths, definitions
-

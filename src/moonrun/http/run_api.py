@@ -58,7 +58,6 @@ from moonrun.wire.run import (
     SessionEndAnswer,
 )
 
-
 # -- answers -------------------------------------------------------------------------------------
 
 
@@ -101,7 +100,9 @@ async def join(call: Call) -> JoinAnswer:
     """Burn a one-time join token and record the endpoint's Ed25519 public key (unsigned)."""
     service = call.platform.service
     body: JoinRequest = call.body
-    endpoint = await call.channel.run(service.join_endpoint, body.join_token, body.identity_public_key)
+    endpoint = await call.channel.run(
+        service.join_endpoint, body.join_token, body.identity_public_key
+    )
     return {"endpoint_id": endpoint.id}
 
 
@@ -234,7 +235,9 @@ async def cancel_poll(call: Call) -> CancelPollAnswer:
     body: EvidenceRequest = call.body
     evidence = Evidence(body.attempt, body.lease)
     service = call.platform.service
-    answer = await call.channel.run(service.cancel_poll, call.subject, call.params["job_id"], evidence)
+    answer = await call.channel.run(
+        service.cancel_poll, call.subject, call.params["job_id"], evidence
+    )
     return cancel_poll_answer(answer)
 
 

@@ -527,11 +527,11 @@ class SchedulingService:
         if endpoint.draining:
             return Claim([], session.endpoint_id, None)
         now = self._clock.now()
-        busy = sum(
-            1
-            for job_id, deadline in self._store.active_deadlines(session.endpoint_id)
-            if self._live(job_id, deadline, now)
-        )
+        active = self._store.active_deadlines(session.endpoint_id)
+        passed = [job_id for job_id, deadline in active if deadline is not None and now >= deadline]
+        # An attempt whose deadline has passed holds no place: ended now, as the sweeper would.
+        self._apply_passed_deadlines(passed, now)
+        busy = len(active) - len(passed)
         wanted = min(max_jobs, session.capacity - busy, self._settings.max_claim_batch)
         if wanted <= 0:
             return Claim([], session.endpoint_id, None)
@@ -560,12 +560,10 @@ class SchedulingService:
             return Claim(granted, session.endpoint_id, None)
         return Claim([], session.endpoint_id, self._store.next_claimable_at(session.endpoint_id))
 
-    def _live(self, job_id: str, deadline: Instant | None, now: Instant) -> bool:
-        """False (after applying it) when an active job's deadline has already passed."""
-        if deadline is None or now < deadline:
-            return True
-        self._apply_deadline(job_id, now)
-        return False
+    def _apply_passed_deadlines(self, job_ids: list[str], now: Instant) -> None:
+        """End the attempts of `job_ids`, whose deadlines have passed, one write each."""
+        for job_id in job_ids:
+            self._apply_deadline(job_id, now)
 
     def _claimed(self, job: Job, lease: str) -> ClaimedJob:
         assert job.ack_deadline is not None
