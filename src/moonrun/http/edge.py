@@ -42,6 +42,7 @@ import orjson
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from moonrun.errors import HeadersTooLarge, MalformedRequest, MoonrunError, UriTooLong
+from moonrun.wire.error_body import error_body
 
 log = logging.getLogger("moonrun.http")
 
@@ -367,7 +368,7 @@ class GuardedProtocol(HttpToolsProtocol):
         cycle = self.cycle
         answering = cycle is not None and cycle.response_started and not cycle.response_complete
         if not answering:
-            body = orjson.dumps({"error": {"code": error.code, "message": error.message}})
+            body = orjson.dumps(error_body(error.code, error.message))
             content = [STATUS_LINE[error.status]]
             for name, value in self.server_state.default_headers:
                 content.extend([name, b": ", value, b"\r\n"])
