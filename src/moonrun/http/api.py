@@ -192,7 +192,7 @@ class Route:
     headers: tuple[str, ...] = ()
     """Optional request headers the route reads (for the document)."""
     also: Mapping[int, tuple[type[Any] | None, str]] = field(default_factory=dict)
-    """Other successful answers: status -> (model or None, description)."""
+    """Other successful answers: status -> (shape or None, description)."""
     raw_body: bool = False
     no_store: bool = False
     """The answer carries a secret (a token, a session key): `Cache-Control: no-store`."""

@@ -332,7 +332,10 @@ class PlatformClient:
         path = "/run/v1/jobs/acks"
         answer = await self._signed("jobs", path, {"acks": acks}, AckBatchAnswer)
         entries = _in_order(answer["answers"], acks, path)
-        return [entry_answer(e["status"], e.get("answer"), e.get("error"), path) for e in entries]
+        return [
+            entry_answer(e["status"], e.get("answer"), e.get("error"), f"POST {path}")
+            for e in entries
+        ]
 
     async def results(self, results: list[dict[str, Any]]) -> list[ResultAnswer | MoonrunError]:
         """Several results (`job_id`, `attempt`, `lease` and the result's fields) in one
@@ -340,7 +343,10 @@ class PlatformClient:
         path = "/run/v1/jobs/results"
         answer = await self._signed("jobs", path, {"results": results}, ResultBatchAnswer)
         entries = _in_order(answer["answers"], results, path)
-        return [entry_answer(e["status"], e.get("answer"), e.get("error"), path) for e in entries]
+        return [
+            entry_answer(e["status"], e.get("answer"), e.get("error"), f"POST {path}")
+            for e in entries
+        ]
 
     async def progress(
         self,
