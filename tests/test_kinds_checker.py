@@ -1,6 +1,7 @@
-"""The JSON Schema subset payloads are checked by (`moonrun.scheduling.kinds`), keyword by
-keyword, to the word of each problem and to the step of each bound: what a user reads in a 422
-is its API (docs/protocol.md 83-84), and the bounds are what keeps a hostile schema cheap.
+"""The JSON Schema subset payloads are checked by (`moonrun.scheduling.jsonschema_subset`),
+keyword by keyword, to the word of each problem and to the step of each bound: what a user
+reads in a 422 is its API (docs/protocol.md 83-84), and the bounds are what keeps a hostile
+schema cheap.
 """
 
 from __future__ import annotations
@@ -14,19 +15,21 @@ import pytest
 from moonrun.errors import InvalidPayload, InvalidRequest, TooLarge, UnknownKind
 from moonrun.run.handlers.command import ARTIFACT_NAME_PATTERN
 from moonrun.run.handlers.command import PAYLOAD_SCHEMA as COMMAND
-from moonrun.scheduling.kinds import (
+from moonrun.scheduling.jsonschema_subset import (
     MAX_DEPTH,
-    MAX_KINDS,
     MAX_PROBLEMS,
     STEP_BUDGET,
-    Kinds,
     Problem,
-    advertisement_json,
-    check_advertisement,
     class_pattern,
-    load_advertisement,
     payload_problems,
     schema_problems,
+)
+from moonrun.scheduling.kinds import (
+    MAX_KINDS,
+    Kinds,
+    advertisement_json,
+    check_advertisement,
+    load_advertisement,
     unknown_kind_message,
 )
 from moonrun.service.artifacts import NAME_PATTERN as PLATFORMS_ARTIFACT_NAME
