@@ -256,6 +256,34 @@ def test_each_keyword_names_exactly_what_does_not_fit(
     assert problems(schema, payload) == expected
 
 
+POINTERS = [
+    ({"$defs": {"a b": {"type": "null"}}, "$ref": "#/$defs/a%20b"}, True),
+    ({"$defs": {"%": {"type": "null"}}, "$ref": "#/$defs/%25"}, True),
+    ({"$defs": {"a/b": {"type": "null"}}, "$ref": "#/$defs/a~1b"}, True),
+    ({"$defs": {"a/b": {"type": "null"}}, "$ref": "#/$defs/a%2Fb"}, False),
+    ({"$defs": {"a/b": {"type": "null"}}, "$ref": "#/$defs/a/b"}, False),
+    ({"$defs": {"a": {"$defs": {"b": {}}}}, "$ref": "#/$defs/a/$defs/b"}, False),
+]
+
+
+@pytest.mark.parametrize(("schema", "followed"), POINTERS, ids=repr)
+def test_a_ref_is_a_json_pointer_in_a_uri_fragment_percent_decoded_then_split(
+    schema: Any, followed: bool
+) -> None:
+    """`$ref`'s fragment is read as JSON Schema reads it (RFC 6901, section 6): `%20` is a
+    space and `%2F` a `/` that separates, like an unescaped one; a pointer deeper than one
+    definition is not followed, and the schema is unusable rather than read another way
+    (the `jsonschema` library found these: tests/test_kinds_checker_agrees_with_jsonschema.py).
+    """
+    if followed:
+        assert (schema_problems(schema), problems(schema, 1)) == (
+            [],
+            [("", "must be null, not an integer")],
+        )
+    else:
+        assert schema_problems(schema) == ["$ref must point into the schema's own $defs"]
+
+
 PAIRS = [
     ({"minItems": 2, "maxItems": 5}, [1], [("", "must hold at least 2 items")]),
     ({"minItems": 2, "maxItems": 5}, [1] * 6, [("", "must hold at most 5 items")]),

@@ -27,6 +27,7 @@ import re
 from collections.abc import Callable, Sized
 from dataclasses import dataclass
 from typing import Any, Final, TypeGuard
+from urllib.parse import unquote
 
 from moonrun.scheduling.fingerprint import JsonValue, compact_json
 
@@ -128,17 +129,23 @@ def _schema_problems(schema: Schema, root: Schema, at: str, found: list[str]) ->
 
 
 def _resolve(root: Schema, ref: object) -> Schema | None:
-    """The schema a local `$ref` (`#/$defs/name`, `#/definitions/name` or `#`) points at."""
-    if not isinstance(ref, str) or not isinstance(root, dict):
+    """The schema a local `$ref` (`#/$defs/name`, `#/definitions/name` or `#`) points at.
+
+    The fragment is a JSON Pointer in a URI (RFC 6901, section 6): percent-decoded first, then
+    split at `/`, then `~1` and `~0` in each part. A pointer anywhere else (deeper into a
+    definition, or into `properties`) is not followed."""
+    if not isinstance(ref, str) or not isinstance(root, dict) or not ref.startswith("#"):
         return None
-    if ref == "#":
+    pointer = unquote(ref[1:])
+    if not pointer:
         return root
-    for prefix in ("#/$defs/", "#/definitions/"):
-        if ref.startswith(prefix):
-            defs = root.get(prefix[2:-1])
-            name = ref[len(prefix) :].replace("~1", "/").replace("~0", "~")
-            if isinstance(defs, dict) and name in defs:
-                return defs[name]
+    parts = pointer.split("/")
+    if len(parts) != 3 or parts[0] or parts[1] not in ("$defs", "definitions"):
+        return None
+    defs = root.get(parts[1])
+    name = parts[2].replace("~1", "/").replace("~0", "~")
+    if isinstance(defs, dict) and name in defs:
+        return defs[name]
     return None
 
 
