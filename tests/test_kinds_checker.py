@@ -1,6 +1,6 @@
 """The JSON Schema subset payloads are checked by (`moonrun.scheduling.jsonschema_subset`),
 keyword by keyword, to the word of each problem and to the step of each bound: what a user
-reads in a 422 is its API (docs/protocol.md 83-84), and the bounds are what keeps a hostile
+reads in a 422 is its API (docs/protocol.md, "Kinds"), and the bounds are what keeps a hostile
 schema cheap.
 """
 

@@ -1,8 +1,8 @@
 """The payload checker (`moonrun.scheduling.jsonschema_subset`) gives the verdict of the
 `jsonschema` library (draft 2020-12) on every schema of the subset it supports and every value.
 
-Hypothesis generates schemas from the keywords the checker knows (docs/protocol.md, "Kinds
-and payload schemas") and, for each, values drawn to fit it (following its types, bounds,
+Hypothesis generates schemas from the keywords the checker knows (docs/protocol.md, "Kinds")
+and, for each, values drawn to fit it (following its types, bounds,
 enums, properties, branches and `$ref`s) or anything at all, so that both verdicts come up;
 the checker must say "fits" exactly when the library says valid. Where the checker differs
 from the library on purpose, the generator stays out of it, and says why where it does so:

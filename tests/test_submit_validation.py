@@ -1,4 +1,5 @@
-"""Jobs are checked at submit against what their server's Run advertised (docs/protocol.md 83).
+"""Jobs are checked at submit against what their server's Run advertised (docs/protocol.md,
+"Kinds").
 
 The checker itself (`moonrun.scheduling.jsonschema_subset`) is pure; the HTTP tests play a Run that
 advertises kinds at registration, then submit as the server's owner.
