@@ -27,7 +27,6 @@ import re
 from collections.abc import Callable, Sized
 from dataclasses import dataclass
 from typing import Any, Final, TypeGuard
-from urllib.parse import unquote
 
 from moonrun.scheduling.fingerprint import JsonValue, compact_json
 
@@ -136,7 +135,7 @@ def _resolve(root: Schema, ref: object) -> Schema | None:
     definition, or into `properties`) is not followed."""
     if not isinstance(ref, str) or not isinstance(root, dict) or not ref.startswith("#"):
         return None
-    pointer = unquote(ref[1:])
+    pointer = _percent_decoded(ref[1:])
     if not pointer:
         return root
     parts = pointer.split("/")
@@ -147,6 +146,17 @@ def _resolve(root: Schema, ref: object) -> Schema | None:
     if isinstance(defs, dict) and name in defs:
         return defs[name]
     return None
+
+
+_PERCENT: Final = re.compile(r"(?:%[0-9A-Fa-f]{2})+")
+
+
+def _percent_decoded(text: str) -> str:
+    """`text` with each run of `%XX` read as UTF-8 (as `urllib.parse.unquote` does; `urllib` is
+    kept out of `scheduling/`, which imports no network or I/O module)."""
+    return _PERCENT.sub(
+        lambda run: bytes.fromhex(run[0].replace("%", "")).decode(errors="replace"), text
+    )
 
 
 # -- checking a payload -----------------------------------------------------------------------
