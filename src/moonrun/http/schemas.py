@@ -37,7 +37,7 @@ class RegisterRequest(Strict):
     run_version: str
     capacity: int
     kinds: dict[str, Any] | None = None
-    """The kinds this Run runs, each with its payload's JSON Schema (docs/protocol.md 83)."""
+    """The kinds this Run runs, each with its payload's JSON Schema (docs/protocol.md, "Kinds")."""
 
 
 # -- Run: jobs channel ---------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The platform's settings: scheduling (with PROTOCOL.md section 7's defaults), log and artifact
+"""The platform's settings: scheduling (docs/protocol.md, "Operating interface"), log and artifact
 bounds."""
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ class WaitLimits:
 
 @dataclass(frozen=True, slots=True)
 class LogLimits:
-    """Bounds of the log store (docs/protocol.md 50-59, 85-86); `settings.py` hands them to
+    """Bounds of the log store (docs/protocol.md, "Log bounds"); `settings.py` hands them to
     `MemoryLogStore` or `FileLogStore`."""
 
     line_bytes: int = 16 * 1024
@@ -108,7 +108,7 @@ class LogLimits:
 
 @dataclass(frozen=True, slots=True)
 class ArtifactLimits:
-    """Bounds of the artifact store (docs/protocol.md 67); `settings.py` hands them to
+    """Bounds of the artifact store (docs/protocol.md, "Artifacts"); `settings.py` hands them to
     `FileArtifactStore`."""
 
     attempt_bytes: int = ATTEMPT_BYTES

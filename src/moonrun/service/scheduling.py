@@ -305,7 +305,7 @@ class SchedulingService:
         return b64url_decode(endpoint.identity_public_key)
 
     def check_transfer(self, session_id: str, job_id: str, evidence: Evidence) -> Job:
-        """May the caller send logs or artifacts for this attempt? (PROTOCOL.md section 5)
+        """May the caller send logs or artifacts for this attempt? (docs/protocol.md, "Logs")
 
         The evidence is checked as for job messages, but nothing is written: transfers never
         touch the job record. The attempt must be active or have ended at most
@@ -1053,7 +1053,7 @@ class SchedulingService:
         if job is None:
             raise NotFound("no such job")
         server = self._store.get_server(job.server_id)
-        # The jobs of a removed server stay, for platform admins only (docs/protocol.md 81).
+        # The jobs of a removed server stay, for platform admins only (docs/protocol.md, "Servers").
         require(actor.platform_admin or (server is not None and can_manage_jobs(actor, server)))
         return job
 

@@ -87,7 +87,7 @@ class Grant(TypedDict):
     job_id: str
     server_id: str
     owner_id: NotRequired[str]
-    """Whose job it is (docs/protocol.md 90); a platform older than that sends none."""
+    """Whose job it is (docs/protocol.md, "Claims"); a platform older than that sends none."""
     kind: str
     payload: Any
     attempt: int
@@ -105,8 +105,8 @@ class AckAnswer(TypedDict):
     state: str
     lease_expires_at: str
     cancel_requested: NotRequired[bool]
-    """Whether a cancel intent exists (docs/protocol.md 42); a platform older than that sends
-    none, and Run then polls once."""
+    """Whether a cancel intent exists (docs/protocol.md, "Cancellation"); a platform older than
+    that sends none, and Run then polls once."""
 
 
 class ProgressAnswer(TypedDict):

@@ -97,7 +97,7 @@ class EndpointView(TypedDict):
     capacity: int | None
     run_version: str | None
     draining: bool
-    """No new claims are granted to it (docs/protocol.md 78)."""
+    """No new claims are granted to it (docs/protocol.md, "Endpoints")."""
 
 
 class ServerView(TypedDict):
@@ -117,7 +117,7 @@ class UserView(TypedDict):
     platform_admin: bool
     created_at: str
     disabled: bool
-    """Its API tokens and console sessions are refused (docs/protocol.md 75)."""
+    """Its API tokens and console sessions are refused (docs/protocol.md, "Users and access")."""
 
 
 # -- answers -------------------------------------------------------------------------------------
@@ -193,7 +193,7 @@ class LogsAnswer(TypedDict):
     more: bool
     """This page left lines after `next_after_seq` off."""
     dropped_lines: int
-    """Lines of the attempt the platform dropped for its bounds (docs/protocol.md 52-53)."""
+    """Lines of the attempt the platform dropped for its bounds (docs/protocol.md, "Log bounds")."""
     dropped_bytes: int
 
 
