@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from moonrun.artifacts.protocol import NAME_PATTERN as PLATFORMS_ARTIFACT_NAME
 from moonrun.errors import InvalidPayload, InvalidRequest, TooLarge, UnknownKind
 from moonrun.run.handlers.command import ARTIFACT_NAME_PATTERN
 from moonrun.run.handlers.command import PAYLOAD_SCHEMA as COMMAND
@@ -29,7 +30,6 @@ from moonrun.scheduling.kinds import (
     schema_problems,
     unknown_kind_message,
 )
-from moonrun.service.artifacts import NAME_PATTERN as PLATFORMS_ARTIFACT_NAME
 
 Found = list[tuple[str, str]]
 

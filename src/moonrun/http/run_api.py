@@ -16,7 +16,7 @@ import orjson
 from moonrun.errors import InvalidRequest, MoonrunError, SignatureInvalid
 from moonrun.http.api import Auth, Call, Route, Signatures, error_body
 from moonrun.http.channels import Channel
-from moonrun.http.platform import Platform
+from moonrun.http.platform import HttpPlatform
 from moonrun.http.schemas import (
     AckAnswerModel,
     AckBatchRequest,
@@ -42,6 +42,7 @@ from moonrun.http.schemas import (
     ResultRequest,
     SessionEndAnswer,
 )
+from moonrun.logs.protocol import LogLine
 from moonrun.scheduling.messages import (
     AckAnswer,
     CancelPollAnswer,
@@ -54,7 +55,6 @@ from moonrun.scheduling.time import format_instant, format_optional
 from moonrun.security import signing
 from moonrun.security.keys import session_key
 from moonrun.security.tokens import b64url
-from moonrun.service.logstore import LogLine
 
 # -- answers -------------------------------------------------------------------------------------
 
@@ -390,7 +390,7 @@ ROUTES: tuple[Route, ...] = (
 
 
 async def verify_head(
-    platform: Platform,
+    platform: HttpPlatform,
     lane: Channel,
     kind: Auth,
     scope: Mapping[str, Any],
@@ -415,7 +415,7 @@ async def verify_head(
     return signed
 
 
-def verify_body(platform: Platform, signed: signing.Signed, data: bytes) -> str:
+def verify_body(platform: HttpPlatform, signed: signing.Signed, data: bytes) -> str:
     """Check the body against the signed digest, then record the nonce; the key's subject
     (session or endpoint id)."""
     signing.check_digest(signed, data)

@@ -15,6 +15,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from moonrun.artifacts.protocol import NAME_PATTERN, ArtifactInfo, ArtifactStore
 from moonrun.errors import ArtifactIncomplete, InvalidRequest, NotFound
 from moonrun.http.api import Answer, Call, Route, Stream
 from moonrun.http.schemas import (
@@ -42,6 +43,7 @@ from moonrun.http.schemas import (
     UserModel,
     UsersAnswer,
 )
+from moonrun.logs.protocol import LogPage
 from moonrun.scheduling.jobs import Job
 from moonrun.scheduling.kinds import load_advertisement
 from moonrun.scheduling.records import Server, User
@@ -53,8 +55,6 @@ from moonrun.scheduling.views import (
     server_view,
     user_view,
 )
-from moonrun.service.artifacts import NAME_PATTERN, ArtifactInfo, ArtifactStore
-from moonrun.service.logstore import LogPage
 from moonrun.service.scheduling import JobSpec
 
 T = TypeVar("T")
