@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import quote, urlencode
@@ -12,7 +12,6 @@ from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 
 from moonrun.errors import (
-    Forbidden,
     IdempotencyConflict,
     InvalidRequest,
     MoonrunError,
@@ -22,8 +21,7 @@ from moonrun.errors import (
 from moonrun.scheduling.jobs import JobState
 from moonrun.scheduling.records import User
 from moonrun.scheduling.views import job_view, server_view
-from moonrun.service.answers import JobPage
-from moonrun.service.scheduling import SchedulingService
+from moonrun.service.answers import CancelOutcome, JobPage
 from moonrun.web import logview, submitform
 from moonrun.web.pages import (
     FORM_FIELDS,
@@ -159,6 +157,23 @@ class CancelCounts:
         """From the page's query (anything but a small count counts as 0)."""
         return cls(*(int(v) if v and v.isdigit() and len(v) <= 4 else 0 for v in values))
 
+    @classmethod
+    def count(cls, outcomes: Sequence[CancelOutcome | MoonrunError]) -> CancelCounts:
+        """What `SchedulingService.cancel_jobs` answered, job by job: a job that had already
+        ended was left alone, and one the user may not cancel (or that does not exist) is
+        counted, not raised."""
+        cancelled = cancelling = ended = refused = 0
+        for outcome in outcomes:
+            if isinstance(outcome, MoonrunError):
+                refused += 1
+            elif outcome.waits_on_run:
+                cancelling += 1
+            elif outcome.had_ended or outcome.job.state is not JobState.CANCELLED:
+                ended += 1
+            else:
+                cancelled += 1
+        return cls(cancelled, cancelling, ended, refused)
+
     def query(self) -> dict[str, int]:
         return {
             "cancelled": self.cancelled,
@@ -185,32 +200,10 @@ def _jobs_phrase(count: int, what: str, *, were: bool = True) -> str:
     return f"{count} job{'' if count == 1 else 's'} {verb}{what}"
 
 
-def cancel_each(service: SchedulingService, user: User, job_ids: list[str]) -> CancelCounts:
-    """Cancel each job through `service.cancel_job`, as one cancel would; a job that has
-    already ended is left alone, and one the user may not cancel (or that does not exist) is
-    counted, not raised."""
-    cancelled = cancelling = ended = refused = 0
-    for job_id in job_ids:
-        try:
-            if service.get_job(user, job_id).state.is_terminal:
-                ended += 1
-                continue
-            outcome = service.cancel_job(user, job_id)
-        except (Forbidden, NotFound):
-            refused += 1
-            continue
-        if outcome.waits_on_run:
-            cancelling += 1
-        elif outcome.job.state is JobState.CANCELLED:
-            cancelled += 1
-        else:  # it ended otherwise in the meantime
-            ended += 1
-    return CancelCounts(cancelled, cancelling, ended, refused)
-
-
 @router.post("/jobs/cancel")
 async def cancel_jobs(request: Request) -> Response:
-    """Cancel selected: each job named by a `job_id` field (at most `MAX_BULK_CANCEL`)."""
+    """Cancel selected: each job named by a `job_id` field (at most `MAX_BULK_CANCEL`), in
+    one call of the use case the API's `POST /api/v1/jobs/cancel` makes."""
     user = await signed_in(request)
     fields = await checked_form(request, max_fields=MAX_BULK_CANCEL + FORM_FIELDS)
     listing = Listing.of(fields)
@@ -223,8 +216,8 @@ async def cancel_jobs(request: Request) -> Response:
     if problem is not None:
         return await _jobs(request, user, listing, problem=problem)
     service = platform_of(request).service
-    counts = await on_user_channel(request, cancel_each, service, user, job_ids)
-    query = listing.query() | counts.query()
+    outcomes = await on_user_channel(request, service.cancel_jobs, user, job_ids)
+    query = listing.query() | CancelCounts.count(outcomes).query()
     return RedirectResponse("/jobs?" + urlencode(query), status_code=303)
 
 
