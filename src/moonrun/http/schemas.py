@@ -468,6 +468,24 @@ class CreatedJobsAnswer(Answer):
 
 class JobsAnswer(Answer):
     jobs: list[JobViewModel]
+
+
+class CancelJobsRequest(Strict):
+    job_ids: list[str] = Field(min_length=1, max_length=1000)
+    """Each job at most once."""
+
+
+class CancelEntry(Answer):
+    job_id: str
+    status: int
+    """What `POST /api/v1/jobs/{job_id}/cancel` would have answered: 200, 202 (the intent waits
+    on Run), or the refusal's status."""
+    answer: JobViewModel | None = None
+    error: ErrorDetail | None = None
+
+
+class CancelJobsAnswer(Answer):
+    answers: list[CancelEntry]
     next_cursor: str | None
 
 

@@ -16,12 +16,14 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from moonrun.artifacts.protocol import NAME_PATTERN, ArtifactInfo, ArtifactStore
-from moonrun.errors import ArtifactIncomplete, InvalidRequest, NotFound
-from moonrun.http.api import Answer, Call, Route, Stream
+from moonrun.errors import ArtifactIncomplete, InvalidRequest, MoonrunError, NotFound
+from moonrun.http.api import Answer, Call, Route, Stream, error_body
 from moonrun.http.schemas import (
     SEQ_MAX,
     AddAdminRequest,
     ArtifactsAnswer,
+    CancelJobsAnswer,
+    CancelJobsRequest,
     CreatedEndpointAnswer,
     CreatedJobsAnswer,
     CreatedUserAnswer,
@@ -55,6 +57,7 @@ from moonrun.scheduling.views import (
     server_view,
     user_view,
 )
+from moonrun.service.answers import CancelOutcome
 from moonrun.service.scheduling import JobSpec
 
 T = TypeVar("T")
@@ -414,6 +417,21 @@ async def cancel_job(call: Call) -> Any:
     return Answer(202 if outcome.waits_on_run else 200, job_view(outcome.job))
 
 
+async def cancel_jobs(call: Call) -> Any:
+    """Cancel several jobs in one request and one commit: each answered in order as its own
+    cancel would be (its status, and its JobView or its refusal)."""
+    body: CancelJobsRequest = call.body
+    outcomes = await as_caller(call, call.platform.service.cancel_jobs, body.job_ids)
+    return {"answers": [_cancel_entry(*pair) for pair in zip(body.job_ids, outcomes, strict=True)]}
+
+
+def _cancel_entry(job_id: str, outcome: CancelOutcome | MoonrunError) -> dict[str, Any]:
+    if isinstance(outcome, MoonrunError):
+        return {"job_id": job_id, "status": outcome.status, **error_body(outcome)}
+    status = 202 if outcome.waits_on_run else 200
+    return {"job_id": job_id, "status": status, "answer": job_view(outcome.job)}
+
+
 async def job_logs(call: Call) -> Any:
     """A page of log lines of one attempt (the latest with logs unless `attempt` is given):
     whole batches after `after_seq`, or with `tail` the newest lines."""
@@ -649,6 +667,10 @@ ROUTES: tuple[Route, ...] = (
         "GET", "/api/v1/jobs/{job_id}", "user", "user",
         None, JobViewModel, 200, get_job, query=JobReadQuery, headers=("If-None-Match",),
         also={304: (None, "Not modified: the job still has the If-None-Match tag")},
+    ),
+    Route(
+        method="POST", path="/api/v1/jobs/cancel", channel="user", auth="user",
+        body=CancelJobsRequest, answer=CancelJobsAnswer, status=200, handler=cancel_jobs,
     ),
     Route(
         "POST", "/api/v1/jobs/{job_id}/cancel", "user", "user",
