@@ -187,7 +187,7 @@ class Rejected(Exception):
 
 @dataclass
 class Client:
-    """An aiohttp session to one server, signing as one Run would (PROTOCOL.md section 2)."""
+    """An aiohttp session to one server, signing as one Run would (docs/protocol.md, "Signing")."""
 
     http: aiohttp.ClientSession
     url: str

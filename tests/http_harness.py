@@ -2,7 +2,8 @@
 
 `HttpWorld` builds the platform exactly as `moonrun platform serve` does, but with a manual
 clock and repeatable tokens, and serves it in-process (Starlette's TestClient). `SignedRun`
-speaks PROTOCOL.md sections 2-5 as any Run would: Ed25519 for registration, HMAC for the rest.
+speaks docs/protocol.md, "Joining and sessions" to "Artifacts", as any Run would: Ed25519 for
+registration, HMAC for the rest.
 """
 
 from __future__ import annotations

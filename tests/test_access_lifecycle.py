@@ -1,5 +1,5 @@
-"""Access lifecycle over HTTP (docs/protocol.md 75-78): disabling users, rotating tokens,
-setting passwords, draining endpoints."""
+"""Access lifecycle over HTTP (docs/protocol.md, "Users and access", "Endpoints"): disabling
+users, rotating tokens, setting passwords, draining endpoints."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Artifacts out (docs/protocol.md 70-71): a job's artifacts are listed and downloaded over the
-user API, under the job read's authorization, a chunk at a time."""
+"""Artifacts out (docs/protocol.md, "Artifacts"): a job's artifacts are listed and downloaded over
+the user API, under the job read's authorization, a chunk at a time."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The user API's authorization matrix (PROTOCOL.md section 6): every route x every kind of caller.
+"""The user API's authorization matrix (docs/protocol.md, "User API"): every route x every caller.
 
-Each cell is one request with the exact status and error code PROTOCOL.md gives: no (valid)
+Each cell is one request with the exact status and error code docs/protocol.md gives: no (valid)
 credentials -> 401 `unauthenticated`; authenticated but not allowed on a resource that exists ->
 403 `forbidden`, reads included; no such resource -> 404 `not_found`. The scene is the usual
 cast (tests/http_harness.py): server web-1 on host-a, owned by `owner`, administered by `helper`;
@@ -757,7 +757,7 @@ def test_the_matrix_has_a_row_for_every_user_route(tmp_path: Path) -> None:
 
 
 def test_every_cell_of_the_authorization_matrix(tmp_path: Path) -> None:
-    """Every route x caller answers the exact status and error code of PROTOCOL.md section 6."""
+    """Every route x caller answers the exact status and code of docs/protocol.md, "User API"."""
     expected = {row.label: row.expected for row in ROWS}
     assert len(ROWS) == len(expected), "row labels must be unique"
     assert all(len(cells) == len(ACTORS) for cells in expected.values())

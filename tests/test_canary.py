@@ -1,4 +1,4 @@
-"""Canary markers: no secret ever leaves through the user API (PROTOCOL.md sections 1 and 6).
+"""Canary markers: no secret ever leaves through the user API (docs/protocol.md, "Credentials").
 
 One scenario plants unique markers in every sensitive field: leases (made by the platform, taken
 from claims), session ids and keys (from registrations), join tokens, API tokens, passwords and

@@ -1,5 +1,5 @@
 """The console (platform_web) without a browser: sign-in, sessions, CSRF, redirects, error pages,
-security headers, cookie auth for the API, and a page canary (PROTOCOL.md section 6).
+security headers, cookie auth for the API, and a page canary (docs/protocol.md, "Console").
 
 Pages are fetched in-process with a TestClient per person (each its own cookie jar). The
 browser tests are in tests/test_console_browser.py.

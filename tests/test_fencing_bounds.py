@@ -1,4 +1,5 @@
-"""The service's bounds on fencing, in process with a manual clock (docs/protocol.md 9, 23).
+"""The service's bounds on fencing, in process with a manual clock (docs/protocol.md, "Claims",
+"Sending logs").
 
 Logs and artifacts of an attempt are accepted while it is active and for exactly
 `transfer_grace_s` after it ends, however it ended; one millisecond later they are refused.
@@ -23,7 +24,7 @@ from tests.http_harness import http_world
 from tests.stores import memory_factory
 
 GRACE_MS = 60_000
-"""The documented grace (docs/protocol.md 23), written out: a changed default must fail here."""
+"""The documented grace (docs/protocol.md, "Sending logs"), written out: a changed default fails."""
 
 
 def world_with(**settings: float) -> World:
@@ -157,7 +158,7 @@ def test_a_claim_never_grants_more_than_max_claim_batch() -> None:
 
 
 def test_the_default_claim_batch_cap_is_64() -> None:
-    """docs/protocol.md 9: at most min(max_jobs, capacity - active, 64) per claim."""
+    """docs/protocol.md, "Claims": at most min(max_jobs, capacity - active, 64) per claim."""
     world = world_with()
     for _ in range(70):
         world.submit()

@@ -1,7 +1,7 @@
 """Every platform scenario of the durable-scheduling spec, over HTTP, on every store.
 
 The same scenarios as `test_scenarios.py`, one layer up: the real ASGI app, a Run that signs
-its requests as PROTOCOL.md section 2 says, and users with API tokens. Each test asserts the
+its requests as docs/protocol.md, "Signing", says, and users with API tokens. Each test asserts the
 HTTP status and the wire error code, and reads state back through the user API or the store.
 """
 

@@ -1,6 +1,7 @@
-"""The JSON Schema subset payloads are checked by (`moonrun.scheduling.kinds`), keyword by
-keyword, to the word of each problem and to the step of each bound: what a user reads in a 422
-is its API (docs/protocol.md 83-84), and the bounds are what keeps a hostile schema cheap.
+"""The JSON Schema subset payloads are checked by (`moonrun.scheduling.jsonschema_subset`),
+keyword by keyword, to the word of each problem and to the step of each bound: what a user
+reads in a 422 is its API (docs/protocol.md, "Kinds"), and the bounds are what keeps a hostile
+schema cheap.
 """
 
 from __future__ import annotations
@@ -15,19 +16,21 @@ from moonrun.artifacts.protocol import NAME_PATTERN as PLATFORMS_ARTIFACT_NAME
 from moonrun.errors import InvalidPayload, InvalidRequest, TooLarge, UnknownKind
 from moonrun.run.handlers.command import ARTIFACT_NAME_PATTERN
 from moonrun.run.handlers.command import PAYLOAD_SCHEMA as COMMAND
-from moonrun.scheduling.kinds import (
+from moonrun.scheduling.jsonschema_subset import (
     MAX_DEPTH,
-    MAX_KINDS,
     MAX_PROBLEMS,
     STEP_BUDGET,
-    Kinds,
     Problem,
-    advertisement_json,
-    check_advertisement,
     class_pattern,
-    load_advertisement,
     payload_problems,
     schema_problems,
+)
+from moonrun.scheduling.kinds import (
+    MAX_KINDS,
+    Kinds,
+    advertisement_json,
+    check_advertisement,
+    load_advertisement,
     unknown_kind_message,
 )
 
@@ -251,6 +254,34 @@ def test_each_keyword_names_exactly_what_does_not_fit(
 ) -> None:
     """Every keyword the checker knows: the field and the words of each problem, in order."""
     assert problems(schema, payload) == expected
+
+
+POINTERS = [
+    ({"$defs": {"a b": {"type": "null"}}, "$ref": "#/$defs/a%20b"}, True),
+    ({"$defs": {"%": {"type": "null"}}, "$ref": "#/$defs/%25"}, True),
+    ({"$defs": {"a/b": {"type": "null"}}, "$ref": "#/$defs/a~1b"}, True),
+    ({"$defs": {"a/b": {"type": "null"}}, "$ref": "#/$defs/a%2Fb"}, False),
+    ({"$defs": {"a/b": {"type": "null"}}, "$ref": "#/$defs/a/b"}, False),
+    ({"$defs": {"a": {"$defs": {"b": {}}}}, "$ref": "#/$defs/a/$defs/b"}, False),
+]
+
+
+@pytest.mark.parametrize(("schema", "followed"), POINTERS, ids=repr)
+def test_a_ref_is_a_json_pointer_in_a_uri_fragment_percent_decoded_then_split(
+    schema: Any, followed: bool
+) -> None:
+    """`$ref`'s fragment is read as JSON Schema reads it (RFC 6901, section 6): `%20` is a
+    space and `%2F` a `/` that separates, like an unescaped one; a pointer deeper than one
+    definition is not followed, and the schema is unusable rather than read another way
+    (the `jsonschema` library found these: tests/test_kinds_checker_agrees_with_jsonschema.py).
+    """
+    if followed:
+        assert (schema_problems(schema), problems(schema, 1)) == (
+            [],
+            [("", "must be null, not an integer")],
+        )
+    else:
+        assert schema_problems(schema) == ["$ref must point into the schema's own $defs"]
 
 
 PAIRS = [

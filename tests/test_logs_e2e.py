@@ -1,5 +1,6 @@
 """Logs that survive restarts, with real processes: a platform SIGKILLed while a job writes
-its output loses none of the lines it acknowledged (issue 12 item 2; protocol.md 79-80)."""
+its output loses none of the lines it acknowledged (issue 12 item 2; docs/protocol.md, "Logs on
+disk")."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Alice queues 8,000 no-ops on an endpoint, then Bob queues one. Claims used to take the
 endpoint's oldest claimable jobs, so Bob's job waited behind all of Alice's (17 s in the
-review); now owners take turns (docs/protocol.md 91), so it is granted in the Run's first
+review); now owners take turns (docs/protocol.md, "Claims"), so it is granted in the Run's first
 claims. Asserted on what the platform recorded (when each attempt was claimed), never on
 elapsed time.
 """

@@ -1,7 +1,8 @@
 """`moonrun platform serve` as a real process: restarts over a durable store, and its secret file.
 
 Black-box: the tests start the command, speak HTTP to it (the user API and the signed Run API,
-PROTOCOL.md sections 2-4 and 6) with the real clock, SIGKILL it and start it again.
+docs/protocol.md, "Signing" to "Reconciliation" and "User API") with the real clock, SIGKILL it
+and start it again.
 """
 
 from __future__ import annotations
@@ -148,7 +149,7 @@ def platform_process(
 
 @dataclass
 class Run:
-    """A Run on one joined endpoint, signing with the real clock (PROTOCOL.md section 2)."""
+    """A Run on one joined endpoint, signing with the real clock (docs/protocol.md, "Signing")."""
 
     platform: PlatformProcess
     endpoint_id: str

@@ -1,4 +1,5 @@
-"""Run under faults, end to end with real processes (PROTOCOL.md sections 2, 4, 5 and 7).
+"""Run under faults, end to end with real processes (docs/protocol.md, "Signing", "Claims and
+leases", "Logs" and "Run's own choices").
 
 `moonrun platform serve` over a FileStore in the test's directory and `moonrun run start`
 run as subprocesses with short timings (a lease lapses 4 s after its last renewal, a session

@@ -1,6 +1,6 @@
 """Run's modules one at a time, without a platform: identity, handlers, transfers and the
-client's error mapping (PROTOCOL.md sections 1, 4, 5 and 7; docs/protocol.md 22-31). The
-journal has its own suite (tests/test_run_journal.py).
+client's error mapping (docs/protocol.md, "Credentials", "Claims and leases", "Logs" and "Run's
+own choices"). The journal has its own suite (tests/test_run_journal.py).
 
 Handlers run directly with a `JobContext` built here; `command` starts real processes (tiny
 shell scripts) and checks that their whole process group is gone afterwards.
@@ -1261,7 +1261,7 @@ async def test_log_lines_survive_a_lost_answer_to_a_delivered_batch() -> None:
     """A batch stored but answered with a timeout is retried; lines added meanwhile still land.
 
     The platform keeps the first batch per (job, attempt, seq) and answers repeats as before
-    (PROTOCOL.md section 5), so a retry under the same seq must carry the same lines.
+    (docs/protocol.md, "Sending logs"), so a retry under the same seq must carry the same lines.
     """
     client = IdempotentLogs()
     logs = shipper(client)

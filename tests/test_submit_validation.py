@@ -1,6 +1,7 @@
-"""Jobs are checked at submit against what their server's Run advertised (docs/protocol.md 83).
+"""Jobs are checked at submit against what their server's Run advertised (docs/protocol.md,
+"Kinds").
 
-The checker itself (`moonrun.scheduling.kinds`) is pure; the HTTP tests play a Run that
+The checker itself (`moonrun.scheduling.jsonschema_subset`) is pure; the HTTP tests play a Run that
 advertises kinds at registration, then submit as the server's owner.
 """
 
@@ -18,15 +19,13 @@ from moonrun.errors import InvalidPayload, InvalidRequest, TooLarge, UnknownKind
 from moonrun.run.handlers import ANY_PAYLOAD, advertised_kinds, load_handlers, refuse_payload
 from moonrun.run.handlers.command import PAYLOAD_SCHEMA as COMMAND
 from moonrun.run.handlers.sleep import PAYLOAD_SCHEMA as SLEEP
-from moonrun.scheduling.kinds import (
-    MAX_KINDS,
+from moonrun.scheduling.jsonschema_subset import (
     Problem,
-    check_advertisement,
-    check_job,
     compile_schema,
     payload_problems,
     schema_problems,
 )
+from moonrun.scheduling.kinds import MAX_KINDS, check_advertisement, check_job
 from tests.http_harness import Cast, http_world
 from tests.stores import file_factory, memory_factory
 

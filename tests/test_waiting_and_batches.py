@@ -1,4 +1,5 @@
-"""Long-poll claims, blocking reads and batches (docs/protocol.md 37-41), over HTTP.
+"""Long-poll claims, blocking reads and batches (docs/protocol.md, "Claims", "Acks", "Results",
+"Jobs", "Blocking reads"), over HTTP.
 
 Waiting requests are driven from threads against one TestClient (one event loop), so that a
 second request can change what the first one waits for. Nothing here asserts a duration: a

@@ -1,7 +1,7 @@
 """One error root for moonrun: every error's docstring is its default message.
 
 `ERROR_TABLE` is the single map from error type to HTTP status and stable wire code
-(PROTOCOL.md). Codes are API; messages are not.
+(docs/protocol.md, "Error codes"). Codes are API; messages are not.
 """
 
 from __future__ import annotations
@@ -167,7 +167,7 @@ class SessionExpired(MoonrunError):
     """The session expired; register again."""
 
 
-# -- jobs channel: fencing and state (checked in the order PROTOCOL.md section 4 gives) -------
+# -- jobs channel: fencing and state (in the order of docs/protocol.md, "Fencing and deadlines")
 
 
 class JobRejected(MoonrunError):

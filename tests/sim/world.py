@@ -45,7 +45,7 @@ SETTINGS = SchedulingSettings(
     backoff_max_s=4,
     backoff_jitter=0.5,
 )
-"""PROTOCOL.md's defaults (ack 30 s, lease 40 s, session 50 s, heartbeat 10 s) divided by five,
+"""docs/protocol.md's defaults (ack 30 s, lease 40 s, session 50 s, heartbeat 10 s) divided by five,
 backoff capped at 4 s, with jitter so that its bounds are checked."""
 
 RUN_TIMINGS = RunTimings()

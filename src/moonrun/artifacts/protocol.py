@@ -1,5 +1,5 @@
 """The narrow seam every artifact store implements: an attempt's named artifacts, stored once
-chunk by chunk and read back by chunk (docs/protocol.md 66-71)."""
+chunk by chunk and read back by chunk (docs/protocol.md, "Artifacts")."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ class ArtifactStore(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class ArtifactLimits:
-    """Bounds of the artifact store (docs/protocol.md 67); the wiring
+    """Bounds of the artifact store (docs/protocol.md, "Artifacts"); the wiring
     (`wiring/settings.py`) hands them to `FileArtifactStore`."""
 
     attempt_bytes: int = ATTEMPT_BYTES

@@ -1,4 +1,4 @@
-"""The user client: the platform's user API (PROTOCOL.md section 6) for Python and the CLI.
+"""The user client: the platform's user API (docs/protocol.md, "User API") for Python and the CLI.
 
 One synchronous implementation on httpx. Every request is retried with capped exponential
 backoff (`moonrun.backoff`: full jitter under a ceiling doubling from 0.2 s to 5 s, `retries`

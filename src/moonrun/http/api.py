@@ -14,7 +14,7 @@ bodies strictly), then the handler. So a request takes no place on its channel w
 is on the way, and what callers without credentials hold while their bodies arrive is bounded
 apart from Runs and signed-in users. A user request whose shape is wrong has its credentials
 checked first, so that bad credentials are 401 whatever the body. Answers and errors have
-PROTOCOL.md's shapes, are serialised once (orjson), and every route is described in the served
+docs/protocol.md's shapes, are serialised once (orjson), and every route is described in the served
 OpenAPI document (`openapi_paths`). FastAPI serves the rest: the console, `/healthz`,
 `/metrics`, `/docs`.
 """

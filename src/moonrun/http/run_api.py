@@ -1,4 +1,4 @@
-"""The Run API (PROTOCOL.md sections 2-5): its routes, handlers and signature checks.
+"""The Run API (docs/protocol.md, "Joining and sessions" to "Artifacts"): routes and signatures.
 
 Served by `http/api.py` like the user API. Every route but join is signed (RFC 9421
 subset): the signature is verified from the head before the body is read (it covers the

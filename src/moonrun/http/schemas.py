@@ -1,4 +1,4 @@
-"""Request and response bodies of the HTTP API (PROTOCOL.md), as pydantic models.
+"""Request and response bodies of the HTTP API (docs/protocol.md), as pydantic models.
 
 Requests are strict: a wrong JSON type is 422 `invalid_request`, never coerced. Responses
 are declared so that the served OpenAPI document describes every route, and FastAPI filters
@@ -65,7 +65,7 @@ class RegisterRequest(Strict):
     run_version: str
     capacity: int
     kinds: dict[str, Any] | None = None
-    """The kinds this Run runs, each with its payload's JSON Schema (docs/protocol.md 83)."""
+    """The kinds this Run runs, each with its payload's JSON Schema (docs/protocol.md, "Kinds")."""
 
 
 class RegisterAnswer(Answer):
@@ -277,7 +277,7 @@ class UserModel(Answer):
     platform_admin: bool
     created_at: str
     disabled: bool
-    """Its API tokens and console sessions are refused (docs/protocol.md 75)."""
+    """Its API tokens and console sessions are refused (docs/protocol.md, "Users and access")."""
 
 
 NAME = Field(pattern=NAME_PATTERN.pattern)
@@ -355,7 +355,7 @@ class EndpointModel(Answer):
     capacity: int | None
     run_version: str | None
     draining: bool
-    """No new claims are granted to it (docs/protocol.md 78)."""
+    """No new claims are granted to it (docs/protocol.md, "Endpoints")."""
 
 
 class EndpointsAnswer(Answer):
@@ -505,7 +505,7 @@ class LogsAnswer(Answer):
     more: bool
     """This page left lines after `next_after_seq` off."""
     dropped_lines: int
-    """Lines of the attempt the platform dropped for its bounds (docs/protocol.md 52-53)."""
+    """Lines of the attempt the platform dropped for its bounds (docs/protocol.md, "Log bounds")."""
     dropped_bytes: int
 
 

@@ -1,4 +1,4 @@
-"""The user API (PROTOCOL.md section 6): Bearer tokens, and only the safe projections leave.
+"""The user API (docs/protocol.md, "User API"): Bearer tokens, and only the safe projections leave.
 
 No credentials is 401 `unauthenticated`; a resource that exists but is not the caller's is
 403 `forbidden`; a resource that does not exist is 404 `not_found`. Served by

@@ -1,5 +1,5 @@
 """The narrow seam every log store implements: batches of an attempt's lines in, pages and
-tails out, within the bounds of `LogLimits` (docs/protocol.md 50-59, 85-86).
+tails out, within the bounds of `LogLimits` (docs/protocol.md, "Log bounds", "Reading logs").
 
 Batches are idempotent per (job, attempt, seq), also once their lines were dropped for a bound.
 """
@@ -57,8 +57,8 @@ class LogStore(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class LogLimits:
-    """Bounds every log store keeps; the wiring (`wiring/settings.py`) hands them to
-    `MemoryLogStore` or `FileLogStore`."""
+    """Bounds every log store keeps (docs/protocol.md, "Log bounds"); the wiring
+    (`wiring/settings.py`) hands them to `MemoryLogStore` or `FileLogStore`."""
 
     line_bytes: int = 16 * 1024
     """A longer line is cut to this many bytes of UTF-8, with a marker naming what went."""

@@ -1,1 +1,1 @@
-"""Run: the agent on each host. It speaks PROTOCOL.md only and never imports the platform."""
+"""Run: the agent on each host. It speaks docs/protocol.md only and never imports the platform."""

@@ -96,7 +96,7 @@ def result_fingerprint(
 
 
 def token_hash(token: str) -> str:
-    """SHA-256 hex of a token's whole ASCII string, prefix included (PROTOCOL.md section 1)."""
+    """SHA-256 hex of a token's whole ASCII text, prefix too (docs/protocol.md, "Credentials")."""
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
 
 

@@ -103,7 +103,7 @@ class ResultAnswer:
 
 
 def fence(job: Job, caller: Caller, evidence: Evidence) -> JobRejected | None:
-    """The evidence checks of PROTOCOL.md section 4, in order; `None` when all pass.
+    """The evidence checks, in order (docs/protocol.md, "Fencing and deadlines"); `None`: all pass.
 
     `job` already has any passed deadline applied, so an attempt that ended by a deadline is
     recognised by its recorded failure whether the sweeper or this message applied it. The

@@ -1,4 +1,4 @@
-"""The only shapes in which records leave the platform toward users (PROTOCOL.md section 6).
+"""The only shapes in which records leave the platform toward users (docs/protocol.md, "User API").
 
 Each view is built field by field from an allowlist; nothing here copies a record wholesale,
 so a field added to a record never leaks by accident.

@@ -1,4 +1,4 @@
-"""Request signing for Run -> platform (PROTOCOL.md section 2): an RFC 9421 subset with an
+"""Request signing for Run -> platform (docs/protocol.md, "Signing"): an RFC 9421 subset with an
 RFC 9530 `Content-Digest`.
 
 One label, `run`; covered components exactly `("@method" "@path" "@query" "content-digest")`;

@@ -19,7 +19,7 @@ def b64url(data: bytes) -> str:
 
 
 def b64url_decode(text: str) -> bytes:
-    """Base64url, padded or not (PROTOCOL.md: the platform accepts both); else ValueError."""
+    """Base64url, padded or not (both: docs/protocol.md, "Conventions"); else ValueError."""
     try:
         return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
     except (binascii.Error, ValueError):

@@ -1,4 +1,4 @@
-"""The use cases' settings: scheduling (with PROTOCOL.md section 7's defaults) and waiting
+"""The use cases' settings: scheduling (docs/protocol.md, "Operating interface") and waiting
 requests. (The log and artifact stores' bounds live with them: `LogLimits`, `ArtifactLimits`.)"""
 
 from __future__ import annotations

@@ -306,7 +306,7 @@ class SchedulingService:
         return b64url_decode(endpoint.identity_public_key)
 
     def check_transfer(self, session_id: str, job_id: str, evidence: Evidence) -> Job:
-        """May the caller send logs or artifacts for this attempt? (PROTOCOL.md section 5)
+        """May the caller send logs or artifacts for this attempt? (docs/protocol.md, "Logs")
 
         The evidence is checked as for job messages, but nothing is written: transfers never
         touch the job record. The attempt must be active or have ended at most
@@ -1102,7 +1102,7 @@ def _advertised(kinds_json: str) -> kinds_domain.Kinds:
 
 def _require_job_access(actor: User, server: Server | None) -> None:
     """`Forbidden` unless the actor may manage the jobs of `server` (None: removed). The jobs of
-    a removed server stay, for platform admins only (docs/protocol.md 81)."""
+    a removed server stay, for platform admins only (docs/protocol.md, "Servers")."""
     require(actor.platform_admin or (server is not None and can_manage_jobs(actor, server)))
 
 

@@ -145,7 +145,7 @@ endpoint_kinds = Table(
     Column("advertised_at", BigInteger, nullable=False),
     **TABLE_OPTIONS,
 )
-"""What the endpoint's Run last advertised at registration (docs/protocol.md 83): apart from
+"""What the endpoint's Run last advertised at registration (docs/protocol.md, "Kinds"): apart from
 `endpoints`, whose row every signed request reads."""
 
 sessions = Table(
@@ -300,8 +300,8 @@ since creating triggers there needs privileges an operator may not grant."""
 
 
 def _access_v5(connection: Connection) -> None:
-    """Disabled users and draining endpoints (docs/protocol.md 75-78): a flag column each,
-    false for every existing row."""
+    """Disabled users and draining endpoints: a flag column each, false for every existing row
+    (docs/protocol.md, "Users and access" and "Endpoints")."""
     inspector = inspect(connection)
     for table, column in (("users", "disabled"), ("endpoints", "draining")):
         if column not in {c["name"] for c in inspector.get_columns(table)}:
@@ -311,7 +311,7 @@ def _access_v5(connection: Connection) -> None:
 
 
 def _kinds_v6(connection: Connection) -> None:
-    """Advertised kinds (docs/protocol.md 83) and the listings by kind (protocol 85)."""
+    """Advertised kinds and the listings by kind (docs/protocol.md, "Kinds", "Jobs")."""
     inspector = inspect(connection)
     if "endpoint_kinds" not in inspector.get_table_names():
         endpoint_kinds.create(connection)
@@ -322,7 +322,7 @@ def _kinds_v6(connection: Connection) -> None:
 
 
 def _owners_v7(connection: Connection) -> None:
-    """Each job knows its owner (docs/protocol.md 90): the owner of its server, which never
+    """Each job knows its owner (docs/protocol.md, "Claims"): the owner of its server, which never
     changes, filled in for the jobs already stored. A job whose server was removed (all of
     them ended) keeps an empty owner: nobody can tell any more whose it was."""
     if "owner_id" not in {c["name"] for c in inspect(connection).get_columns("jobs")}:
@@ -347,7 +347,7 @@ there, and on a store older than them this column does not exist yet."""
 
 
 def _owner_turns_v8(connection: Connection) -> None:
-    """Owners take turns at claims (docs/protocol.md 91): the owner of each waiting job, and
+    """Owners take turns at claims (docs/protocol.md, "Claims"): the owner of each waiting job, and
     the index of owners' claimable jobs."""
     inspector = inspect(connection)
     if "claimable_owner_id" not in {c["name"] for c in inspector.get_columns("jobs")}:

@@ -17,6 +17,7 @@ from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 from moonrun.errors import MoonrunError
+from moonrun.scheduling import jsonschema_subset
 from moonrun.scheduling import kinds as kinds_domain
 
 if TYPE_CHECKING:
@@ -101,12 +102,12 @@ def payload_schema(handler: Handler) -> Any:
     return getattr(handler, "payload_schema", ANY_PAYLOAD)
 
 
-def payload_checker(handler: Handler) -> kinds_domain.Checker:
+def payload_checker(handler: Handler) -> jsonschema_subset.Checker:
     """The handler's declared schema, compiled (once per handler: see Agent)."""
-    return kinds_domain.compile_schema(payload_schema(handler))
+    return jsonschema_subset.compile_schema(payload_schema(handler))
 
 
-def refuse_payload(check: kinds_domain.Checker, payload: Any) -> HandlerResult | None:
+def refuse_payload(check: jsonschema_subset.Checker, payload: Any) -> HandlerResult | None:
     """`bad_payload` naming each field that does not fit (`check` is a compiled schema);
     None when it fits."""
     problems = check(payload)

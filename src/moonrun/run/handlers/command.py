@@ -45,7 +45,7 @@ from moonrun.run import cgroups, leftovers, supervisor
 from moonrun.run.confinement import CommandUser, Confinement
 from moonrun.run.handlers import HandlerResult, JobContext, refuse_payload
 from moonrun.run.owners import OwnerRangeFull
-from moonrun.scheduling.kinds import compile_schema
+from moonrun.scheduling.jsonschema_subset import compile_schema
 
 log = logging.getLogger("moonrun.run.handlers.command")
 

@@ -10,7 +10,7 @@ import contextlib
 from typing import Any
 
 from moonrun.run.handlers import HandlerResult, JobContext, refuse_payload
-from moonrun.scheduling.kinds import compile_schema
+from moonrun.scheduling.jsonschema_subset import compile_schema
 
 MAX_SECONDS = 7 * 24 * 3600
 PAYLOAD_SCHEMA: dict[str, Any] = {
