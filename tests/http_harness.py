@@ -23,20 +23,22 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 
+from moonrun.artifacts.file import FileArtifactStore
+from moonrun.artifacts.protocol import ArtifactStore
 from moonrun.clock import ManualClock
-from moonrun.http.app import create_app
 from moonrun.http.channels import Channels
-from moonrun.http.platform import Platform
+from moonrun.logs.memory import MemoryLogStore
+from moonrun.logs.protocol import LogStore
 from moonrun.scheduling.jobs import Job
 from moonrun.security import signing
 from moonrun.security.tokens import SeededTokenSource
-from moonrun.service.artifacts import ArtifactStore, FileArtifactStore
 from moonrun.service.config import SchedulingSettings
 from moonrun.service.directory import Directory
-from moonrun.service.logstore import LogStore, MemoryLogStore
 from moonrun.service.scheduling import SchedulingService
 from moonrun.service.websessions import WebSessions
 from moonrun.store import codec
+from moonrun.wiring.app import create_app
+from moonrun.wiring.platform import Platform
 from tests.stores import StoreFactory
 
 ADMIN_TOKEN = "mra_http-harness-admin-token-000000000000000"

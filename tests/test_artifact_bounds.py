@@ -21,15 +21,15 @@ import pytest
 import typer
 
 from moonrun import errors
+from moonrun.artifacts.file import FileArtifactStore
+from moonrun.artifacts.protocol import ArtifactLimits
 from moonrun.backoff import Backoff
 from moonrun.cli import app
 from moonrun.run.confinement import CommandUser, Confinement
 from moonrun.run.handlers import HandlerResult, JobContext
 from moonrun.run.handlers.command import CommandHandler
 from moonrun.run.transfers import CHUNK_BYTES, ArtifactUploader, Attempt
-from moonrun.service.artifacts import FileArtifactStore
-from moonrun.service.config import ArtifactLimits
-from moonrun.settings import PlatformConfig, build_platform
+from moonrun.wiring.settings import PlatformConfig, build_platform
 from tests import needs
 from tests.http_harness import Cast, http_world
 from tests.stores import memory_factory

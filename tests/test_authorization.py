@@ -607,6 +607,15 @@ ROWS: tuple[Row, ...] = (
         writes=True,
     ),
     Row(
+        "cancel jobs of web-1 and db-1 at once (each refused in its own entry)",
+        "POST",
+        "/api/v1/jobs/cancel",
+        lambda s: "/api/v1/jobs/cancel",
+        (OK, OK, OK, OK, UNAUTH, UNAUTH),
+        body=lambda s: {"job_ids": [s.job_id, s.other_job_id, MISSING_JOB]},
+        writes=True,
+    ),
+    Row(
         "logs of job on web-1",
         "GET",
         "/api/v1/jobs/{job_id}/logs",

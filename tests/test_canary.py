@@ -317,8 +317,11 @@ def build_canary(world: HttpWorld) -> Canary:
     assert web2.status_code == 201, web2.text
     c.create_user("late-user", "pw-canary-late-8c4e2b7f1d93")
     host_c, _ = c.create_endpoint("host-c")
-    for job_id in jobs:
-        c.call("POST", "/api/v1/jobs/{job_id}/cancel", token=owner, job_id=job_id)
+    refused = c.call("POST", "/api/v1/jobs/cancel", token=stranger, json={"job_ids": jobs})
+    assert {403} == {entry["status"] for entry in refused.json()["answers"]}, refused.text
+    c.call("POST", "/api/v1/jobs/{job_id}/cancel", token=owner, job_id=jobs[0])
+    cancelled = c.call("POST", "/api/v1/jobs/cancel", token=owner, json={"job_ids": jobs[1:]})
+    assert cancelled.status_code == 200, cancelled.text
     read_everything(c, jobs, web1, (ADMIN_TOKEN, helper))
     assert run.result(running, third[running], "cancelled").status_code == 200
     rerun = c.call("POST", "/api/v1/jobs/{job_id}/rerun", token=owner, job_id=timeout)

@@ -21,9 +21,10 @@ import anyio.to_thread
 import httpx2 as httpx
 import pytest
 
+from moonrun.artifacts.file import FileArtifactStore
 from moonrun.http.channels import Channel
-from moonrun.service.artifacts import FileArtifactStore
-from moonrun.service.logstore import LogLine, LogPage, MemoryLogStore
+from moonrun.logs.memory import MemoryLogStore
+from moonrun.logs.protocol import LogLine, LogPage
 from tests.http_harness import Cast, SignedRun, http_world
 from tests.stores import StoreFactory, file_factory, memory_factory
 

@@ -283,6 +283,30 @@ def test_job_wait_exits_with_how_the_job_ended(
     assert shell("job", "wait", job["id"]).out.startswith(f"job {job['id']} {state}")
 
 
+def test_job_cancel_takes_several_jobs_and_answers_each_on_its_own_line(
+    shell: Shell, server_id: str
+) -> None:
+    """`job cancel A B C`: one line each, a refused job's on stderr, and exit 1 when any was
+    refused; with --json one object each, its job or its error."""
+    ids = [
+        shell.json("job", "submit", server_id, "sleep", "--payload", '{"seconds": 600}')["id"]
+        for _ in range(2)
+    ]
+    done = shell("job", "cancel", *ids, "job_doesnotexist0000")
+    assert (done.code, done.err) == (
+        1,
+        "job job_doesnotexist0000: error: not_found: no such job\n",
+    )
+    lines = done.out.splitlines()
+    assert [line.split()[1] for line in lines] == ids
+    assert all(line.endswith((" cancelled", "; cancel requested")) for line in lines), done.out
+    again = shell("job", "cancel", *ids, "--json")
+    assert again.code == 0
+    assert [(entry["job_id"], entry["job"]["id"]) for entry in json.loads(again.out)] == [
+        (job_id, job_id) for job_id in ids
+    ]
+
+
 def test_job_wait_exits_5_when_its_timeout_passes_first(shell: Shell, server_id: str) -> None:
     """A job still running when `--timeout` passes: exit 5 and the job as it is."""
     job = shell.json("job", "submit", server_id, "sleep", "--payload", '{"seconds": 600}')

@@ -23,7 +23,10 @@ from moonrun.client import Client, Job, LogLine, PlatformError
 from moonrun.errors import (
     AlreadyExists,
     ChannelBusy,
+    Forbidden,
     InvalidPayload,
+    InvalidRequest,
+    MoonrunError,
     NotFound,
     Unauthenticated,
     UnknownKind,
@@ -148,6 +151,29 @@ def test_cancel_of_a_queued_job_ends_it_at_once(
         job = client.submit(server.id, "noop", not_before=FAR_FUTURE)
         cancelled = client.cancel(job.id)
     assert (job.state, cancelled.state) == ("queued", "cancelled")
+
+
+def test_cancel_many_answers_each_job_or_the_error_its_own_cancel_raises(
+    shared: tuple[Cluster, Server], client: Client
+) -> None:
+    """One request: the caller's queued jobs come back cancelled; for a user who may not
+    manage them, each job is the `Forbidden` (and a missing one the `NotFound`) a cancel of it
+    alone raises, returned in its place, not raised; nothing at all is `InvalidRequest`."""
+    cl, server = shared
+    with cl.explained():
+        jobs = [client.submit(server.id, "noop", not_before=FAR_FUTURE) for _ in range(2)]
+        _, token = client.create_user(f"nobody-{secrets.token_hex(4)}")
+        with Client(cl.platform.url, token) as nobody:
+            refused = nobody.cancel_many([jobs[0].id, "job_doesnotexist0000"])
+            with pytest.raises(InvalidRequest):
+                nobody.cancel_many([])
+        cancelled = client.cancel_many([job.id for job in jobs])
+    assert [(Forbidden, "forbidden"), (NotFound, "not_found")] == [
+        (type(error), error.code) for error in refused if isinstance(error, MoonrunError)
+    ]
+    assert [(job.id, "cancelled") for job in jobs] == [
+        (job.id, job.state) for job in cancelled if isinstance(job, Job)
+    ]
 
 
 def test_wait_raises_wait_timed_out_while_the_job_has_not_ended(

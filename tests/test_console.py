@@ -23,7 +23,7 @@ from fastapi.testclient import TestClient
 
 from moonrun.scheduling.fingerprint import token_hash
 from moonrun.store.file import FileStore
-from moonrun.web import views
+from moonrun.web import console as console_room
 from tests.canary_scan import found_forms, haystack_of
 from tests.console_kit import (
     PASSWORDS,
@@ -825,7 +825,7 @@ def console_routes() -> set[tuple[str, str]]:
     """(method, path template) of every console route."""
     return {
         (method, route.path)
-        for route in views.router.routes
+        for route in console_room.router.routes
         if isinstance(route, APIRoute)
         for method in route.methods
     }

@@ -23,7 +23,7 @@ from fastapi.testclient import TestClient
 
 from moonrun.client import verbs
 from moonrun.scheduling.fingerprint import token_hash
-from moonrun.web import views
+from moonrun.web import endpoints, jobs, pages
 from tests.console_kit import PASSWORDS, Console, cheap_passwords, console, csrf_of, sign_in
 from tests.http_harness import public_key_of
 from tests.stores import memory_factory
@@ -142,7 +142,7 @@ def test_creating_an_endpoint_shows_its_join_token_once_with_the_join_command(
 
 def test_the_join_line_names_the_data_directory_the_cli_names() -> None:
     """The console prints the same `--data-dir` as `moonrun endpoint create`."""
-    assert verbs.RUN_DATA_DIR == views.RUN_DATA_DIR
+    assert verbs.RUN_DATA_DIR == endpoints.RUN_DATA_DIR
 
 
 def test_a_one_time_token_is_on_no_later_page(con: Console) -> None:
@@ -187,7 +187,7 @@ def test_draining_and_undraining_an_endpoint(con: Console) -> None:
     drained = post(ada, f"/endpoints/{host_a}/drain", "/endpoints")
     assert location(drained) == (303, "/endpoints?done=endpoint_drained")
     page = ada.get(drained.headers["location"])
-    assert notice(page) == views.NOTICES["endpoint_drained"]
+    assert notice(page) == pages.NOTICES["endpoint_drained"]
     assert f'action="/endpoints/{host_a}/undrain"' in page.text
     assert '<span class="chip chip-retrying">draining</span>' in page.text
     assert con.world.store.get_endpoint(host_a).draining is True  # type: ignore[union-attr]
@@ -331,7 +331,7 @@ def test_disabling_a_user_ends_their_access_and_enabling_lets_them_back(con: Con
     disabled = post(ada, f"/users/{olive_id}/disable", "/users")
     assert location(disabled) == (303, "/users?done=user_disabled")
     page = ada.get(disabled.headers["location"])
-    assert notice(page) == views.NOTICES["user_disabled"]
+    assert notice(page) == pages.NOTICES["user_disabled"]
     assert f'action="/users/{olive_id}/enable"' in page.text
     assert location(olive.get("/jobs")) == (303, "/login?next=%2Fjobs")
     assert me(con, con.token("olive")) == (401, None)
@@ -529,7 +529,7 @@ def test_an_owner_removes_their_server_after_a_confirm_step(con: Console) -> Non
     )
     assert location(removed) == (303, "/servers?done=server_removed")
     assert con.world.store.get_server(con.server_id) is None
-    assert notice(olive.get("/servers?done=server_removed")) == views.NOTICES["server_removed"]
+    assert notice(olive.get("/servers?done=server_removed")) == pages.NOTICES["server_removed"]
 
 
 @pytest.mark.parametrize("who", ["stella", "hugo"])
@@ -656,8 +656,8 @@ def test_other_forms_keep_the_small_field_limit(con: Console) -> None:
 
 def test_cancel_selected_counts_cancel_counts_from_the_query_only() -> None:
     """The jobs page's notice is built from counts alone; anything else in the query is 0."""
-    counts = views.CancelCounts.of("2", "x", "<b>", "99999")
-    assert (views.CancelCounts(2, 0, 0, 0), "2 jobs were cancelled.") == (counts, counts.notice())
+    counts = jobs.CancelCounts.of("2", "x", "<b>", "99999")
+    assert (jobs.CancelCounts(2, 0, 0, 0), "2 jobs were cancelled.") == (counts, counts.notice())
 
 
 # -- every form --------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from moonrun.service.artifacts import FileArtifactStore
+from moonrun.artifacts.file import FileArtifactStore
 from moonrun.store.file import FileStore
 
 

@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from moonrun.service import artifacts, filelogstore
-from moonrun.service.filelogstore import FileLogStore
+from moonrun.artifacts import file as artifact_files
+from moonrun.logs import file as log_files
+from moonrun.logs.file import FileLogStore
 from tests.http_harness import Cast, http_world
 from tests.stores import memory_factory
 
@@ -22,7 +23,7 @@ class Disk:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.full = False
-        for module, name in ((filelogstore, "_write_all"), (artifacts, "_write")):
+        for module, name in ((log_files, "_write_all"), (artifact_files, "_write")):
             write = getattr(module, name)
             monkeypatch.setattr(module, name, self.failing(write))
 

@@ -152,6 +152,7 @@ def test_openapi_describes_every_route(memory_cast: Cast) -> None:
         "/api/v1/servers/{server_id}/jobs",
         "/api/v1/jobs",
         "/api/v1/jobs/{job_id}",
+        "/api/v1/jobs/cancel",
         "/api/v1/jobs/{job_id}/cancel",
         "/api/v1/jobs/{job_id}/logs",
         "/healthz",

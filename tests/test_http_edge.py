@@ -16,8 +16,8 @@ import uvicorn
 from fastapi.testclient import TestClient
 from uvicorn.server import ServerState
 
-from moonrun.http.app import create_app
 from moonrun.http.edge import EdgeLimits, GuardedProtocol, RequestEdge, edge_of, guarded_protocol
+from moonrun.wiring.app import create_app
 from tests.http_harness import Cast, http_world
 from tests.stores import memory_factory
 

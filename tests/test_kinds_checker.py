@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from moonrun.artifacts.protocol import NAME_PATTERN as PLATFORMS_ARTIFACT_NAME
 from moonrun.errors import InvalidPayload, InvalidRequest, TooLarge, UnknownKind
 from moonrun.run.handlers.command import ARTIFACT_NAME_PATTERN
 from moonrun.run.handlers.command import PAYLOAD_SCHEMA as COMMAND
@@ -32,7 +33,6 @@ from moonrun.scheduling.kinds import (
     load_advertisement,
     unknown_kind_message,
 )
-from moonrun.service.artifacts import NAME_PATTERN as PLATFORMS_ARTIFACT_NAME
 
 Found = list[tuple[str, str]]
 

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from moonrun.service.config import LogLimits
-from moonrun.service.filelogstore import FileLogStore
-from moonrun.service.logstore import LogLine, LogStore, MemoryLogStore
-from moonrun.settings import PlatformConfig, build_platform
+from moonrun.logs.file import FileLogStore
+from moonrun.logs.memory import MemoryLogStore
+from moonrun.logs.protocol import LogLimits, LogLine, LogStore
+from moonrun.wiring.settings import PlatformConfig, build_platform
 from tests.console_kit import Console, cheap_passwords, console
 from tests.http_harness import Cast, SignedRun, http_world
 from tests.stores import memory_factory

@@ -23,12 +23,12 @@ import uvicorn
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from moonrun.artifacts.file import FileArtifactStore
 from moonrun.backoff import Backoff
 from moonrun.clock import SystemClock
 from moonrun.errors import InvalidPayload, MoonrunError, SessionRotated
-from moonrun.http.app import create_app
 from moonrun.http.channels import Channels
-from moonrun.http.platform import Platform
+from moonrun.logs.memory import MemoryLogStore
 from moonrun.run.agent import Agent, RunConfig
 from moonrun.run.client import PlatformClient, SessionInfo, Unreachable
 from moonrun.run.handlers import Handler, HandlerResult, JobContext, load_handlers
@@ -38,14 +38,14 @@ from moonrun.scheduling.messages import Evidence
 from moonrun.scheduling.records import User
 from moonrun.security import signing
 from moonrun.security.tokens import SystemTokenSource
-from moonrun.service.artifacts import FileArtifactStore
 from moonrun.service.config import SchedulingSettings
 from moonrun.service.directory import Directory
-from moonrun.service.logstore import MemoryLogStore
 from moonrun.service.scheduling import SchedulingService
 from moonrun.service.websessions import WebSessions
 from moonrun.store.memory import MemoryStore
 from moonrun.store.protocol import Store
+from moonrun.wiring.app import create_app
+from moonrun.wiring.platform import Platform
 
 HANG_GUARD_S = 10.0
 """Only a guard against a hang; every wait below is expected to end well before it."""

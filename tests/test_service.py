@@ -26,6 +26,7 @@ from moonrun.errors import (
 from moonrun.scheduling.jobs import JobState
 from moonrun.scheduling.messages import Evidence
 from moonrun.security.tokens import SeededTokenSource
+from moonrun.service.answers import CancelOutcome
 from moonrun.service.directory import Bootstrap, Directory, check_bootstrap_token
 from moonrun.service.scheduling import SchedulingService
 from moonrun.store.memory import MemoryStore
@@ -553,3 +554,95 @@ def test_job_listing_pages_newest_first(world: World) -> None:
     for bad in ({"state": "exploded"}, {"limit": 0}, {"cursor": "%%%"}):
         with pytest.raises(InvalidRequest):
             world.service.list_jobs(world.owner, **bad)
+
+
+# -- cancelling several jobs at once ---------------------------------------------------------
+
+
+def answered(outcome: CancelOutcome | MoonrunError) -> tuple[Any, ...]:
+    """What a cancel answers, as a comparable value: the refusal, or the outcome."""
+    if isinstance(outcome, MoonrunError):
+        return (type(outcome), outcome.status, outcome.code, outcome.message)
+    return (outcome.job.state, outcome.waits_on_run, outcome.had_ended)
+
+
+def test_cancel_jobs_answers_each_job_as_its_own_cancel_would(world: World) -> None:
+    """In one call: a queued job ends cancelled, a running one gets an intent that waits on
+    Run, an ended one is left alone; each answered in the order asked, as alone."""
+    run = world.run().start()
+    running = world.submit()
+    run.run_to_running(running.id)
+    queued, ended = world.submit(), world.submit()
+    world.service.cancel_job(world.owner, ended.id)
+    before = world.job(ended.id)
+
+    outcomes = world.service.cancel_jobs(world.helper, [queued.id, running.id, ended.id])
+
+    expected = [
+        (JobState.CANCELLED, False, False),
+        (JobState.RUNNING, True, False),
+        (JobState.CANCELLED, False, True),
+    ]
+    assert expected == [answered(outcome) for outcome in outcomes]
+    stored = [world.job(job.id) for job in (queued, running, ended)]
+    assert [outcome.job for outcome in outcomes if not isinstance(outcome, MoonrunError)] == stored
+    assert stored[1].cancel is not None
+    assert stored[1].cancel.requested_by == world.helper.id
+    assert before == stored[2]
+    again = [world.service.cancel_job(world.helper, job.id) for job in (queued, running, ended)]
+    assert [(JobState.CANCELLED, False, True), expected[1], expected[2]] == [
+        answered(outcome) for outcome in again
+    ]
+
+
+def test_cancel_jobs_refuses_another_owners_job_in_its_entry_as_a_single_cancel_would(
+    world: World,
+) -> None:
+    """A job of a server the caller may not manage is its entry's 403, a missing one its 404,
+    each exactly the refusal a cancel of it alone gets (so an entry tells no more about
+    another owner's job); the caller's own job beside them is cancelled, the other one not."""
+    mine = world.submit()
+    theirs = world.submit(world.other_server, world.stranger)
+    before = world.job(theirs.id)
+
+    outcomes = world.service.cancel_jobs(world.owner, [theirs.id, mine.id, "job_missing"])
+
+    alone = []
+    for job_id in (theirs.id, "job_missing"):
+        with pytest.raises(MoonrunError) as refused:
+            world.service.cancel_job(world.owner, job_id)
+        alone.append(answered(refused.value))
+    assert [alone[0], (JobState.CANCELLED, False, False), alone[1]] == [
+        answered(outcome) for outcome in outcomes
+    ]
+    assert [(Forbidden, 403, "forbidden"), (NotFound, 404, "not_found")] == [a[:3] for a in alone]
+    assert before == world.job(theirs.id)
+    assert [
+        answered(outcome) for outcome in world.service.cancel_jobs(world.stranger, [theirs.id])
+    ] == [(JobState.CANCELLED, False, False)]
+
+
+@pytest.mark.parametrize("count", [0, 1001])
+def test_cancel_jobs_takes_1_to_1000_jobs(world: World, count: int) -> None:
+    """Nothing, or more than 1,000 jobs, is `invalid_request` for the whole call: no job is
+    cancelled."""
+    job = world.submit()
+    with pytest.raises(InvalidRequest):
+        world.service.cancel_jobs(world.owner, [job.id, *(f"job_{n}" for n in range(1000))][:count])
+    assert world.job(job.id).state == JobState.QUEUED
+
+
+def test_cancel_jobs_takes_1000_jobs_and_each_job_once(world: World) -> None:
+    """1,000 jobs are answered one by one; a job named twice is `invalid_request` for the whole
+    call."""
+    job = world.submit()
+    outcomes = world.service.cancel_jobs(world.owner, [job.id] + [f"job_{n}" for n in range(999)])
+    assert len(outcomes) == 1000
+    assert {NotFound} == {type(outcome) for outcome in outcomes[1:]}
+    other = world.submit()
+    with pytest.raises(InvalidRequest):
+        world.service.cancel_jobs(world.owner, [other.id, other.id])
+    assert (
+        world.job(job.id).state,
+        world.job(other.id).state,
+    ) == (JobState.CANCELLED, JobState.QUEUED)

@@ -11,12 +11,12 @@ import pytest
 from fastapi.testclient import TestClient
 
 from moonrun.errors import StoreUnavailable
-from moonrun.http.app import create_app
 from moonrun.http.channels import Channel
 from moonrun.http.platform import HttpSettings
 from moonrun.scheduling.jobs import JobState
 from moonrun.service.sweeper import Sweeper
 from moonrun.store.memory import MemoryStore
+from moonrun.wiring.app import create_app
 from tests.e2e_faults_helpers import wait_until
 from tests.harness import SETTINGS, World
 from tests.http_harness import HttpWorld

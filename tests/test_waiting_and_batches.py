@@ -435,6 +435,72 @@ def test_a_batch_for_another_owners_server_is_forbidden(cast: Cast) -> None:
     assert (answer.status_code, answer.json()["error"]["code"]) == (403, "forbidden")
 
 
+def cancel_many(cast: Cast, token: str, job_ids: list[str]) -> Any:
+    return cast.world.api("POST", "/api/v1/jobs/cancel", token=token, json={"job_ids": job_ids})
+
+
+def test_cancelling_several_jobs_answers_each_as_its_own_cancel_would(any_cast: Cast) -> None:
+    """One request: a queued job's entry is 200 and its JobView cancelled, a running one's 202
+    with the intent, another owner's job's entry the 403 and a missing one's the 404 that a
+    cancel of it alone answers (so no entry says more); the other owner's job is untouched."""
+    world, token = any_cast.world, any_cast.owner[1]
+    running = submit(any_cast)["id"]
+    any_cast.run.start().run_to_running(running)
+    queued = submit(any_cast)["id"]
+    theirs = world.submit(any_cast.other_server_id, any_cast.stranger[1])["id"]
+    asked = [queued, running, theirs, "job_missing"]
+
+    answer = cancel_many(any_cast, token, asked)
+
+    entries = answer.json()["answers"]
+    alone = [world.api("POST", f"/api/v1/jobs/{job_id}/cancel", token=token) for job_id in asked]
+    assert (200, asked) == (answer.status_code, [entry["job_id"] for entry in entries])
+    assert [
+        (entry["status"], entry["answer"]["state"], entry["answer"]["cancel"]["requested"])
+        for entry in entries[:2]
+    ] == [(200, "cancelled", True), (202, "running", True)]
+    assert [(entry["status"], entry["error"]["code"]) for entry in entries[2:]] == [
+        (403, "forbidden"),
+        (404, "not_found"),
+    ]
+    assert [(a.status_code, a.json()) for a in alone] == [
+        (200, entries[0]["answer"]),
+        (202, entries[1]["answer"]),
+        *((entry["status"], {"error": entry["error"]}) for entry in entries[2:]),
+    ]
+    assert (
+        world.stored(theirs).state.value,
+        world.stored(theirs).cancel,
+    ) == ("queued", None)
+
+
+@pytest.mark.parametrize(
+    "ids", [[], ["{job}", "{job}"], ["{job}"] + [f"job_{n}" for n in range(1000)]],
+    ids=["empty", "a job twice", "over 1000"],
+)  # fmt: skip
+def test_cancelling_several_jobs_takes_1_to_1000_jobs_each_once(cast: Cast, ids: list[str]) -> None:
+    """Else the whole request is 422 `invalid_request` and no job is cancelled."""
+    job = submit(cast)["id"]
+    answer = cancel_many(cast, cast.owner[1], [job_id.format(job=job) for job_id in ids])
+    assert (
+        answer.status_code,
+        answer.json()["error"]["code"],
+        cast.world.stored(job).state.value,
+    ) == (422, "invalid_request", "queued")
+
+
+def test_cancelling_several_jobs_is_in_the_openapi_document(cast: Cast) -> None:
+    """The route, its body (1 to 1,000 job ids) and its per-job answers."""
+    document = cast.world.client.get("/openapi.json").json()
+    operation = document["paths"]["/api/v1/jobs/cancel"]["post"]
+    schemas = document["components"]["schemas"]
+    body = schemas["CancelJobsRequest"]["properties"]["job_ids"]
+    entry = schemas["CancelEntry"]["properties"]
+    assert (body["minItems"], body["maxItems"]) == (1, 1000)
+    assert {"job_id", "status", "answer", "error"} == set(entry)
+    assert "200" in operation["responses"]
+
+
 def test_many_waiting_reads_each_see_their_own_job(cast: Cast, client: TestClient) -> None:
     """Waiters on different jobs are woken by their own job only."""
     run, world, token = cast.run.start(capacity=4), cast.world, cast.owner[1]

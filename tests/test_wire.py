@@ -206,9 +206,9 @@ def test_every_run_answer_is_its_documented_shape_exactly_and_parses_as_run_read
 
 
 def test_every_job_view_is_its_documented_shape_exactly(cast: Cast) -> None:
-    """Jobs that failed, retry, were cancelled and were lost in reconciliation, read and
-    listed: each JobView fits the document's schema, and every key of JobView and its parts is
-    sent."""
+    """Jobs that failed, retry, were cancelled and were lost in reconciliation, read, listed
+    and cancelled in bulk: each answer fits the document's schema, and every key of JobView,
+    its parts and the bulk cancel's entries is sent."""
     world, runner, owner = cast.world, cast.run.start(), cast.owner[1]
     once = {"max_attempts": 1}
     failed, retrying, cancelled = (
@@ -235,6 +235,9 @@ def test_every_job_view_is_its_documented_shape_exactly(cast: Cast) -> None:
     for job_id in (failed, retrying, cancelled, lost):
         sent.note("GET", "/api/v1/jobs/{job_id}", world.api("GET", f"/api/v1/jobs/{job_id}"))
     sent.note("GET", "/api/v1/jobs", world.api("GET", "/api/v1/jobs"))
+    queued = world.submit(cast.server_id, owner)["id"]
+    bulk = world.api("POST", "/api/v1/jobs/cancel", json={"job_ids": [queued, "job_unknown"]})
+    sent.note("POST", "/api/v1/jobs/cancel", bulk)
 
     seen = check_answers(cast, sent.answers)
 
@@ -250,6 +253,7 @@ def test_every_job_view_is_its_documented_shape_exactly(cast: Cast) -> None:
             user.TerminalErrorView,
             user.ReconcileView,
             user.PastAttemptView,
+            user.CancelEntry,
         )
     }
     assert declared == {name: seen.get(name, set()) for name in declared}

@@ -250,16 +250,18 @@ def platform_serve(
     import uvicorn
 
     from moonrun import jsonlog
-    from moonrun.http.app import create_app
+    from moonrun.artifacts.protocol import ArtifactLimits
     from moonrun.http.edge import (
         EdgeLimits,
         ServeSettings,
         default_max_connections,
         server_config,
     )
-    from moonrun.service.config import ArtifactLimits, LogLimits, SchedulingSettings
+    from moonrun.logs.protocol import LogLimits
+    from moonrun.service.config import SchedulingSettings
     from moonrun.service.directory import check_bootstrap_token
-    from moonrun.settings import PlatformConfig, build_platform
+    from moonrun.wiring.app import create_app
+    from moonrun.wiring.settings import PlatformConfig, build_platform
 
     jsonlog.configure(log_level)
     bootstrap_token = os.environ.get("MOONRUN_BOOTSTRAP_ADMIN_TOKEN") or None

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import secrets
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -258,22 +258,25 @@ class Kinds:
 def _error_of(response: httpx.Response) -> MoonrunError:
     """The error an error answer names; a foreign 5xx (a proxy's page) is `Unreachable`."""
     try:
-        body = response.json()
-        error = body["error"]
-        code, message = error["code"], error["message"]
-        if not isinstance(code, str) or not isinstance(message, str):
-            raise TypeError(code)
+        error = response.json()["error"]
     except (ValueError, TypeError, KeyError):
-        if response.status_code >= 500:
-            return Unreachable(f"the platform answered {response.status_code}")
+        error = None
+    return _error_named(response.status_code, error)
+
+
+def _error_named(status: int, error: Any) -> MoonrunError:
+    """The error an answer's `{"code", "message"}` names (an answer's, or a batch entry's)."""
+    code = error.get("code") if isinstance(error, dict) else None
+    message = error.get("message") if isinstance(error, dict) else None
+    if not isinstance(code, str) or not isinstance(message, str):
+        if status >= 500:
+            return Unreachable(f"the platform answered {status}")
         return PlatformError(
-            response.status_code,
-            f"http_{response.status_code}",
-            f"the platform answered {response.status_code} without an error body",
+            status, f"http_{status}", f"the platform answered {status} without an error body"
         )
     known = _BY_CODE.get(code)
     if known is None:
-        return PlatformError(response.status_code, code, message)
+        return PlatformError(status, code, message)
     if known is InvalidPayload:
         return InvalidPayload(message, fields=_fields_of(error))
     return known(message)
@@ -314,6 +317,10 @@ def _retry_after(response: httpx.Response) -> float:
         return max(0.0, float(response.headers.get("retry-after", "0")))
     except ValueError:
         return 0.0
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) else 0
 
 
 def _instant_text(moment: datetime | str) -> str:
@@ -621,6 +628,19 @@ class Client:
         """Cancel: a waiting job ends at once; a running one gets a cancel intent (the answer
         then shows the job still running with `cancel.requested`)."""
         return Job.of(self._request("POST", f"/api/v1/jobs/{job_id}/cancel"))
+
+    def cancel_many(self, job_ids: Sequence[str]) -> list[Job | MoonrunError]:
+        """Cancel 1 to 1,000 jobs (each at most once) in one request, each as `cancel` would:
+        per job, in order, the job as the cancel left it, or the error a cancel of it alone
+        raises (`NotFound`, `Forbidden`, ...), returned rather than raised. A request refused
+        whole (no jobs, too many, a job named twice) raises `InvalidRequest`."""
+        body = self._request("POST", "/api/v1/jobs/cancel", json={"job_ids": list(job_ids)})
+        return [
+            Job.of(entry["answer"])
+            if entry.get("answer") is not None
+            else _error_named(_int(entry.get("status")), entry.get("error"))
+            for entry in body["answers"]
+        ]
 
     def wait(self, job_id: str, timeout_s: float | None = None) -> Job:
         """The job once it has ended, by blocking reads; `WaitTimedOut` after `timeout_s`."""

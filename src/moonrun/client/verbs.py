@@ -527,19 +527,41 @@ def job_rerun(
 @user_errors
 def job_cancel(
     ctx: typer.Context,
-    job_id: JobIdArgument,
+    job_ids: Annotated[list[str], typer.Argument(help="The jobs' ids (1 to 1,000)")],
     profile: ProfileOption = profiles.DEFAULT_PROFILE,
     as_json: JsonOption = False,
 ) -> None:
-    """Cancel a job: a waiting job ends at once, a running one gets a cancel intent."""
+    """Cancel jobs: a waiting job ends at once, a running one gets a cancel intent.
+
+    Several jobs go in one request, each answered on its own line (with --json, one object
+    each: {"job_id", "job"} or {"job_id", "error"}); exit 1 when any of them was refused.
+    """
     with connect(ctx, profile) as client:
-        job = client.cancel(job_id)
+        if len(job_ids) == 1:
+            answers: list[Job | MoonrunError] = [client.cancel(job_ids[0])]
+        else:
+            answers = client.cancel_many(job_ids)
+    answered = list(zip(job_ids, answers, strict=True))
+    refused = [answer for answer in answers if isinstance(answer, MoonrunError)]
     if as_json:
-        print_json(job.data)
-    elif job.state == "cancelled":
-        typer.echo(f"job {job.id} cancelled")
+        entries = [_cancelled_entry(job_id, answer) for job_id, answer in answered]
+        print_json(entries[0]["job"] if len(job_ids) == 1 else entries)
     else:
-        typer.echo(f"job {job.id} is {job.state}; cancel requested")
+        for job_id, answer in answered:
+            if isinstance(answer, MoonrunError):
+                typer.echo(f"job {job_id}: error: {answer.code}: {answer.message}", err=True)
+            elif answer.state == "cancelled":
+                typer.echo(f"job {answer.id} cancelled")
+            else:
+                typer.echo(f"job {answer.id} is {answer.state}; cancel requested")
+    if refused:
+        raise typer.Exit(EXIT_ERROR)
+
+
+def _cancelled_entry(job_id: str, answer: Job | MoonrunError) -> dict[str, Any]:
+    if isinstance(answer, MoonrunError):
+        return {"job_id": job_id, "error": {"code": answer.code, "message": answer.message}}
+    return {"job_id": job_id, "job": answer.data}
 
 
 @job_app.command("logs")

@@ -47,7 +47,7 @@ from moonrun.errors import (
 )
 from moonrun.http.channels import Admission, Channel
 from moonrun.http.edge import RequestEdge, edge_of
-from moonrun.http.platform import Platform, channel_of, declared_over
+from moonrun.http.platform import HttpPlatform, channel_of, declared_over
 from moonrun.scheduling.records import User
 from moonrun.service.waiting import Waiting
 from moonrun.service.websessions import SESSION_COOKIE
@@ -88,7 +88,7 @@ class Credentials:
     def present(self) -> bool:
         return self.token is not None or self.cookie is not None
 
-    def check(self, platform: Platform) -> User:
+    def check(self, platform: HttpPlatform) -> User:
         """The user these credentials belong to (blocking: it reads the store)."""
         if self.token is not None:
             return platform.directory.authenticate(self.token)
@@ -105,7 +105,7 @@ class Call:
     """One request as a handler sees it: admitted, its credentials verified or present, its
     query and body parsed."""
 
-    platform: Platform
+    platform: HttpPlatform
     channel: Channel
     """The route's channel: its admission, and its threads or inline work (`run`)."""
     admission: Admission
@@ -167,8 +167,8 @@ class Signatures:
     what `body(platform, signed, data)` needs to tie the body to that digest and record the
     nonce; `body` returns the key's subject (session or endpoint id)."""
 
-    head: Callable[[Platform, Channel, Auth, Scope, dict[str, str]], Awaitable[Any]]
-    body: Callable[[Platform, Any, bytes], str]
+    head: Callable[[HttpPlatform, Channel, Auth, Scope, dict[str, str]], Awaitable[Any]]
+    body: Callable[[HttpPlatform, Any, bytes], str]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -243,7 +243,7 @@ def error_body(error: MoonrunError) -> ErrorBody:
 class Api:
     """The ASGI app serving one table of routes for one platform."""
 
-    def __init__(self, platform: Platform, routes: Sequence[Route], verify: Signatures) -> None:
+    def __init__(self, platform: HttpPlatform, routes: Sequence[Route], verify: Signatures) -> None:
         self.platform = platform
         self.routes = tuple(routes)
         self._verify = verify

@@ -1,4 +1,5 @@
-"""HTTP plumbing shared by every router: the Platform bundle, error bodies, body limits, logs."""
+"""What the HTTP service is given (`HttpPlatform`, its limits) and the plumbing every route
+shares: error bodies, body limits, anonymous bodies, the request log."""
 
 from __future__ import annotations
 
@@ -6,26 +7,23 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
-from fastapi import Request
 from fastapi.responses import JSONResponse
 from starlette.requests import ClientDisconnect, cookie_parser
 
+from moonrun.artifacts.protocol import ArtifactStore
 from moonrun.clock import Clock
 from moonrun.errors import ClientGone, MoonrunError, TooLarge
 from moonrun.http.channels import Admission, Channels
 from moonrun.http.edge import edge_of
 from moonrun.http.metrics import Metrics
+from moonrun.logs.protocol import LogStore
 from moonrun.security.keys import NonceCache
-from moonrun.security.signing import WINDOW_S
-from moonrun.service.artifacts import ArtifactStore
 from moonrun.service.directory import Directory
-from moonrun.service.logstore import LogStore
 from moonrun.service.scheduling import SchedulingService
-from moonrun.service.waiting import Watch
-from moonrun.service.websessions import SESSION_COOKIE, SignInThrottle, WebSessions
+from moonrun.service.websessions import SESSION_COOKIE, WebSessions
 
 log = logging.getLogger("moonrun.http")
 
@@ -61,13 +59,11 @@ class HttpSettings:
         }.get(channel, self.user_body_limit)
 
 
-@dataclass
-class Platform:
-    """Everything the HTTP service needs, built once at the edge (settings.py) and passed in.
-
-    It holds the use cases, never the store: the HTTP and console rooms reach the store only
-    through them (docs/architecture.md). `release` closes the store for whoever opened it.
-    """
+class HttpPlatform(Protocol):
+    """What the HTTP service is given: the use cases (never the store: the HTTP room reaches it
+    only through them), the log and artifact stores, and its own channels, limits, metrics and
+    nonces. The wiring builds one (`wiring/platform.py`'s `Platform`) and passes it in; nothing
+    here chooses an implementation or reads the environment."""
 
     service: SchedulingService
     directory: Directory
@@ -76,37 +72,11 @@ class Platform:
     secret: bytes
     logs: LogStore
     artifacts: ArtifactStore
-    release: Callable[[], None] = lambda: None
-    channels: Channels = field(default_factory=Channels.with_limits)
-    http: HttpSettings = field(default_factory=HttpSettings)
-    metrics: Metrics = field(init=False)
-    nonces: NonceCache = field(default_factory=lambda: NonceCache(WINDOW_S))
-    started_at_s: float = field(init=False)
-    throttle: SignInThrottle = field(init=False)
-    watch: Watch = field(init=False)
-    """The service's waiters (`service.waiters`): who waits for which job or endpoint."""
-
-    def close(self) -> None:
-        """Release the channels' threads (the store is closed by `release`, for whoever opened
-        it)."""
-        self.channels.close()
-
-    def __post_init__(self) -> None:
-        self.metrics = Metrics(self.service.job_counts, self.service.waiters.held)
-        self.started_at_s = self.clock.now() / 1000
-        self.throttle = SignInThrottle(self.clock)
-        self.watch = self.service.waiters
-
-
-def platform_of(request: Request) -> Platform:
-    platform: Platform = request.app.state.platform
-    return platform
-
-
-async def on_user_channel(request: Request, work: Any, *args: Any, **kwargs: Any) -> Any:
-    """Run `work` for a console request on a thread of the user channel (signing in hashes a
-    password: never on the event loop)."""
-    return await platform_of(request).channels.user.thread(work, *args, **kwargs)
+    channels: Channels
+    http: HttpSettings
+    metrics: Metrics
+    nonces: NonceCache
+    started_at_s: float
 
 
 def error_response(status: int, code: str, message: str) -> JSONResponse:
@@ -202,7 +172,7 @@ class AnonymousBodies:
     arrives). So stalled sign-in forms hold a bounded number of places, none a signed-in
     user needs. (`Api` does the same for the APIs.)"""
 
-    def __init__(self, app: ASGIApp, platform_of: Callable[[], Platform]) -> None:
+    def __init__(self, app: ASGIApp, platform_of: Callable[[], HttpPlatform]) -> None:
         self.app = app
         self.platform_of = platform_of
 
@@ -234,7 +204,7 @@ class AnonymousBodies:
                 admission.leave()
 
 
-async def _signed_in(platform: Platform, scope: Scope) -> bool:
+async def _signed_in(platform: HttpPlatform, scope: Scope) -> bool:
     """Whether the request's cookie names a live console session."""
     cookies = dict(scope["headers"]).get(b"cookie")
     token = cookie_parser(cookies.decode("latin-1")).get(SESSION_COOKIE) if cookies else None

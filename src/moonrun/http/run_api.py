@@ -17,7 +17,7 @@ import orjson
 from moonrun.errors import InvalidRequest, MoonrunError, SignatureInvalid
 from moonrun.http.api import Auth, Call, Route, Signatures, error_body
 from moonrun.http.channels import Channel
-from moonrun.http.platform import Platform
+from moonrun.http.platform import HttpPlatform
 from moonrun.http.schemas import (
     AckBatchRequest,
     ClaimRequest,
@@ -30,6 +30,7 @@ from moonrun.http.schemas import (
     ResultBatchRequest,
     ResultRequest,
 )
+from moonrun.logs.protocol import LogLine
 from moonrun.scheduling import messages
 from moonrun.scheduling.messages import Evidence
 from moonrun.scheduling.reconcile import ReconcileEntry
@@ -37,7 +38,6 @@ from moonrun.scheduling.time import format_instant, format_optional
 from moonrun.security import signing
 from moonrun.security.keys import session_key
 from moonrun.security.tokens import b64url
-from moonrun.service.logstore import LogLine
 from moonrun.wire.error_body import ErrorDetail
 from moonrun.wire.run import (
     AckAnswer,
@@ -411,7 +411,7 @@ ROUTES: tuple[Route, ...] = (
 
 
 async def verify_head(
-    platform: Platform,
+    platform: HttpPlatform,
     channel: Channel,
     kind: Auth,
     scope: Mapping[str, Any],
@@ -436,7 +436,7 @@ async def verify_head(
     return signed
 
 
-def verify_body(platform: Platform, signed: signing.Signed, data: bytes) -> str:
+def verify_body(platform: HttpPlatform, signed: signing.Signed, data: bytes) -> str:
     """Check the body against the signed digest, then record the nonce; the key's subject
     (session or endpoint id)."""
     signing.check_digest(signed, data)

@@ -179,6 +179,11 @@ class CreateJobsRequest(Strict):
     jobs: list[CreateJobRequest] = Field(min_length=1, max_length=1000)
 
 
+class CancelJobsRequest(Strict):
+    job_ids: list[str] = Field(min_length=1, max_length=1000)
+    """Each job at most once."""
+
+
 # -- operations (served by FastAPI, which sends an answer through its model) ---------------------
 
 

@@ -15,11 +15,13 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from moonrun.errors import ArtifactIncomplete, InvalidRequest, NotFound
-from moonrun.http.api import Call, JsonReply, Route, Stream
+from moonrun.artifacts.protocol import NAME_PATTERN, ArtifactInfo, ArtifactStore
+from moonrun.errors import ArtifactIncomplete, InvalidRequest, MoonrunError, NotFound
+from moonrun.http.api import Call, JsonReply, Route, Stream, error_body
 from moonrun.http.schemas import (
     SEQ_MAX,
     AddAdminRequest,
+    CancelJobsRequest,
     CreateEndpointRequest,
     CreateJobRequest,
     CreateJobsRequest,
@@ -27,16 +29,18 @@ from moonrun.http.schemas import (
     CreateUserRequest,
     SetPasswordRequest,
 )
+from moonrun.logs.protocol import LogPage
 from moonrun.scheduling.jobs import Job
 from moonrun.scheduling.kinds import load_advertisement
 from moonrun.scheduling.records import Server, User
 from moonrun.scheduling.time import format_instant, parse_instant
 from moonrun.scheduling.views import endpoint_view, job_view, server_view, user_view
-from moonrun.service.artifacts import NAME_PATTERN, ArtifactInfo, ArtifactStore
-from moonrun.service.logstore import LogPage
+from moonrun.service.answers import CancelOutcome
 from moonrun.service.scheduling import JobSpec
 from moonrun.wire.user import (
     ArtifactsAnswer,
+    CancelEntry,
+    CancelJobsAnswer,
     CreatedEndpointAnswer,
     CreatedJobsAnswer,
     CreatedUserAnswer,
@@ -412,6 +416,21 @@ async def cancel_job(call: Call) -> JsonReply[JobView]:
     return JsonReply(202 if outcome.waits_on_run else 200, job_view(outcome.job))
 
 
+async def cancel_jobs(call: Call) -> CancelJobsAnswer:
+    """Cancel several jobs in one request and one commit: each answered in order as its own
+    cancel would be (its status, and its JobView or its refusal)."""
+    body: CancelJobsRequest = call.body
+    outcomes = await as_caller(call, call.platform.service.cancel_jobs, body.job_ids)
+    return {"answers": [_cancel_entry(*pair) for pair in zip(body.job_ids, outcomes, strict=True)]}
+
+
+def _cancel_entry(job_id: str, outcome: CancelOutcome | MoonrunError) -> CancelEntry:
+    if isinstance(outcome, MoonrunError):
+        return {"job_id": job_id, "status": outcome.status, "error": error_body(outcome)["error"]}
+    status = 202 if outcome.waits_on_run else 200
+    return {"job_id": job_id, "status": status, "answer": job_view(outcome.job)}
+
+
 async def job_logs(call: Call) -> LogsAnswer:
     """A page of log lines of one attempt (the latest with logs unless `attempt` is given):
     whole batches after `after_seq`, or with `tail` the newest lines."""
@@ -664,6 +683,10 @@ ROUTES: tuple[Route, ...] = (
         method="GET", path="/api/v1/jobs/{job_id}", channel="user", auth="user", answer=JobView,
         status=200, handler=get_job, query=JobReadQuery, headers=("If-None-Match",),
         also={304: (None, "Not modified: the job still has the If-None-Match tag")},
+    ),
+    Route(
+        method="POST", path="/api/v1/jobs/cancel", channel="user", auth="user",
+        body=CancelJobsRequest, answer=CancelJobsAnswer, status=200, handler=cancel_jobs,
     ),
     Route(
         method="POST", path="/api/v1/jobs/{job_id}/cancel", channel="user", auth="user",

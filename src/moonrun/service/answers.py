@@ -109,6 +109,8 @@ class CancelOutcome:
     job: Job
     waits_on_run: bool
     """True while only Run can resolve the intent (the API answers 202)."""
+    had_ended: bool = False
+    """The job had ended before the cancel, which left it as it was."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,5 @@
-"""The platform's settings: scheduling (docs/protocol.md, "Operating interface"), log and artifact
-bounds."""
+"""The use cases' settings: scheduling (docs/protocol.md, "Operating interface") and waiting
+requests. (The log and artifact stores' bounds live with them: `LogLimits`, `ArtifactLimits`.)"""
 
 from __future__ import annotations
 
@@ -7,12 +7,11 @@ from dataclasses import dataclass
 
 from moonrun.scheduling.retry import RetryPolicy
 from moonrun.scheduling.time import seconds_to_ms
-from moonrun.service.artifacts import ATTEMPT_BYTES
 
 
 @dataclass(frozen=True, slots=True)
 class SchedulingSettings:
-    """Timing and limits the service applies; `settings.py` builds one from flags and env."""
+    """Timing and limits the service applies; `wiring/settings.py` builds one from flags."""
 
     ack_timeout_s: float = 30.0
     lease_ttl_s: float = 40.0
@@ -77,7 +76,7 @@ class WaitLimits:
 
     recheck_s: float = 1.0
     """A waiting request reads the store again at least this often: the only way to notice a
-    change another platform process made (settings.py shortens it for MySQL stores)."""
+    change another platform process made (wiring/settings.py shortens it for MySQL stores)."""
     claims: int = 4096
     """Waiting claims at once, over every endpoint."""
     claims_per_endpoint: int = 16
@@ -88,28 +87,3 @@ class WaitLimits:
     """Waiting job reads of one user at once."""
     reads_per_address: int = 256
     """Waiting job reads from one client address at once (several users may share one)."""
-
-
-@dataclass(frozen=True, slots=True)
-class LogLimits:
-    """Bounds of the log store (docs/protocol.md, "Log bounds"); `settings.py` hands them to
-    `MemoryLogStore` or `FileLogStore`."""
-
-    line_bytes: int = 16 * 1024
-    """A longer line is cut to this many bytes of UTF-8, with a marker naming what went."""
-    attempt_bytes: int = 4 * 1024 * 1024
-    """An attempt keeps its newest lines within this many bytes of text (older ones counted)."""
-    attempt_lines: int = 10_000
-    total_bytes: int = 256 * 1024 * 1024
-    """The whole store, counting each line's record too; the least recently written attempts
-    lose their oldest lines first."""
-    max_attempts: int = 10_000
-
-
-@dataclass(frozen=True, slots=True)
-class ArtifactLimits:
-    """Bounds of the artifact store (docs/protocol.md, "Artifacts"); `settings.py` hands them to
-    `FileArtifactStore`."""
-
-    attempt_bytes: int = ATTEMPT_BYTES
-    """An attempt's chunks, over all its artifacts; a chunk past it is 413 artifact_too_large."""

@@ -22,6 +22,7 @@ from moonrun.errors import (
     AlreadyExists,
     Contention,
     EndpointInUse,
+    Forbidden,
     IdempotencyConflict,
     InvalidPayload,
     InvalidRequest,
@@ -997,14 +998,23 @@ class SchedulingService:
     def cancel_job(self, actor: User, job_id: str) -> CancelOutcome:
         """Persist a cancel intent (idempotent); waiting jobs end `cancelled` at once."""
         stored = self._accessible_job(actor, job_id)
+        return self._apply(job_id, _cancel_decision(actor), stored)
 
-        def decide(job: Job, now: Instant, draw: float) -> Decision[Job]:
-            current = jobs_domain.apply_due_deadline(job, now=now, draw=draw)
-            updated = jobs_domain.request_cancel(current, user_id=actor.id, now=now)
-            return Decision(updated, updated)
+    def cancel_jobs(
+        self, actor: User, job_ids: Sequence[str]
+    ) -> list[CancelOutcome | MoonrunError]:
+        """Cancel several jobs in one commit, each as `cancel_job` would: its outcome, or the
+        refusal a cancel of it alone gets (404 `not_found`, 403 `forbidden`), in order.
 
-        job = self._apply(job_id, decide, stored)
-        return CancelOutcome(job, jobs_domain.cancel_waits_on_run(job))
+        1 to MAX_BATCH jobs, each at most once, else `InvalidRequest` for the whole request.
+        """
+        self._check_batch(job_ids)
+        if len(set(job_ids)) != len(job_ids):
+            raise InvalidRequest("each job may appear only once in a batch")
+        refused = self._refused_jobs(actor, job_ids)
+        allowed = [job_id for job_id in job_ids if job_id not in refused]
+        outcomes = iter(self._apply_many(allowed, _cancel_decision(actor)) if allowed else ())
+        return [refused[job_id] if job_id in refused else next(outcomes) for job_id in job_ids]
 
     def list_jobs(
         self,
@@ -1052,10 +1062,27 @@ class SchedulingService:
         job = self._store.get_job(job_id)
         if job is None:
             raise NotFound("no such job")
-        server = self._store.get_server(job.server_id)
-        # The jobs of a removed server stay, for platform admins only (docs/protocol.md, "Servers").
-        require(actor.platform_admin or (server is not None and can_manage_jobs(actor, server)))
+        _require_job_access(actor, self._store.get_server(job.server_id))
         return job
+
+    def _refused_jobs(self, actor: User, job_ids: Sequence[str]) -> dict[str, MoonrunError]:
+        """Of `job_ids`, those `_accessible_job` refuses, with its refusal (read in one query,
+        each server once)."""
+        jobs = self._store.get_jobs(job_ids)
+        servers: dict[str, Server | None] = {}
+        refused: dict[str, MoonrunError] = {}
+        for job_id in job_ids:
+            job = jobs.get(job_id)
+            if job is None:
+                refused[job_id] = NotFound("no such job")
+                continue
+            if job.server_id not in servers:
+                servers[job.server_id] = self._store.get_server(job.server_id)
+            try:
+                _require_job_access(actor, servers[job.server_id])
+            except Forbidden as error:
+                refused[job_id] = error
+        return refused
 
     def _server_for(self, actor: User, server_id: str) -> Server:
         server = self._store.get_server(server_id)
@@ -1069,6 +1096,24 @@ class SchedulingService:
 def _advertised(kinds_json: str) -> kinds_domain.Kinds:
     """An advertisement, parsed and compiled once (a few distinct ones are in use at once)."""
     return kinds_domain.Kinds(kinds_domain.load_advertisement(kinds_json))
+
+
+def _require_job_access(actor: User, server: Server | None) -> None:
+    """`Forbidden` unless the actor may manage the jobs of `server` (None: removed). The jobs of
+    a removed server stay, for platform admins only (docs/protocol.md, "Servers")."""
+    require(actor.platform_admin or (server is not None and can_manage_jobs(actor, server)))
+
+
+def _cancel_decision(actor: User) -> Callable[[Job, Instant, float], Decision[CancelOutcome]]:
+    """A cancel by `actor`, as the job stands: any passed deadline first, then the intent."""
+
+    def decide(job: Job, now: Instant, draw: float) -> Decision[CancelOutcome]:
+        current = jobs_domain.apply_due_deadline(job, now=now, draw=draw)
+        updated = jobs_domain.request_cancel(current, user_id=actor.id, now=now)
+        waits = jobs_domain.cancel_waits_on_run(updated)
+        return Decision(updated, CancelOutcome(updated, waits, current.state.is_terminal))
+
+    return decide
 
 
 def _answer(decision: Decision[T]) -> T:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from markupsafe import Markup, escape
 
-from moonrun.service.logstore import LogPage
+from moonrun.logs.protocol import LogPage
 
 TAIL_LINES = 200
 TAIL_HTML_BYTES = 128 * 1024

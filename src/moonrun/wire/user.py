@@ -7,9 +7,11 @@ module only declares the shapes. Instants are RFC 3339 strings.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NotRequired
 
 from typing_extensions import TypedDict
+
+from moonrun.wire.error_body import ErrorDetail
 
 # -- views ---------------------------------------------------------------------------------------
 
@@ -175,6 +177,23 @@ class CreatedJobsAnswer(TypedDict):
 class JobsAnswer(TypedDict):
     jobs: list[JobView]
     next_cursor: str | None
+
+
+class CancelEntry(TypedDict):
+    """One job of a bulk cancel: what its own cancel would have answered."""
+
+    job_id: str
+    status: int
+    """200, 202 (the intent waits on Run), or the refusal's status."""
+    answer: NotRequired[JobView]
+    """When `status` is 200 or 202."""
+    error: NotRequired[ErrorDetail]
+    """When it is not."""
+
+
+class CancelJobsAnswer(TypedDict):
+    answers: list[CancelEntry]
+    """One per job, in the request's order."""
 
 
 class LogLineView(TypedDict):

@@ -59,7 +59,7 @@ CONTINUED = "[continued] "
 PIECE_BYTES = LINE_BYTES - len(CONTINUED.encode())
 """The most bytes of output in one log line, leaving room for the mark."""
 ARTIFACT_NAME_PATTERN = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
-"""The platform's rule for artifact names (service/artifacts.py), refused at submit."""
+"""The platform's rule for artifact names (artifacts/protocol.py), refused at submit."""
 STOP_MARGIN_S = 5.0
 """How long past the grace Run waits for the supervisor's report before it kills it."""
 DRAIN_S = 0.5

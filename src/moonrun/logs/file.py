@@ -1,4 +1,4 @@
-"""The durable log store: the in-memory log store, with each change journalled to a file first.
+"""The log store on disk: the in-memory log store, with each change journalled to a file first.
 
 `<root>/<job>/<attempt>.jsonl`, one JSON record a line, files 0600 in 0700 directories:
 
@@ -33,8 +33,9 @@ from typing import Any
 import orjson
 
 from moonrun.errors import StoreUnavailable
+from moonrun.logs.memory import MemoryLogStore, _AttemptLog
+from moonrun.logs.protocol import LogLine, LogPage
 from moonrun.security.files import open_private, private_directory
-from moonrun.service.logstore import LogLine, LogPage, MemoryLogStore, _AttemptLog
 
 COMPACT_SLACK = 64 * 1024
 """Bytes an attempt's file may grow beyond twice its last rewritten size before a rewrite."""

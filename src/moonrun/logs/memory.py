@@ -1,6 +1,6 @@
-"""The log store: bounded, in-memory log lines per attempt (`filelogstore.py` makes them durable).
+"""The log store in memory: bounded log lines per attempt (`file.py` makes them durable).
 
-Every bound is a constructor argument (`settings.py` sets them from `LogLimits`). A line's
+Every bound is a constructor argument (`wiring/settings.py` sets them from `LogLimits`). A line's
 text is cut to `line_bytes` of UTF-8 with a visible marker. An attempt keeps its newest lines
 within `attempt_lines` and `attempt_bytes`; the whole store keeps `total_bytes`, forgetting the
 oldest lines of the least recently written attempts first; at most `max_attempts` attempts are
@@ -14,55 +14,11 @@ import bisect
 import threading
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
-from typing import Protocol
+
+from moonrun.logs.protocol import LogLine, LogPage
 
 LINE_RECORD_BYTES = 100
 """What a stored line costs beside its text (its record, `ts`, `stream`), for `total_bytes`."""
-
-
-@dataclass(frozen=True, slots=True)
-class LogLine:
-    seq: int
-    ts: str
-    stream: str
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class LogPage:
-    """Some lines of one attempt, where to go on from, and what the attempt dropped."""
-
-    attempt: int | None
-    lines: list[LogLine]
-    next_after_seq: int
-    """Pass as `after_seq` for the lines after this page (newer ones, for a tail)."""
-    more: bool
-    """Lines after `next_after_seq` were left off this page."""
-    kept_lines: int = 0
-    dropped_lines: int = 0
-    dropped_bytes: int = 0
-
-
-class LogStore(Protocol):
-    on_threads: bool
-    """Appends wait for the disk: run them on the logs channel's threads, never inline."""
-
-    def append(self, job_id: str, attempt: int, seq: int, lines: list[LogLine]) -> int:
-        """Store a batch once; returns the highest batch seq accepted for the attempt."""
-        ...
-
-    def read(self, job_id: str, attempt: int, after_seq: int, limit: int = 1000) -> LogPage:
-        """Whole batches after `after_seq`, in seq order, up to `limit` lines (at least one
-        batch)."""
-        ...
-
-    def tail(self, job_id: str, attempt: int, count: int, after_seq: int = -1) -> LogPage:
-        """The newest `count` lines after `after_seq`."""
-        ...
-
-    def attempts(self, job_id: str) -> list[int]:
-        """Attempts of the job that have lines (or had them), ascending."""
-        ...
 
 
 def clean_text(text: str) -> str:

@@ -1,57 +1,20 @@
-"""The artifact store: chunks of named artifacts per attempt, as files under the data directory."""
+"""The artifact store on disk: chunks of named artifacts per attempt, as files under the data
+directory."""
 
 from __future__ import annotations
 
 import hashlib
 import os
-import re
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
+from moonrun.artifacts.protocol import ATTEMPT_BYTES, MAX_CHUNKS, NAME_PATTERN, ArtifactInfo
 from moonrun.errors import ArtifactConflict, ArtifactTooLarge, InvalidRequest, StoreUnavailable
 from moonrun.security.files import open_private, private_directory
 
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-MAX_CHUNKS = 100_000
-ATTEMPT_BYTES = 2 * 1024**3
-"""The platform's default cap on an attempt's artifact bytes (`--artifact-attempt-bytes`)."""
 COUNTED_ATTEMPTS = 4096
 """Attempts whose artifact bytes are kept counted in memory."""
-
-
-@dataclass(frozen=True, slots=True)
-class ArtifactInfo:
-    """One stored artifact of one attempt, as the user API lists it."""
-
-    attempt: int
-    name: str
-    size: int
-    """The bytes of its stored chunks."""
-    chunks: int
-    """The chunk count its `final` marker holds, or the chunks stored so far."""
-    complete: bool
-    """The `final` marker is there and every chunk it counts is stored."""
-    chunk_sizes: tuple[int, ...] = ()
-    """The size of each chunk in order, when complete."""
-
-
-class ArtifactStore(Protocol):
-    def put_chunk(
-        self, job_id: str, attempt: int, name: str, index: int, data: bytes, final: bool
-    ) -> None:
-        """Store chunk `index` once; the same bytes again are fine, different bytes are not."""
-        ...
-
-    def artifacts(self, job_id: str) -> list[ArtifactInfo]:
-        """The job's artifacts, by attempt then name."""
-        ...
-
-    def read_chunk(self, job_id: str, attempt: int, name: str, index: int) -> bytes:
-        """Chunk `index` of a stored artifact."""
-        ...
 
 
 class FileArtifactStore:

@@ -1,5 +1,6 @@
-"""Errors to HTTP for FastAPI's routes (the console and operations): moonrun's one table, and
-validation and routing errors in the same shape. (`http/api.py` answers the APIs' own.)"""
+"""Errors to HTTP for FastAPI's routes: the console's pages (`web/console.py`) on console paths,
+moonrun's one table in the JSON envelope for operations; validation and routing errors in the
+same shape. (`http/api.py` answers the APIs' own.)"""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from moonrun.errors import MoonrunError, NotFound
 from moonrun.http.platform import error_response
-from moonrun.web import views
+from moonrun.web import console
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -18,8 +19,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def moonrun_error(request: Request, error: Exception) -> Response:
         assert isinstance(error, MoonrunError)
-        if views.is_console(request.url.path):
-            return await views.console_error(request, error)
+        if console.is_console(request.url.path):
+            return await console.error_page(request, error)
         return error_response(error.status, error.code, error.message)
 
     async def invalid(request: Request, error: Exception) -> Response:
@@ -36,8 +37,8 @@ def install_error_handlers(app: FastAPI) -> None:
         if error.status_code == 400:  # a body that is not JSON, or not UTF-8
             return error_response(422, "invalid_request", "the body is not valid JSON")
         codes = {404: "not_found", 405: "method_not_allowed"}
-        if views.is_console(request.url.path) and error.status_code in (404, 405):
-            return await views.console_error(request, _ConsolePageMissing())
+        if console.is_console(request.url.path) and error.status_code in (404, 405):
+            return await console.error_page(request, _ConsolePageMissing())
         response = error_response(
             error.status_code, codes.get(error.status_code, "http_error"), str(error.detail)
         )

@@ -1,4 +1,5 @@
-"""The ASGI app: Run API, user API, console, health and metrics, and the sweeper's lifecycle."""
+"""The ASGI app: the Run and user APIs (http/), the console (web/), health and metrics, and the
+sweeper's lifecycle."""
 
 from __future__ import annotations
 
@@ -9,25 +10,17 @@ from typing import Any
 import anyio
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
-from fastapi.staticfiles import StaticFiles
 
 from moonrun import __version__
 from moonrun.http import run_api, user_api
 from moonrun.http.api import Api, openapi_paths
-from moonrun.http.error_handlers import install_error_handlers
-from moonrun.http.platform import (
-    AnonymousBodies,
-    BodyLimit,
-    Platform,
-    RequestLog,
-    Scope,
-    error_response,
-    platform_of,
-)
+from moonrun.http.platform import AnonymousBodies, BodyLimit, RequestLog, Scope, error_response
 from moonrun.http.schemas import HealthAnswer
 from moonrun.service.sweeper import Sweeper
-from moonrun.web import views
+from moonrun.web import console
 from moonrun.wire.error_body import ErrorBody
+from moonrun.wiring.error_handlers import install_error_handlers
+from moonrun.wiring.platform import Platform
 
 API_ROUTES = (*run_api.ROUTES, *user_api.ROUTES)
 """The routes `Api` serves: everything under /run/ and /api/."""
@@ -84,11 +77,8 @@ def create_app(platform: Platform, *, sweep: bool = True, api_docs: bool = False
         redoc_url="/redoc" if api_docs else None,
     )
     app.api = Api(platform, API_ROUTES, run_api.SIGNATURES)
-    app.state.platform = platform
-    app.state.templates = views.environment()
     install_error_handlers(app)
-    app.include_router(views.router)
-    app.mount("/static", StaticFiles(packages=[("moonrun.web", "static")]), "static")
+    console.install(app, platform)
 
     @app.get("/healthz", response_model=HealthAnswer, tags=["ops"])
     async def healthz(request: Request) -> Any:
@@ -102,9 +92,8 @@ def create_app(platform: Platform, *, sweep: bool = True, api_docs: bool = False
         return {"status": "ok"}
 
     @app.get("/metrics", tags=["ops"], response_class=Response)
-    async def metrics(request: Request) -> Response:
+    async def metrics() -> Response:
         """Prometheus text: jobs by state, claims, rejections by code, latency by channel."""
-        platform = platform_of(request)
         with platform.channels.ops.admit():
             body = await platform.channels.ops.run(platform.metrics.render)
         return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")

@@ -10,22 +10,25 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from moonrun.artifacts.file import FileArtifactStore
+from moonrun.artifacts.protocol import ArtifactLimits
 from moonrun.clock import SystemClock
 from moonrun.http.channels import Channels
-from moonrun.http.platform import HttpSettings, Platform
+from moonrun.http.platform import HttpSettings
+from moonrun.logs.file import FileLogStore
+from moonrun.logs.memory import MemoryLogStore
+from moonrun.logs.protocol import LogLimits, LogStore
 from moonrun.security.keys import load_or_create_secret
 from moonrun.security.tokens import SystemTokenSource
-from moonrun.service.artifacts import FileArtifactStore
-from moonrun.service.config import ArtifactLimits, LogLimits, SchedulingSettings, WaitLimits
+from moonrun.service.config import SchedulingSettings, WaitLimits
 from moonrun.service.directory import Bootstrap, Directory
-from moonrun.service.filelogstore import FileLogStore
-from moonrun.service.logstore import LogStore, MemoryLogStore
 from moonrun.service.scheduling import SchedulingService
 from moonrun.service.websessions import WebSessions
 from moonrun.store import DEFAULT_STORE_URL, open_store
 from moonrun.store.file import FileStore
 from moonrun.store.memory import MemoryStore
 from moonrun.store.mysql import MySQLStore
+from moonrun.wiring.platform import Platform
 
 
 @dataclass(frozen=True)

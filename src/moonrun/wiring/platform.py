@@ -1,0 +1,60 @@
+"""The Platform bundle: everything the HTTP service and the console are given, built once
+(`settings.py`, or a test with a manual clock) and passed in.
+
+It is what `http/` asks for (`http.platform.HttpPlatform`) and what `web/` asks for
+(`web.pages.ConsolePlatform`): each room says what it needs, in its own terms, and this
+bundle has it all (mypy checks both where `app.py` hands it over).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from moonrun.artifacts.protocol import ArtifactStore
+from moonrun.clock import Clock
+from moonrun.http.channels import Channels
+from moonrun.http.metrics import Metrics
+from moonrun.http.platform import HttpSettings
+from moonrun.logs.protocol import LogStore
+from moonrun.security.keys import NonceCache
+from moonrun.security.signing import WINDOW_S
+from moonrun.service.directory import Directory
+from moonrun.service.scheduling import SchedulingService
+from moonrun.service.waiting import Watch
+from moonrun.service.websessions import SignInThrottle, WebSessions
+
+
+@dataclass
+class Platform:
+    """The platform's parts. It holds the use cases, never the store: the HTTP and console
+    rooms reach the store only through them (docs/architecture.md). `release` closes the store
+    for whoever opened it."""
+
+    service: SchedulingService
+    directory: Directory
+    web: WebSessions
+    clock: Clock
+    secret: bytes
+    logs: LogStore
+    artifacts: ArtifactStore
+    release: Callable[[], None] = lambda: None
+    channels: Channels = field(default_factory=Channels.with_limits)
+    http: HttpSettings = field(default_factory=HttpSettings)
+    metrics: Metrics = field(init=False)
+    nonces: NonceCache = field(default_factory=lambda: NonceCache(WINDOW_S))
+    started_at_s: float = field(init=False)
+    throttle: SignInThrottle = field(init=False)
+    watch: Watch = field(init=False)
+    """The service's waiters (`service.waiters`): who waits for which job or endpoint."""
+
+    def close(self) -> None:
+        """Release the channels' threads (the store is closed by `release`, for whoever opened
+        it)."""
+        self.channels.close()
+
+    def __post_init__(self) -> None:
+        self.metrics = Metrics(self.service.job_counts, self.service.waiters.held)
+        self.started_at_s = self.clock.now() / 1000
+        self.throttle = SignInThrottle(self.clock)
+        self.watch = self.service.waiters
