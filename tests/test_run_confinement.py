@@ -36,17 +36,14 @@ from moonrun.run.handlers.command import CommandHandler
 from moonrun.run.owners import OwnerIds, OwnerRangeFull, parse_range
 from moonrun.run.resolve import open_without_links
 from moonrun.run.supervisor import command_line, descendants
+from tests import needs
 
 HANG_GUARD_S = 30.0
 LEFT_BEHIND = "moonrun: stopped {} the command left behind"
 
 
 def needs_root() -> None:
-    """Skip where the tests do not run as root, but fail under CI=true, where they do."""
-    if os.geteuid() != 0:
-        if os.environ.get("CI") == "true":
-            pytest.fail("this test needs root, as CI runs the tests")
-        pytest.skip("needs root")
+    needs.root("a cgroup, namespaces or another uid need Run to run as root")
 
 
 # -- where the cgroup2 hierarchy is ------------------------------------------------------------

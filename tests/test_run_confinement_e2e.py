@@ -26,6 +26,7 @@ import httpx
 import pytest
 
 from moonrun.run.cgroups import cgroup2_mount
+from tests import needs
 from tests.e2e import Cluster, JobView, Run, cluster, wait_for
 
 # Real platform and Run processes: the serial lane of `make test` (docs/testing.md).
@@ -39,11 +40,7 @@ LEFT_BEHIND = "moonrun: stopped 1 process the command left behind"
 
 
 def needs_root() -> None:
-    """Skip where the tests do not run as root, but fail under CI=true, where they do."""
-    if os.geteuid() != 0:
-        if os.environ.get("CI") == "true":
-            pytest.fail("this test needs root, as CI runs the tests")
-        pytest.skip("needs root (another uid per owner)")
+    needs.root("another uid per owner needs Run to run as root")
 
 
 def marker() -> str:
