@@ -28,7 +28,9 @@ from tests.stores import (
 
 # Every Hypothesis failure prints the `@reproduce_failure` blob that replays it, whatever the
 # test's own settings (the randomized tests without Hypothesis print their seeds: tests/seeds.py).
-hypothesis.settings.register_profile("moonrun", print_blob=True)
+# No deadline: an example's 200 ms is a wall-clock bound a loaded machine (or mutmut's tracing
+# in `make mutate`) breaks, and the tests here keep none (docs/testing.md).
+hypothesis.settings.register_profile("moonrun", print_blob=True, deadline=None)
 hypothesis.settings.load_profile("moonrun")
 
 
