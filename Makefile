@@ -114,7 +114,7 @@ SERVICE := moonrun.service.scheduling.xǁSchedulingServiceǁ
 FENCING := check_transfer claim_now _session_and_endpoint _caller _apply_passed_deadlines _apply \
 	_apply_many _apply_deadline \
 	sweep reconcile
-SQL_PATHS := claim_jobs update_jobs replace_job _cas _count _apply_counts
+SQL_PATHS := claim_jobs update_jobs replace_job _cas
 SERVICE_WAITING := wait_for_claim _due_s wait_for_job
 SERVICE_BATCHES := ack_many result_many _check_batch _check_messages
 MUTANTS ?= 'moonrun.scheduling.*' 'moonrun.security.signing.*' \
