@@ -5,6 +5,8 @@ the edge's deadline from uvicorn's)."""
 
 from __future__ import annotations
 
+import json
+
 from tests.test_http_edge import Edge, Socket
 
 HEAD_S = 20.0
@@ -41,3 +43,39 @@ def test_a_second_head_that_arrives_in_time_is_served_and_busy() -> None:
     edge.send(sock, b"st: p\r\n\r\n")
     edge.loop.advance(3600)
     assert (sock.closed, Edge.request(sock).arrived) == (False, True)
+
+
+def answered_first() -> tuple[Edge, Socket]:
+    edge = Edge()
+    sock = edge.connect()
+    edge.send(sock, b"GET /first HTTP/1.1\r\nHost: p\r\n\r\n")
+    edge.answer(sock)
+    return edge, sock
+
+
+def test_a_second_requests_unfinished_header_line_is_bounded_like_the_firsts() -> None:
+    """After an answer the connection is back in a head: a line that never ends is refused
+    once past 8 KiB, as on a new connection."""
+    edge, sock = answered_first()
+    edge.send(sock, b"GET /second HTTP/1.1\r\nX-Big: ")
+    sent = 0
+    while not sock.closed and sent < 65536:
+        edge.send(sock, b"a" * 4096)
+        sent += 4096
+    refusal = bytes(sock.written).partition(b"HTTP/1.1 431 ")[2].partition(b"\r\n\r\n")[2]
+    assert (sent, sock.closed) == (8192, True)
+    assert json.loads(refusal)["error"]["message"] == "a header line is over 8192 bytes"
+
+
+def test_a_second_requests_body_read_with_its_head_is_never_taken_for_a_header_line() -> None:
+    """The second head and its 200 KB body without a newline in one read: the head ended in
+    this read, so nothing after it is a header line."""
+    edge, sock = answered_first()
+    body = b'{"text": "' + b"x" * 200_000 + b'"}'
+    head = b"POST /run/v1/logs HTTP/1.1\r\nHost: p\r\nContent-Length: %d\r\n\r\n" % len(body)
+    edge.send(sock, head + body)
+    assert (sock.closed, Edge.request(sock).arrived, bytes(sock.written).count(b" 431 ")) == (
+        False,
+        True,
+        0,
+    )
