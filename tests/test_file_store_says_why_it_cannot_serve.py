@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from moonrun.errors import StoreUnavailable
+from moonrun.errors import AlreadyExists, StoreUnavailable
 from moonrun.store.file import FileStore
 
 
@@ -54,3 +54,33 @@ def test_any_other_sqlite_error_is_passed_on_naming_the_store(tmp_path: Path) ->
     finally:
         store.close()
     assert said == f"store file:{tmp_path / 'p.db'} failed: disk I/O error"
+
+
+TWICE_THE_SAME_NAME = (
+    "CREATE TEMP TABLE t (name TEXT UNIQUE)",
+    "INSERT INTO t VALUES ('a')",
+    "INSERT INTO t VALUES ('a')",
+)
+
+
+def test_a_taken_name_is_said_to_be_taken(tmp_path: Path) -> None:
+    """SQLite's unique-constraint error says which column: a name, not an id."""
+    store = FileStore(tmp_path / "p.db")
+    try:
+        with pytest.raises(AlreadyExists) as raised:
+            store._write(lambda cursor: [cursor.execute(sql) for sql in TWICE_THE_SAME_NAME])
+    finally:
+        store.close()
+    assert raised.value.message == "that name is already taken"
+
+
+def test_a_write_that_fails_in_sqlite_is_unavailable_with_sqlites_words(tmp_path: Path) -> None:
+    store = FileStore(tmp_path / "p.db")
+    try:
+        with pytest.raises(StoreUnavailable) as raised:
+            store._write(lambda cursor: cursor.execute("SELECT * FROM no_such_table"))
+    finally:
+        store.close()
+    assert raised.value.message == (
+        f"store file:{tmp_path / 'p.db'} failed: no such table: no_such_table"
+    )

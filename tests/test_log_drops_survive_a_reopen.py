@@ -51,3 +51,13 @@ def test_a_store_wide_drop_found_when_the_store_is_opened_is_recorded_too(
     again = FileLogStore(tmp_path)
 
     assert seen(again, "old") == seen(tight, "old")
+
+
+def test_an_attempt_that_lost_lines_to_the_store_wide_cap_takes_more(tmp_path: Path) -> None:
+    store = FileLogStore(tmp_path, total_bytes=TIGHT)
+    store.append("old", 1, 1, lines(1, "o1..", "o2.."))
+    store.append("new", 1, 1, lines(1, "n1..", "n2.."))
+    store.append("old", 1, 2, lines(2, "o3.."))
+    again = FileLogStore(tmp_path, total_bytes=TIGHT)
+    assert seen(store, "old") == seen(again, "old")
+    assert seen(store, "old")[0][-1] == "o3.."

@@ -1,0 +1,49 @@
+"""A waiting claim looks again when the endpoint's next job becomes claimable (in seconds from
+the platform's clock), not only when woken; and a read over the waiting bound is told which
+bound it met."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+
+import pytest
+
+from moonrun.errors import TooManyWaiting
+from moonrun.service.scheduling import Claim
+from tests.harness import World
+from tests.stores import memory_factory
+from tests.test_waiting import LONG_S, Lent, read, started
+
+
+@pytest.fixture
+def world() -> World:
+    built = World(memory_factory())
+    built.service.waiters.recheck_s = LONG_S
+    return built
+
+
+def test_a_waiting_claim_looks_again_when_the_next_job_is_due(world: World) -> None:
+    """Due 2.5 s from now on the platform's clock: look again in 2.5 s; nothing due: only
+    when woken (or at the recheck)."""
+    claim = Claim([], world.endpoint.id, None)
+    due = replace(claim, next_claimable_at=world.clock.now() + 2500)
+    assert (world.service._due_s(due), world.service._due_s(claim)) == (2.5, None)
+
+
+def test_a_read_over_the_bound_of_all_reads_is_told_so(world: World) -> None:
+    async def scenario() -> str:
+        watch = world.service.waiters
+        watch.limits = replace(watch.limits, reads=1)
+        lent = Lent()
+        job = world.submit()
+        first = await started(watch, read(world, world.owner, job, lent), "reads")
+        try:
+            with pytest.raises(TooManyWaiting) as raised:
+                await read(world, world.helper, job)
+        finally:
+            lent.left.set()
+            await asyncio.wait_for(first, LONG_S)
+        return raised.value.message
+
+    assert asyncio.run(scenario()) == "1 job reads are waiting already"
