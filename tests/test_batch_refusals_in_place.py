@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from moonrun.scheduling.jobs import ErrorInfo
 from tests.http_harness import Cast, http_world
 from tests.stores import memory_factory
 
@@ -84,3 +85,25 @@ def test_results_refused_first_and_in_the_middle_are_answered_in_place(
     assert outcomes(answers) == expected(entries, refusal)
     assert [a["answer"]["state"] for a in answers if a["status"] == 200] == ["succeeded"] * 2
     assert states == ["running", "succeeded", "running", "succeeded"]
+
+
+def test_a_batched_result_keeps_its_error_and_output(cast: Cast) -> None:
+    """Every field of a batched result is recorded as a single result's would be."""
+    run = cast.run.start(capacity=8)
+    (granted,) = claimed(cast, 1)
+    assert run.ack(granted["job_id"], granted["attempt"]).status_code == 200
+    entry = {
+        **run.entry(granted["job_id"], granted["attempt"]),
+        "outcome": "failed",
+        "retryable": False,
+        "error": {"code": "exit_status", "message": "exited 3"},
+        "output": {"lines": 2},
+    }
+    (answer,) = run.post("/run/v1/jobs/results", {"results": [entry]}).json()["answers"]
+    recorded = cast.world.stored(granted["job_id"]).result
+    assert (answer["status"], answer["answer"]["state"]) == (200, "failed")
+    assert recorded is not None
+    assert (recorded.result.error, recorded.result.output_json) == (
+        ErrorInfo("exit_status", "exited 3"),
+        '{"lines":2}',
+    )
