@@ -107,3 +107,22 @@ def test_a_batched_result_keeps_its_error_and_output(cast: Cast) -> None:
         ErrorInfo("exit_status", "exited 3"),
         '{"lines":2}',
     )
+
+
+def test_a_batched_retryable_failure_is_retried_later(cast: Cast) -> None:
+    run = cast.run.start(capacity=8)
+    (granted,) = claimed(cast, 1)
+    assert run.ack(granted["job_id"], granted["attempt"]).status_code == 200
+    entry = {
+        **run.entry(granted["job_id"], granted["attempt"]),
+        "outcome": "failed",
+        "retryable": True,
+    }
+    (answer,) = run.post("/run/v1/jobs/results", {"results": [entry]}).json()["answers"]
+    stored = cast.world.stored(granted["job_id"])
+    assert (answer["status"], answer["answer"]["state"], stored.state.value) == (
+        200,
+        "retrying",
+        "retrying",
+    )
+    assert answer["answer"]["next_eligible_at"] is not None
