@@ -27,6 +27,8 @@ R = TypeVar("R")
 app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    # Every command's context inherits these from the top one: `moonrun job list -h` too.
+    context_settings={"help_option_names": ["-h", "--help"]},
     help="moonrun: durable job scheduling for fleets of hosts.",
 )
 store_app = typer.Typer(no_args_is_help=True, help="Open, migrate and inspect a platform store.")

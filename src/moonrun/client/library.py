@@ -132,6 +132,11 @@ class Job:
         """Whether the job is in a terminal state (succeeded, failed or cancelled)."""
         return self.state in TERMINAL_STATES
 
+    @property
+    def result(self) -> Any:
+        """What the ending attempt's handler returned (docs/kinds.md); None until it ends."""
+        return None if self.terminal is None else self.terminal.get("result")
+
 
 @dataclass(frozen=True)
 class User:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import enum
 import functools
+import itertools
 import json
 import sys
 import threading
@@ -157,10 +159,9 @@ def job_fields(job: Job) -> dict[str, Any]:
     error = terminal.get("error") or {}
     failure = (data.get("retry") or {}).get("last_failure") or {}
     data["attempt"] = f"{data.get('attempt')} of {data.get('max_attempts')}"
-    data["progress"] = (
-        None if not progress else f"{progress.get('percent')}% {progress.get('message') or ''}"
-    )
+    data["progress"] = progress_text(progress, ended=job.ended)
     data["error"] = f"{error['code']}: {error['message']}" if error else None
+    data["result"] = _compact(terminal["result"]) if terminal.get("result") is not None else None
     data["last_failure"] = (
         f"{failure['code']}: {failure['message']} (attempt {failure['attempt']})"
         if failure
@@ -168,6 +169,23 @@ def job_fields(job: Job) -> dict[str, Any]:
     )
     data["cancel_requested"] = (data.get("cancel") or {}).get("requested")
     return data
+
+
+def progress_text(progress: dict[str, Any], *, ended: bool) -> str | None:
+    """A progress report as a person reads it: the percent rounded (none when the handler gave
+    none), its message, and for an ended job that this was its last report, not its end."""
+    if not progress:
+        return None
+    percent = progress.get("percent")
+    parts = [f"{percent:.0f}%" if isinstance(percent, int | float) else None]
+    parts.append(progress.get("message") or None)
+    if ended:
+        parts.append("(last report before it ended)")
+    return " ".join(part for part in parts if part) or None
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 JOB_FIELDS: Final = (
@@ -182,6 +200,7 @@ JOB_FIELDS: Final = (
     "cancel_requested",
     "last_failure",
     "error",
+    "result",
 )
 
 
@@ -232,6 +251,12 @@ def login(
     """
     environment = _environment(ctx)
     url = platform.rstrip("/")
+    if not url.startswith(("http://", "https://")):
+        # Checked before the token is read: a usage error, not a connection that fails later.
+        raise typer.BadParameter(
+            f"{platform!r} is not a URL; did you mean http://{url} (or https://)?",
+            param_hint="'--platform'",
+        )
     token = _read_secret("API token")
     with Client(url, token) as client:
         user = client.whoami()
@@ -425,19 +450,30 @@ def _follow(
 def job_list(
     ctx: typer.Context,
     server: Annotated[str | None, typer.Option("--server", help="Only this server's jobs")] = None,
-    state: Annotated[str | None, typer.Option("--state", help="Only jobs in this state")] = None,
+    state: Annotated[
+        list[str] | None,
+        typer.Option("--state", help="Only jobs in this state; repeated: in any of them"),
+    ] = None,
     kind: Annotated[str | None, typer.Option("--kind", help="Only jobs of this kind")] = None,
     id_prefix: Annotated[
         str | None,
         typer.Option("--id-prefix", help="Only jobs whose id starts so (job_ and 3 or more)"),
     ] = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=1, help="At most this many (the newest)")
+    ] = None,
     profile: ProfileOption = profiles.DEFAULT_PROFILE,
     as_json: JsonOption = False,
 ) -> None:
-    """The jobs you may see, newest first (every page)."""
+    """The jobs you may see, newest first (every page, or the newest --limit)."""
+    states: list[str | None] = list(dict.fromkeys(state)) if state else [None]
     with connect(ctx, profile) as client:
-        found = client.jobs(server_id=server, state=state, kind=kind, id_prefix=id_prefix)
-        jobs = list(found)
+        jobs: list[Job] = []
+        for one in states:  # one listing per state: each is newest first, merged below
+            found = client.jobs(server_id=server, state=one, kind=kind, id_prefix=id_prefix)
+            jobs += itertools.islice(found, limit)
+    jobs.sort(key=lambda job: (job.created_at, job.id), reverse=True)
+    jobs = jobs[:limit]
     if as_json:
         print_json([job.data for job in jobs])
     else:
@@ -450,6 +486,11 @@ def job_list(
 JobIdArgument = Annotated[str, typer.Argument(help="The job's id")]
 
 
+class LogStream(enum.StrEnum):
+    stdout = "stdout"
+    stderr = "stderr"
+
+
 @job_app.command("show")
 @user_errors
 def job_show(
@@ -458,7 +499,7 @@ def job_show(
     profile: ProfileOption = profiles.DEFAULT_PROFILE,
     as_json: JsonOption = False,
 ) -> None:
-    """One job."""
+    """One job and, once it ended, what its handler returned."""
     with connect(ctx, profile) as client:
         show_job(client.job(job_id), as_json)
 
@@ -552,6 +593,8 @@ def job_cancel(
                 typer.echo(f"job {job_id}: error: {answer.code}: {answer.message}", err=True)
             elif answer.state == "cancelled":
                 typer.echo(f"job {answer.id} cancelled")
+            elif answer.ended:
+                typer.echo(f"job {answer.id} had already ended ({answer.state}): nothing to cancel")
             else:
                 typer.echo(f"job {answer.id} is {answer.state}; cancel requested")
     if refused:
@@ -575,18 +618,31 @@ def job_logs(
     attempt: Annotated[
         int | None, typer.Option("--attempt", min=1, help="This attempt [default: the latest]")
     ] = None,
+    stream: Annotated[
+        LogStream | None, typer.Option("--stream", help="Only this stream's lines")
+    ] = None,
     profile: ProfileOption = profiles.DEFAULT_PROFILE,
     as_json: JsonOption = False,
 ) -> None:
-    """Print a job's log lines. With --json, a list of lines (one line object a line with -f)."""
+    """Print a job's log lines. With --json, a list of lines (one line object a line with -f).
+
+    On a terminal, stderr lines are marked `stderr|`; piped, every line is printed as is.
+    """
+    marked = sys.stdout.isatty()
     with connect(ctx, profile) as client:
-        lines = client.logs(job_id, attempt=attempt, follow=follow)
+        lines = (
+            line
+            for line in client.logs(job_id, attempt=attempt, follow=follow)
+            if stream is None or line.data.get("stream") == stream.value
+        )
         if as_json and not follow:
             print_json([line.data for line in lines])
             return
         for line in lines:
             if as_json:
                 typer.echo(json.dumps(line.data, ensure_ascii=False))
+            elif marked and line.data.get("stream") == "stderr":
+                typer.echo(typer.style("stderr| ", dim=True) + line.data.get("text", ""))
             else:
                 typer.echo(line.data.get("text", ""))
 
