@@ -14,6 +14,7 @@ Records keep the API's JSON object exactly as answered in `data`.
 
 from __future__ import annotations
 
+import functools
 import os
 import secrets
 import time
@@ -61,6 +62,9 @@ WAIT_CHUNK_S: Final = 60.0
 LOG_SETTLE_S: Final = 3.0
 """How long `logs(follow=True)` keeps reading after the job has ended: Run ships log lines
 about once a second, so the last ones may arrive just after the result."""
+OUTAGE_GRACE_S: Final = 60.0
+"""How long `wait` and a followed log keep trying a platform that does not answer (a restart,
+a deploy) before they give up with `Unreachable`."""
 PAGE_SIZE: Final = 100
 T = TypeVar("T")
 
@@ -350,9 +354,11 @@ class Client:
         transport: httpx.BaseTransport | None = None,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
+        outage_grace_s: float = OUTAGE_GRACE_S,
     ) -> None:
         self.platform = platform.rstrip("/")
         self.timeout_s = timeout_s
+        self.outage_grace_s = outage_grace_s
         self.retries = retries
         self.backoff = backoff
         self._sleep = sleep
@@ -456,6 +462,23 @@ class Client:
                 pause = max(next(delays), busy.after_s)
             self._sleep(min(pause, self.backoff.max_s))
         raise AssertionError("unreachable: the loop returns or raises")  # pragma: no cover
+
+    def _through_outages(self, read: Callable[[], T]) -> T:
+        """`read()`, tried again while the platform does not answer (a restart, an outage),
+        for up to `outage_grace_s` from the first failure: what follows a job (`wait`, `logs`
+        with `follow`) fails on the job's own outcome, not on a platform that comes back."""
+        failed_at: float | None = None
+        delays = self.backoff.delays()
+        while True:
+            try:
+                return read()
+            except Unreachable:
+                now = self._clock()
+                failed_at = now if failed_at is None else failed_at
+                if now - failed_at >= self.outage_grace_s:
+                    raise
+                left = self.outage_grace_s - (now - failed_at)
+                self._sleep(min(next(delays), self.backoff.max_s, left))
 
     def _json(self, response: httpx.Response) -> Any:
         if not response.content:
@@ -648,18 +671,19 @@ class Client:
         ]
 
     def wait(self, job_id: str, timeout_s: float | None = None) -> Job:
-        """The job once it has ended, by blocking reads; `WaitTimedOut` after `timeout_s`."""
+        """The job once it has ended, by blocking reads; `WaitTimedOut` after `timeout_s`.
+        A platform that stops answering for up to `outage_grace_s` is waited out."""
         deadline = None if timeout_s is None else self._clock() + timeout_s
-        job = self.job(job_id)
+        job = self._through_outages(lambda: self.job(job_id))
         while not job.ended:
             left = WAIT_CHUNK_S if deadline is None else deadline - self._clock()
             if left <= 0:
                 raise WaitTimedOut(f"job {job_id} is still {job.state} after {timeout_s} s")
             wait_s = max(0.001, min(left, WAIT_CHUNK_S))
             params = {"wait_s": round(wait_s, 3), "until": "terminal"}
-            job = Job.of(
-                self._request("GET", f"/api/v1/jobs/{job_id}", params=params, wait_s=wait_s)
-            )
+            path = f"/api/v1/jobs/{job_id}"
+            read = functools.partial(self._request, "GET", path, params=params, wait_s=wait_s)
+            job = Job.of(self._through_outages(read))
         return job
 
     def artifacts(self, job_id: str) -> list[Artifact]:
@@ -711,14 +735,19 @@ class Client:
         """The log lines of one attempt (the latest that has logs unless given), page after
         page. With `follow`, keep reading (about every 0.2 s, slowing to 2 s while nothing comes)
         until the job has ended and no line came for `settle_s`; without `attempt`, follow
-        moves on to each new attempt."""
+        moves on to each new attempt, and rides through a platform that stops answering for up
+        to `outage_grace_s`, resuming after the last line it printed."""
+        patient: Callable[[Callable[[], Any]], Any] = (
+            self._through_outages if follow else (lambda read: read())
+        )
         after_seq = -1
         current = attempt
         pauses = FOLLOW_POLL.delays()
         ended_at: float | None = None
         while True:
             params = {"after_seq": after_seq, "attempt": current, "limit": page_size}
-            page = self._request("GET", f"/api/v1/jobs/{job_id}/logs", params=params)
+            path = f"/api/v1/jobs/{job_id}/logs"
+            page = patient(functools.partial(self._request, "GET", path, params=params))
             lines = page["lines"]
             yield from (LogLine.of(line) for line in lines)
             if page["attempt"] is not None and current is None:
@@ -731,7 +760,7 @@ class Client:
             if lines:
                 pauses = FOLLOW_POLL.delays()
             if ended_at is None:
-                job = self.job(job_id)
+                job = patient(lambda: self.job(job_id))
                 if attempt is None and current is not None and job.attempt > current:
                     current, after_seq = job.attempt, -1  # a retry: follow its attempt
                     continue

@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from moonrun.client import profiles
-from moonrun.client.library import Client, Job, WaitTimedOut
+from moonrun.client.library import OUTAGE_GRACE_S, Client, Job, WaitTimedOut
 from moonrun.errors import InvalidRequest, MoonrunError, Unauthenticated
 
 P = ParamSpec("P")
@@ -111,8 +111,21 @@ def credentials(ctx: typer.Context, profile: str) -> tuple[str, str]:
     return platform, token
 
 
-def connect(ctx: typer.Context, profile: str) -> Client:
-    return Client(*credentials(ctx, profile))
+def connect(ctx: typer.Context, profile: str, *, outage_grace_s: float | None = None) -> Client:
+    if outage_grace_s is None:
+        return Client(*credentials(ctx, profile))
+    return Client(*credentials(ctx, profile), outage_grace_s=outage_grace_s)
+
+
+OutageGraceOption = Annotated[
+    float,
+    typer.Option(
+        "--outage-grace",
+        min=0,
+        help="Seconds to keep following through a platform that does not answer "
+        "(a restart) before giving up",
+    ),
+]
 
 
 # -- output --------------------------------------------------------------------------------
@@ -355,11 +368,13 @@ def job_submit(
     follow: Annotated[
         bool, typer.Option("--follow", help="Show progress and stream the log until it ends")
     ] = False,
+    outage_grace: OutageGraceOption = OUTAGE_GRACE_S,
     profile: ProfileOption = profiles.DEFAULT_PROFILE,
     as_json: JsonOption = False,
 ) -> None:
     """Queue a job on a server: `submit SERVER KIND`, or `submit SERVER -- CMD ARG...` for a
-    `command` job whose payload is {"argv": [CMD, ARG...]}."""
+    `command` job whose payload is {"argv": [CMD, ARG...]}. With --wait or --follow, a
+    platform restart of up to --outage-grace seconds is ridden through."""
     body = _payload(payload)
     tail: list[str] | None = ctx.meta.get(TAIL)
     if tail is not None:
@@ -370,7 +385,7 @@ def job_submit(
         kind, body = "command", {**(body or {}), "argv": tail}
     if kind is None:
         raise typer.BadParameter("a KIND, or `-- CMD ARG...`, is needed")
-    with connect(ctx, profile) as client:
+    with connect(ctx, profile, outage_grace_s=outage_grace) as client:
         job = client.submit(
             server,
             kind,
@@ -512,11 +527,15 @@ def job_wait(
     timeout: Annotated[
         float | None, typer.Option("--timeout", min=0, help="Give up after this many seconds")
     ] = None,
+    outage_grace: OutageGraceOption = OUTAGE_GRACE_S,
     profile: ProfileOption = profiles.DEFAULT_PROFILE,
     as_json: JsonOption = False,
 ) -> None:
-    """Wait until the job ends. Exit 0 succeeded, 3 failed, 4 cancelled, 5 timed out."""
-    with connect(ctx, profile) as client:
+    """Wait until the job ends. Exit 0 succeeded, 3 failed, 4 cancelled, 5 timed out.
+
+    A platform that does not answer for up to --outage-grace seconds (a restart) is waited
+    out; longer, exit 1 `unreachable`."""
+    with connect(ctx, profile, outage_grace_s=outage_grace) as client:
         try:
             job = client.wait(job_id, timeout)
         except WaitTimedOut:
@@ -621,6 +640,7 @@ def job_logs(
     stream: Annotated[
         LogStream | None, typer.Option("--stream", help="Only this stream's lines")
     ] = None,
+    outage_grace: OutageGraceOption = OUTAGE_GRACE_S,
     profile: ProfileOption = profiles.DEFAULT_PROFILE,
     as_json: JsonOption = False,
 ) -> None:
@@ -629,7 +649,7 @@ def job_logs(
     On a terminal, stderr lines are marked `stderr|`; piped, every line is printed as is.
     """
     marked = sys.stdout.isatty()
-    with connect(ctx, profile) as client:
+    with connect(ctx, profile, outage_grace_s=outage_grace) as client:
         lines = (
             line
             for line in client.logs(job_id, attempt=attempt, follow=follow)
