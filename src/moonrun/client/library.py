@@ -18,9 +18,10 @@ import functools
 import os
 import secrets
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
 from types import TracebackType
 from typing import Any, BinaryIO, Final, TypeVar
@@ -28,11 +29,13 @@ from typing import Any, BinaryIO, Final, TypeVar
 import httpx
 
 from moonrun.backoff import Backoff
+from moonrun.client import profiles
 from moonrun.errors import (
     ERROR_TABLE,
     AlreadyExists,
     InvalidPayload,
     MoonrunError,
+    Unauthenticated,
     Unreachable,
     WaitTimedOut,
 )
@@ -42,6 +45,7 @@ __all__ = [
     "Client",
     "Endpoint",
     "Job",
+    "JobState",
     "Kinds",
     "LogLine",
     "PlatformError",
@@ -101,6 +105,18 @@ def _optional_instant(text: Any) -> datetime | None:
     return None if text is None else _instant(text)
 
 
+class JobState(StrEnum):
+    """A job's state (docs/protocol.md, "Jobs"); each equals its name as a string too."""
+
+    QUEUED = "queued"
+    ACCEPTED = "accepted"
+    RUNNING = "running"
+    RETRYING = "retrying"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
 @dataclass(frozen=True)
 class Job:
     """A job as the user API shows it (JobView); `data` is that object as answered."""
@@ -108,7 +124,7 @@ class Job:
     id: str
     server_id: str
     kind: str
-    state: str
+    state: JobState
     attempt: int
     max_attempts: int
     created_at: datetime
@@ -122,7 +138,7 @@ class Job:
             id=data["id"],
             server_id=data["server_id"],
             kind=data["kind"],
-            state=data["state"],
+            state=JobState(data["state"]),
             attempt=data["attempt"],
             max_attempts=data["max_attempts"],
             created_at=_instant(data["created_at"]),
@@ -386,6 +402,35 @@ class Client:
 
     def __repr__(self) -> str:  # never the token
         return f"Client({self.platform!r})"
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str], **options: Any) -> Client:
+        """A client of MOONRUN_PLATFORM with MOONRUN_TOKEN, as the CLI reads them:
+        `Client.from_env(os.environ)` (the script, not the library, reads its environment);
+        `options` as the constructor takes them."""
+        platform, token = environ.get("MOONRUN_PLATFORM"), environ.get("MOONRUN_TOKEN")
+        if not platform or not token:
+            raise Unauthenticated("MOONRUN_PLATFORM and MOONRUN_TOKEN must both be set")
+        return cls(platform, token, **options)
+
+    @classmethod
+    def from_profile(
+        cls,
+        name: str = profiles.DEFAULT_PROFILE,
+        *,
+        environ: Mapping[str, str],
+        **options: Any,
+    ) -> Client:
+        """A client of a profile `moonrun login` saved: `Client.from_profile("ci",
+        environ=os.environ)` reads `~/.config/moonrun/config.toml` (under `$XDG_CONFIG_HOME`
+        when that is set), as the CLI does."""
+        path = profiles.config_path(profiles.config_home(environ))
+        saved = profiles.load(path).get(name)
+        if saved is None:
+            raise Unauthenticated(
+                f"no profile {name!r} in {path}: run `moonrun login --platform URL`"
+            )
+        return cls(saved.platform, saved.token, **options)
 
     # -- the wire ------------------------------------------------------------------------------
 
