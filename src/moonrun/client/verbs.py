@@ -10,12 +10,19 @@ import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Final, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
+from rich.progress import (
+    BarColumn,
+    Progress,
+    TaskProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 from rich.text import Text
 
@@ -413,19 +420,23 @@ def job_submit(
 def _follow(
     ctx: typer.Context, profile: str, client: Client, job: Job, *, logs_to_stderr: bool
 ) -> Job:
-    """Stream the job's log while a progress bar (on stderr) shows its progress; the job as
-    it ended."""
-    errors = Console(stderr=True, highlight=False)
+    """Stream the job's log; on a terminal, below the lines a live status line says the job's
+    state, its progress (or the time since it started when it reports none), and each failed
+    attempt and its retry as they happen. Off a terminal: plain lines. The job as it ended."""
+    out = Console(stderr=logs_to_stderr, highlight=False)
+    live = out.is_terminal
     stop = threading.Event()
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
         TaskProgressColumn(),
-        console=errors,
+        TimeElapsedColumn(),
+        console=out,
         transient=True,
-        disable=not errors.is_terminal,  # off a terminal a bar is noise in the captured output
+        disable=not live,  # off a terminal a bar is noise in the captured output
     ) as bar:
-        task = bar.add_task(f"{job.id} {job.state}", total=100)
+        task = bar.add_task(f"{job.id} {job.state}", total=None)
+        said: set[str] = set()
 
         def watch() -> None:
             # A client of its own: the log stream holds the other one's connection.
@@ -434,30 +445,68 @@ def _follow(
                     try:
                         seen = watcher.job(job.id)
                     except MoonrunError:
-                        # The bar is a view only; the log stream reports real trouble.
+                        # The status line is a view only; the log stream reports real trouble.
                         seen = None
                     if seen is not None:
-                        progress = seen.progress or {}
-                        message = "" if seen.ended else progress.get("message") or ""
-                        percent = 100 if seen.state == "succeeded" else progress.get("percent")
-                        bar.update(
-                            task,
-                            completed=percent or 0,
-                            description=f"{seen.id} {seen.state} {message}".rstrip(),
-                        )
+                        percent = status_percent(seen)
+                        bar.update(task, total=None if percent is None else 100)
+                        bar.update(task, completed=percent or 0, description=status_line(seen))
+                        note = retry_note(seen)
+                        if note is not None and note not in said:
+                            said.add(note)
+                            bar.console.print(note, markup=False, highlight=False)
                     stop.wait(PROGRESS_POLL_S)
 
         watcher = threading.Thread(target=watch, name="moonrun-progress", daemon=True)
         watcher.start()
         try:
             for line in client.logs(job.id, follow=True):
-                typer.echo(line.data.get("text", ""), err=logs_to_stderr)
+                text = line.data.get("text", "")
+                if live:  # above the status line, which rich draws again below it
+                    bar.console.print(text, markup=False, highlight=False)
+                else:
+                    typer.echo(text, err=logs_to_stderr)
         finally:
             stop.set()
             watcher.join()
     ended = client.wait(job.id)
     typer.echo(ending(ended), err=True)
     return ended
+
+
+def status_percent(seen: Job) -> float | None:
+    """The bar's fill: 100 once succeeded, else the last reported percent (None: no bar)."""
+    if seen.state == "succeeded":
+        return 100.0
+    percent = (seen.progress or {}).get("percent")
+    return float(percent) if isinstance(percent, int | float) else None
+
+
+def status_line(seen: Job) -> str:
+    """`job_x running copying` (the progress message while the job runs)."""
+    message = "" if seen.ended else (seen.progress or {}).get("message") or ""
+    return f"{seen.id} {seen.state} {message}".rstrip()
+
+
+def retry_note(seen: Job) -> str | None:
+    """`attempt 1 failed: exit_status: ...; retry in 2 s` while a retry waits; else None."""
+    if seen.state != "retrying":
+        return None
+    retry = seen.data.get("retry") or {}
+    failure = retry.get("last_failure") or {}
+    why = ": ".join(str(part) for part in (failure.get("code"), failure.get("message")) if part)
+    why = why or str(failure.get("reason") or "ended")
+    when = ""
+    eligible = retry.get("next_eligible_at")
+    updated = seen.data.get("updated_at")
+    if isinstance(eligible, str) and isinstance(updated, str):
+        delay = (_when(eligible) - _when(updated)).total_seconds()
+        when = f"; retry in {max(0.0, delay):.0f} s"
+    return f"attempt {failure.get('attempt', seen.attempt)} failed: {why}{when}"
+
+
+def _when(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 @job_app.command("list")
