@@ -312,8 +312,6 @@ def platform_serve(
     import logging
     import resource
 
-    import uvicorn
-
     from moonrun import jsonlog
     from moonrun.artifacts.protocol import ArtifactLimits
     from moonrun.http.edge import (
@@ -321,6 +319,7 @@ def platform_serve(
         ServeSettings,
         default_max_connections,
         server_config,
+        stopping_server,
     )
     from moonrun.logs.protocol import LogLimits
     from moonrun.service.config import SchedulingSettings
@@ -395,7 +394,9 @@ def platform_serve(
             typer.echo(f"moonrun: warning: {warning}", err=True)
             logging.getLogger("moonrun.platform").warning(warning)
         app = create_app(platform, api_docs=api_docs)
-        server = uvicorn.Server(server_config(app, host, port, serving))
+        server = stopping_server(
+            server_config(app, host, port, serving), on_stop=platform.service.waiters.stop
+        )
         server.run()
     finally:
         platform.close()
