@@ -126,3 +126,14 @@ def test_a_batched_retryable_failure_is_retried_later(cast: Cast) -> None:
         "retrying",
     )
     assert answer["answer"]["next_eligible_at"] is not None
+
+
+def test_a_batch_naming_a_job_twice_is_refused_saying_so(cast: Cast) -> None:
+    run = cast.run.start(capacity=8)
+    (granted,) = claimed(cast, 1)
+    entry = run.entry(granted["job_id"], granted["attempt"])
+    answer = run.post("/run/v1/jobs/acks", {"acks": [entry, entry]})
+    assert (answer.status_code, answer.json()["error"]["message"]) == (
+        422,
+        "each job may appear only once in a batch",
+    )
