@@ -11,8 +11,8 @@ import pytest
 
 from moonrun.artifacts import file as artifact_file
 from moonrun.artifacts.file import FileArtifactStore
-from moonrun.artifacts.protocol import ArtifactInfo
-from moonrun.errors import StoreUnavailable
+from moonrun.artifacts.protocol import MAX_CHUNKS, ArtifactInfo
+from moonrun.errors import ArtifactConflict, ArtifactTooLarge, InvalidRequest, StoreUnavailable
 
 
 def listing(store: FileArtifactStore) -> list[ArtifactInfo]:
@@ -84,3 +84,38 @@ def test_a_chunk_that_cannot_be_written_is_unavailable_naming_where(
     assert raised.value.message == (
         f"cannot write artifacts under {tmp_path / 'artifacts'}: No space left on device"
     )
+
+
+def test_artifacts_are_listed_by_attempt_then_name_skipping_what_the_store_did_not_make(
+    tmp_path: Path,
+) -> None:
+    store = FileArtifactStore(tmp_path)
+    for attempt, name in [(2, "b"), (1, "z"), (2, "a"), (1, "c")]:
+        store.put_chunk("job_1", attempt, name, 0, b"x", True)
+    (tmp_path / "job_1" / "notes").mkdir()  # not an attempt
+    (tmp_path / "job_1" / "1" / "stray.txt").write_text("a file, not an artifact")
+    listed = [(info.attempt, info.name) for info in listing(store)]
+    assert listed == [(1, "c"), (1, "z"), (2, "a"), (2, "b")]
+
+
+def test_the_last_chunk_index_is_accepted_and_one_more_is_refused(tmp_path: Path) -> None:
+    store = FileArtifactStore(tmp_path)
+    store.put_chunk("job_1", 1, "out", MAX_CHUNKS - 1, b"x", False)
+    with pytest.raises(InvalidRequest) as raised:
+        store.put_chunk("job_1", 1, "out", MAX_CHUNKS, b"x", False)
+    assert raised.value.message == f"chunk index must be from 0 to {MAX_CHUNKS - 1}"
+
+
+def test_refusals_say_which_chunk_and_why(tmp_path: Path) -> None:
+    store = FileArtifactStore(tmp_path, attempt_bytes=4)
+    store.put_chunk("job_1", 1, "out", 0, b"abc", False)
+    said = []
+    for name, index, data in [("../x", 0, b"a"), ("out", 0, b"abd"), ("out", 1, b"de")]:
+        with pytest.raises((InvalidRequest, ArtifactConflict, ArtifactTooLarge)) as raised:
+            store.put_chunk("job_1", 1, name, index, data, False)
+        said.append(raised.value.message)
+    assert said == [
+        "artifact name must match ^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$",
+        "chunk 0 of out was stored with other bytes",
+        "chunk 1 of out would take attempt 1's artifacts past the platform's cap of 4 bytes",
+    ]
