@@ -107,9 +107,9 @@ $(MUTATE_STAMP): $(DEV_STAMP) pyproject.toml
 # Mutation testing (docs/testing.md), not part of `make test`: mutmut mutates the areas below
 # (scheduling/, security/signing.py, the service's fencing paths, and the store's, Run's and
 # the edge's hot paths) and runs the fast in-process tests that reach each mutant's function,
-# niced (it is CPU heavy: about 25 minutes on 2 cores from scratch; later runs test only the
-# functions that changed). Then the score per area, and exit 1 when an area scores below 90%.
-# `make mutate MUTANTS='moonrun.scheduling.retry.*'` runs fewer.
+# niced (it is CPU heavy, about 6,000 mutants: see docs/testing.md for how long; later runs
+# test only the functions that changed). Then the score per area, and exit 1 when an area
+# scores below 90%. `make mutate MUTANTS='moonrun.run.journal.*'` runs one area, or fewer.
 SERVICE := moonrun.service.scheduling.xǁSchedulingServiceǁ
 FENCING := check_transfer claim_now _session_and_endpoint _caller _apply_passed_deadlines _apply \
 	_apply_many _apply_deadline \
