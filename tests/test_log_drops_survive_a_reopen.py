@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from moonrun.logs.file import FileLogStore
+from moonrun.logs.memory import MemoryLogStore
 from moonrun.logs.protocol import LogLine
 
 TS = "2026-11-30T00:00:00.000Z"
@@ -61,3 +64,26 @@ def test_an_attempt_that_lost_lines_to_the_store_wide_cap_takes_more(tmp_path: P
     again = FileLogStore(tmp_path, total_bytes=TIGHT)
     assert seen(store, "old") == seen(again, "old")
     assert seen(store, "old")[0][-1] == "o3.."
+
+
+@pytest.mark.parametrize("store", ["memory", "file"])
+def test_a_batch_is_stored_once_and_never_at_or_below_what_was_dropped(
+    tmp_path: Path, store: str
+) -> None:
+    """The same seq again is answered, not stored; a seq whose lines were all dropped (the
+    floor) or an older one is not stored again either."""
+    logs = (
+        MemoryLogStore(attempt_lines=2)
+        if store == "memory"
+        else FileLogStore(tmp_path, attempt_lines=2)
+    )
+    logs.append("job", 1, 1, lines(1, "a1.."))
+    logs.append("job", 1, 1, lines(1, "a1.."))
+    logs.append("job", 1, 2, lines(2, "b1..", "b2.."))  # drops batch 1: the floor is 1
+    again = [logs.append("job", 1, seq, lines(seq, "late")) for seq in (1, 0)]
+    page = logs.read("job", 1, -1)
+    assert ([ln.text for ln in page.lines], page.dropped_lines, again) == (
+        ["b1..", "b2.."],
+        1,
+        [2, 2],
+    )
