@@ -119,3 +119,24 @@ def test_refusals_say_which_chunk_and_why(tmp_path: Path) -> None:
         "chunk 0 of out was stored with other bytes",
         "chunk 1 of out would take attempt 1's artifacts past the platform's cap of 4 bytes",
     ]
+
+
+def test_a_final_marker_that_cannot_be_written_is_unavailable_naming_where(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The chunk is stored; its end is not: Run sends it again and it lands then."""
+    real_write = artifact_file._write
+
+    def full_at_the_marker(path: Path, data: bytes) -> None:
+        if path.name == "final":
+            raise OSError(28, "No space left on device")
+        real_write(path, data)
+
+    monkeypatch.setattr(artifact_file, "_write", full_at_the_marker)
+    store = FileArtifactStore(tmp_path / "artifacts")
+    with pytest.raises(StoreUnavailable) as raised:
+        store.put_chunk("job_1", 1, "out", 0, b"abc", True)
+    assert raised.value.message == (
+        f"cannot write artifacts under {tmp_path / 'artifacts'}: No space left on device"
+    )
+    assert store.artifacts("job_1") == [ArtifactInfo(1, "out", 3, 1, False, ())]
