@@ -100,6 +100,17 @@ class _Both:
         self._second.job_changed(job, before)
 
 
+class _Committed:
+    """Tells `listener` of a job write once the store has committed it (FileStore's loop
+    flusher commits after the whole call: a woken request must find the change)."""
+
+    def __init__(self, store: Store, listener: JobEvents) -> None:
+        self._store, self.listener = store, listener
+
+    def job_changed(self, job: Job, before: Job | None) -> None:
+        self._store.after_commit(functools.partial(self.listener.job_changed, job, before))
+
+
 @dataclass(frozen=True, slots=True)
 class JobSpec:
     """One job a user asks for: what `create_job` takes, as a value (for batches)."""
@@ -154,14 +165,14 @@ class SchedulingService:
         self._default_policy = self._settings.default_policy()
         self.waiters = Watch(waiting)
         """Who waits for which job or endpoint (told of every committed job write)."""
-        self._events: JobEvents = self.waiters
+        self._events = _Committed(store, self.waiters)
         self._served_last: dict[str, str] = {}
         """Per endpoint, the owner its last claim served last: the next claim's turns start
         after it. Kept here only; a restart starts the turns afresh."""
 
     def listen(self, events: JobEvents) -> None:
         """Tell `events` too about every committed job write from now on."""
-        self._events = _Both(self._events, events)
+        self._events = _Committed(self._store, _Both(self._events.listener, events))
 
     @property
     def settings(self) -> SchedulingSettings:

@@ -461,5 +461,9 @@ class MemoryStore:
                 self._servers.pop(server_id, None)
             return live
 
+    def after_commit(self, action: Callable[[], None]) -> None:
+        """Every write here is applied when its method returns."""
+        action()
+
     def close(self) -> None:
         """Nothing to release."""

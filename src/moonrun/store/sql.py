@@ -109,6 +109,10 @@ class SqlStore:
         """Run `work` as one atomic unit and return its result once it is committed."""
         raise NotImplementedError
 
+    def after_commit(self, action: Callable[[], None]) -> None:
+        """Every write is committed when its method returns (FileStore's flusher aside)."""
+        action()
+
     def _unavailable(self, error: BaseException) -> StoreUnavailable:
         """A one-line, credential-free explanation of a database failure."""
         return StoreUnavailable(f"store {self._description} failed: {error}")

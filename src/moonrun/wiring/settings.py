@@ -123,8 +123,12 @@ def build_platform(config: PlatformConfig) -> Platform:
                 config.artifacts_dir, attempt_bytes=config.artifacts.attempt_bytes
             ),
             # Memory and file stores answer from memory, the page cache or one fsync: their work
-            # runs on the event loop, without thread hops (MySQL waits on the network).
-            channels=Channels.with_limits(inline=isinstance(store, MemoryStore | FileStore)),
+            # runs on the event loop, without thread hops (MySQL waits on the network); over
+            # FileStore the calls waiting at a moment share one COMMIT (its loop flusher).
+            channels=Channels.with_limits(
+                inline=isinstance(store, MemoryStore | FileStore),
+                group=store.run_in_group if isinstance(store, FileStore) else None,
+            ),
             http=HttpSettings(sweep_interval_s=config.sweep_interval_s),
             release=store.close,
         )
