@@ -6,8 +6,10 @@ so the parent knows exactly which writes were acknowledged when it kills the pro
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import threading
+from functools import partial
 
 from moonrun.clock import SystemClock
 from moonrun.errors import MoonrunError
@@ -87,6 +89,60 @@ def transitions(
         seq += 1
 
 
+def crash_loop(
+    url: str, endpoint_id: str, server_id: str, admin_token: str, tasks: str = "8"
+) -> None:
+    """As `crash`, from `tasks` asyncio tasks on one event loop, every call through the
+    FileStore's loop flusher (as the platform's inline channels make them)."""
+    store = open_store(url)
+    assert isinstance(store, FileStore)
+    service = SchedulingService(store, SystemClock(), SystemTokenSource(), SETTINGS)
+    admin = Directory(store, SystemClock(), SystemTokenSource()).authenticate(admin_token)
+    session = service.register_session(
+        endpoint_id, boot_id="crash-child", run_version="0.1.0", capacity=64
+    ).session.id
+    service.reconcile(session, [])
+
+    async def transitions_on_loop() -> None:
+        group = store.run_in_group
+        seq = 0
+        while True:
+            create = partial(service.create_job, kind="noop", payload={"n": seq})
+            created = await group(create, admin, server_id)
+            report(created, created.id)
+            for granted in await group(service.claim, session, 4):
+                report(store.get_job(granted.job_id), granted.job_id)
+                evidence = Evidence(granted.attempt, granted.lease)
+                outcome = "failed" if seq % 3 == 0 else "succeeded"
+                for step in ("ack", "progress", "result")[: 1 + seq % 3]:
+                    try:
+                        if step == "ack":
+                            await group(service.ack, session, granted.job_id, evidence)
+                        elif step == "progress":
+                            progress = partial(service.progress, seq=1, percent=50)
+                            await group(progress, session, granted.job_id, evidence)
+                        else:
+                            result = partial(service.result, outcome=outcome, retryable=True)
+                            await group(result, session, granted.job_id, evidence)
+                    except MoonrunError:
+                        break
+                    report(store.get_job(granted.job_id), granted.job_id)
+            seq += 1
+
+    async def main() -> None:
+        workers = [asyncio.create_task(transitions_on_loop()) for _ in range(int(tasks))]
+        print("ready", flush=True)
+        while True:
+            with _printing:
+                print(f"groups {store.flusher.groups} {store.flusher.calls}", flush=True)
+            await asyncio.sleep(0.02)
+            for worker in workers:
+                if worker.done():
+                    worker.result()
+
+    asyncio.run(main())
+
+
 def race(url: str, session_id: str) -> None:
     """Once told to go (a line on stdin), claim until nothing is left; print every grant,
     then finish the job."""
@@ -108,4 +164,4 @@ def race(url: str, session_id: str) -> None:
 
 if __name__ == "__main__":
     command, *args = sys.argv[1:]
-    {"crash": crash, "race": race}[command](*args)
+    {"crash": crash, "crash-loop": crash_loop, "race": race}[command](*args)

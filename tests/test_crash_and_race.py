@@ -87,10 +87,13 @@ def test_sigkill_during_group_commits_loses_no_acknowledged_write(tmp_path: Path
     assert units > groups, "no transaction held more than one unit: nothing was grouped"
 
 
-def kill_and_check(factory: StoreFactory, threads: int) -> tuple[dict[str, Any], tuple[int, int]]:
-    """Start a child writing from `threads` threads, SIGKILL it at a random moment, reopen the
-    store and check it; as many times as the store's kill count. Returns what was acknowledged,
-    and the last (transactions, units) a FileStore child reported."""
+def kill_and_check(
+    factory: StoreFactory, threads: int, mode: str = "crash"
+) -> tuple[dict[str, Any], tuple[int, int]]:
+    """Start a child writing from `threads` threads (tasks, in mode `crash-loop`), SIGKILL it
+    at a random moment, reopen the store and check it; as many times as the store's kill
+    count. Returns what was acknowledged, and the last (transactions, units) a FileStore child
+    reported (groups and calls of the loop's flusher, in mode `crash-loop`)."""
     world = World(factory)
     admin_token = "mra_bootstrap-admin-token"
     url = factory.url()
@@ -100,7 +103,7 @@ def kill_and_check(factory: StoreFactory, threads: int) -> tuple[dict[str, Any],
     rng = random.Random(seed_from("MOONRUN_CRASH_SEED"))
 
     for _ in range(kills_for(factory.name)):
-        child = spawn("crash", url, world.endpoint.id, world.server.id, admin_token, str(threads))
+        child = spawn(mode, url, world.endpoint.id, world.server.id, admin_token, str(threads))
         wait_ready(child)
         time.sleep(rng.uniform(0.0, 0.3))
         child.send_signal(signal.SIGKILL)
