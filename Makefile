@@ -65,7 +65,8 @@ $(BENCH_STAMP): $(DEV_STAMP)
 	touch $(BENCH_STAMP)
 
 # Every figure is a ratio measured in one run (docs/benchmarks.md); the peer bench needs Redis
-# at 127.0.0.1:6379 for Celery, and the MySQL figures a MariaDB/MySQL server.
+# at 127.0.0.1:6379 for Celery, PostgreSQL at 127.0.0.1:5432 (user postgres) for Procrastinate,
+# and the MySQL figures a MariaDB/MySQL server.
 bench: $(BENCH_STAMP)
 	$(BIN)/python bench/service_bench.py
 	$(BIN)/python bench/store_bench.py
