@@ -8,6 +8,7 @@ import sqlite3
 import threading
 from collections.abc import Iterator
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,20 @@ async def until(condition: Any) -> None:
     raise AssertionError("the condition never held")
 
 
+def test_a_lone_call_commits_on_the_loop_and_is_answered_after_its_commit(world: World) -> None:
+    store = file_store(world)
+    committer = BlockingCommitter()  # never released: a lone call must not need it
+    store.flusher.committer = committer
+
+    async def main() -> Job:
+        create = partial(world.service.create_job, kind="noop")
+        return await store.run_in_group(create, world.owner, world.server.id)
+
+    job = asyncio.run(asyncio.wait_for(main(), 30))
+    assert not committer.entered.is_set()
+    assert job.id in committed_ids(store)
+
+
 def test_calls_awaited_together_share_one_commit(world: World) -> None:
     """Twenty creates and a claim awaited at once on the loop: one transaction, one COMMIT."""
     store = file_store(world)
@@ -105,16 +120,16 @@ def test_calls_arriving_while_a_commit_is_in_flight_join_the_next_one(world: Wor
         return world.service.create_job(world.owner, world.server.id, kind="noop")
 
     async def main() -> None:
-        first = asyncio.ensure_future(store.run_in_group(create))
+        first = [asyncio.ensure_future(store.run_in_group(create)) for _ in range(2)]
         await until(committer.entered.is_set)
         later = [asyncio.ensure_future(store.run_in_group(create)) for _ in range(10)]
         await until(lambda: len(store.flusher._waiting[asyncio.get_running_loop()]) == 10)
         committer.release.set()
-        await asyncio.gather(first, *later)
+        await asyncio.gather(*first, *later)
 
     asyncio.run(main())
     assert store.flusher.groups == 2
-    assert store.flusher.calls == 11
+    assert store.flusher.calls == 12
 
 
 def test_no_call_is_answered_nor_any_waiter_told_before_the_commit_returned(world: World) -> None:

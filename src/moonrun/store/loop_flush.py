@@ -14,8 +14,11 @@ read sees what the group wrote so far. The flusher then hands the COMMIT to a th
 own and awaits it without holding the loop, so the calls that arrive meanwhile gather for the
 next group. Only once the COMMIT has returned (on disk, with `synchronous=FULL`) are the
 group's after-commit actions run (job events: the wake-ups of waiting claims and reads) and
-its callers answered; a COMMIT that fails answers every one of them with the error. A group
-that changed nothing commits on the loop: there is nothing to sync.
+its callers answered; a COMMIT that fails answers every one of them with the error. A lone
+call, and a group that changed no row, commit on the loop: nothing else was waiting (a thread
+hop, and the wait for a core to run it, would only add to its latency), or there is nothing
+to sync. Under load the calls that queued in the sockets during a lone commit on the loop
+make up the next group, so groups grow as the load does.
 
 A store method called inside an applied call returns once its unit is applied, not once it
 is committed; the call's answer is what waits for the commit. Writers on threads keep using
@@ -101,6 +104,8 @@ class LoopFlusher:
         self._gate = gate
         self._translate = translate
         self.max_group = max_group
+        self.hand_over_from = 2
+        """Groups of at least this many calls commit on the committer's thread."""
         self._waiting: dict[asyncio.AbstractEventLoop, list[_Call]] = {}
         """Per loop with a flusher task running, the calls waiting for its next group."""
         self._tasks: set[asyncio.Task[None]] = set()
@@ -166,8 +171,13 @@ class LoopFlusher:
             self.calls += len(group)
             self._writes.groups += 1
             self._writes.units += applying.units
-            if self._connection.total_changes == applying.changes_before:
-                self._connection.execute("COMMIT")  # no row changed: nothing to sync
+            if (
+                len(group) < self.hand_over_from
+                or self._connection.total_changes == applying.changes_before
+            ):
+                # A lone call: nothing else was waiting, so a thread hop would only add its
+                # cost (and its wait for a core); or no row changed: nothing to sync.
+                self._connection.execute("COMMIT")
             else:
                 handed_over = True
                 await self.committer.commit(self._connection, transaction)
