@@ -70,6 +70,7 @@ $(BENCH_STAMP): $(DEV_STAMP)
 bench: $(BENCH_STAMP)
 	$(BIN)/python bench/service_bench.py
 	$(BIN)/python bench/store_bench.py
+	$(BIN)/python bench/loop_bench.py
 	$(BIN)/python bench/http_bench.py
 	$(BIN)/python bench/heartbeat_bench.py
 	$(BIN)/python bench/create_bench.py
