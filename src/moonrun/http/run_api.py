@@ -110,7 +110,10 @@ async def join(call: Call) -> JoinAnswer:
 async def register(call: Call) -> RegisterAnswer:
     """Register a new session (generation + 1), signed with the endpoint's identity key."""
     platform, body = call.platform, call.body
-    registration = await call.channel.run(
+    # On the channel's threads, never inline: a registration is several writes, and a fleet
+    # that starts together sends thousands at once; on threads their fsyncs are shared (the
+    # store's group commit) and the loop goes on serving heartbeats meanwhile.
+    registration = await call.channel.thread(
         platform.service.register_session,
         call.subject,
         boot_id=body.boot_id,
@@ -160,7 +163,8 @@ async def reconcile(call: Call) -> ReconcileAnswer:
     """Confirm, discard and lose: Run's journal against the store (after every registration)."""
     body: ReconcileRequest = call.body
     entries = [ReconcileEntry(e.job_id, e.attempt, e.lease) for e in body.entries]
-    report = await call.channel.run(call.platform.service.reconcile, call.subject, entries)
+    # On the channel's threads, as registrations (above): one commit, however many entries.
+    report = await call.channel.thread(call.platform.service.reconcile, call.subject, entries)
     return {
         "confirmed": [
             {

@@ -388,7 +388,8 @@ class SchedulingService:
         """Runs whose sessions heartbeat to this platform process within the session TTL."""
         since = self._clock.now() - self._settings.session_ttl_ms
         beats = self._beats
-        for session_id in [sid for sid, at in beats.items() if at < since]:
+        # A copy first: registrations (on threads) drop rotated sessions meanwhile.
+        for session_id in [sid for sid, at in list(beats.items()) if at < since]:
             beats.pop(session_id, None)
         return len(beats)
 
@@ -552,11 +553,7 @@ class SchedulingService:
         answered at once, as if its wait had run out (Run claims again a moment later).
         """
         deadline = time.monotonic() + wait_s
-        # A claim is not what keeps its session alive (heartbeats are): an idle Run's claim,
-        # its only request besides heartbeats, then writes nothing.
-        claim = await waiting.run(
-            functools.partial(self.claim_now, extend=False), session_id, max_jobs
-        )
+        claim = await waiting.run(self.claim_now, session_id, max_jobs)
         if claim.jobs or wait_s <= 0:
             return claim
         endpoint_id = claim.endpoint_id
@@ -581,17 +578,18 @@ class SchedulingService:
         due = self._store.next_claimable_at(endpoint_id)
         if due is None or due > self._clock.now():
             return Claim([], endpoint_id, due)
-        return self.claim_now(session_id, max_jobs, extend=False)
+        return self.claim_now(session_id, max_jobs)
 
     def _due_s(self, claim: Claim) -> float | None:
         """Seconds until the endpoint's next waiting job becomes claimable, if one will."""
         due = claim.next_claimable_at
         return None if due is None else (due - self._clock.now()) / 1000
 
-    def claim_now(self, session_id: str, max_jobs: int, *, extend: bool = True) -> Claim:
-        """`claim`, and when nothing is granted, when to look again (it never waits);
-        `extend=False` when it is not a request of its own (a waiting claim looking again)."""
-        session, endpoint = self._session_and_endpoint(session_id, extend=extend)
+    def claim_now(self, session_id: str, max_jobs: int) -> Claim:
+        """`claim`, and when nothing is granted, when to look again (it never waits). A claim
+        is not what keeps its session alive (heartbeats are): an idle Run's claim, its only
+        request besides heartbeats, thus writes nothing."""
+        session, endpoint = self._session_and_endpoint(session_id, extend=False)
         check_int("max_jobs", max_jobs, 1, 2**31)
         if session.reconciled_at is None:
             raise ReconcileRequired("reconcile after registering, before claiming")
