@@ -24,6 +24,9 @@ class SessionExtensions:
         self._pending: dict[str, tuple[Instant, Instant]] = {}
         self._waiters: list[asyncio.Future[None]] = []
         self._flushing = False
+        self._flusher: asyncio.Task[None] | None = None
+        """The flush under way (held here: the loop keeps only a weak reference to a task,
+        and a flusher collected mid-flight would leave its heartbeats waiting for ever)."""
         self.writes = 0
         """Writes made so far (for tests and benches)."""
         self.extended = 0
@@ -42,8 +45,12 @@ class SessionExtensions:
         self._waiters.append(done)
         if not self._flushing:
             self._flushing = True
-            loop.call_soon(lambda: loop.create_task(self._flush(run)))
+            # Started at the next turn of the loop: the heartbeats read in this turn join it.
+            loop.call_soon(self._start, loop, run)
         await done
+
+    def _start(self, loop: asyncio.AbstractEventLoop, run: Runner) -> None:
+        self._flusher = loop.create_task(self._flush(run))
 
     async def _flush(self, run: Runner) -> None:
         try:

@@ -553,7 +553,7 @@ class SchedulingService:
         answered at once, as if its wait had run out (Run claims again a moment later).
         """
         deadline = time.monotonic() + wait_s
-        claim = await waiting.run(self.claim_now, session_id, max_jobs)
+        claim = await waiting.run(self._first_look, session_id, max_jobs)
         if claim.jobs or wait_s <= 0:
             return claim
         endpoint_id = claim.endpoint_id
@@ -569,6 +569,17 @@ class SchedulingService:
             )
         except TooManyWaiting:
             return claim
+
+    def _first_look(self, session_id: str, max_jobs: int) -> Claim:
+        """A claim request's first look: its session checked (reads), and the claim (a write,
+        even when it grants nothing) only when something of the endpoint is claimable."""
+        check_int("max_jobs", max_jobs, 1, 2**31)
+        session, endpoint = self._session_and_endpoint(session_id, extend=False)
+        if session.reconciled_at is None:
+            raise ReconcileRequired("reconcile after registering, before claiming")
+        if endpoint.draining:
+            return Claim([], session.endpoint_id, None)
+        return self._claim_if_due(session_id, max_jobs, session.endpoint_id)
 
     def _claim_if_due(self, session_id: str, max_jobs: int, endpoint_id: str) -> Claim:
         """A waiting claim looks again: one read of when the endpoint's next job becomes
