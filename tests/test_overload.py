@@ -95,3 +95,21 @@ def test_run_waits_at_least_the_retry_after_of_an_overloaded_platform() -> None:
     assert error.retry_after_s == 7
     assert pause_after(error, iter([0.5])) == 7.0
     assert pause_after(error_from(503, body, None), iter([3.0])) == 3.0
+
+
+def test_registrations_never_take_the_places_heartbeats_need(cast: Cast) -> None:
+    """A fleet registering at once fills the sessions channel, not the control channel."""
+    channels = cast.world.platform.channels
+    channels.sessions.in_flight = channels.sessions.limit  # registrations in flight
+    refused = cast.run.register()
+    assert refused.status_code == 429
+    assert refused.json()["error"]["code"] == "channel_busy"
+    channels.sessions.in_flight = 0
+    cast.run.start()
+    channels.sessions.in_flight = channels.sessions.limit
+    assert cast.run.heartbeat().status_code == 200
+    channels.control.in_flight = channels.control.limit  # and the other way round
+    assert cast.other_run.register().status_code == 429
+    channels.sessions.in_flight = 0
+    assert cast.other_run.register().status_code == 201
+    assert cast.run.heartbeat().status_code == 429

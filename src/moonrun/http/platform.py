@@ -62,6 +62,7 @@ class HttpSettings:
             "artifacts": self.artifact_chunk_limit,
             "jobs": self.job_body_limit,
             "control": self.job_body_limit,
+            "sessions": self.job_body_limit,
         }.get(channel, self.user_body_limit)
 
 
@@ -101,6 +102,8 @@ def channel_of(path: str) -> str:
         return "artifacts"
     if path.startswith(("/run/v1/jobs", "/run/v1/reconcile")):
         return "jobs"
+    if path == "/run/v1/sessions":
+        return "sessions"
     if path.startswith("/run/v1/"):
         return "control"
     if path.startswith("/api/"):

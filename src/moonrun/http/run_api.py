@@ -363,7 +363,7 @@ ROUTES: tuple[Route, ...] = (
         sheds=True,
     ),
     Route(
-        method="POST", path="/run/v1/sessions", channel="control", auth="endpoint",
+        method="POST", path="/run/v1/sessions", channel="sessions", auth="endpoint",
         body=RegisterRequest, answer=RegisterAnswer, status=201, handler=register, no_store=True,
         sheds=True,
     ),
