@@ -66,7 +66,11 @@ $(BENCH_STAMP): $(DEV_STAMP)
 
 # Every figure is a ratio measured in one run (docs/benchmarks.md); the peer bench needs Redis
 # at 127.0.0.1:6379 for Celery, PostgreSQL at 127.0.0.1:5432 (user postgres) for Procrastinate,
-# and the MySQL figures a MariaDB/MySQL server.
+# and the MySQL figures a MariaDB/MySQL server. The fleet bench
+# steps through FLEET_STEPS simulated Runs (quick by default; the issue's steps are
+# `make bench FLEET_STEPS=500,1000,2000,5000,10000`, which needs an open-files hard limit of
+# about three descriptors per Run).
+FLEET_STEPS ?= 500,1000
 bench: $(BENCH_STAMP)
 	$(BIN)/python bench/service_bench.py
 	$(BIN)/python bench/store_bench.py
@@ -76,6 +80,7 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python bench/create_bench.py
 	$(BIN)/python bench/peer_bench.py
 	$(BIN)/python bench/scale_bench.py
+	$(BIN)/python bench/fleet_bench.py --steps $(FLEET_STEPS)
 
 # Longer runs of the property, crash (KILLS: the store's and the serving platform's) and race
 # tests and of the simulation, e.g.

@@ -214,6 +214,7 @@ async def running_agent(
         capacity,
         claim_interval_s=3600,  # a Run that polled would not see a new job during a test
         backoff=Backoff(initial_s=0.01, max_s=10.0),
+        draw=lambda: 0.5,  # the middle of every jitter: claims wait exactly claim_wait_s
     )
     client = RecordingClient(world)
     prepare(client)

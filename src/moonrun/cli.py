@@ -257,9 +257,10 @@ def platform_serve(
             "--keep-alive-s",
             envvar="MOONRUN_KEEP_ALIVE_S",
             min=1,
-            help="An idle connection closes after this long",
+            help="An idle connection closes after this long (keep it above Run's heartbeat "
+            "interval, so that heartbeats reuse their connection)",
         ),
-    ] = 5,
+    ] = 20,
     max_connections: Annotated[
         int | None,
         typer.Option(
@@ -312,8 +313,6 @@ def platform_serve(
     import logging
     import resource
 
-    import uvicorn
-
     from moonrun import jsonlog
     from moonrun.artifacts.protocol import ArtifactLimits
     from moonrun.http.edge import (
@@ -321,6 +320,7 @@ def platform_serve(
         ServeSettings,
         default_max_connections,
         server_config,
+        stopping_server,
     )
     from moonrun.logs.protocol import LogLimits
     from moonrun.service.config import SchedulingSettings
@@ -395,7 +395,9 @@ def platform_serve(
             typer.echo(f"moonrun: warning: {warning}", err=True)
             logging.getLogger("moonrun.platform").warning(warning)
         app = create_app(platform, api_docs=api_docs)
-        server = uvicorn.Server(server_config(app, host, port, serving))
+        server = stopping_server(
+            server_config(app, host, port, serving), on_stop=platform.service.waiters.stop
+        )
         server.run()
     finally:
         platform.close()

@@ -171,6 +171,9 @@ class Channels:
 
     control: Channel
     jobs: Channel
+    sessions: Channel
+    """Registrations: apart from the control channel, so that a fleet registering at once
+    (several writes each, on threads) never takes the places its heartbeats need."""
     logs: Channel
     artifacts: Channel
     user: Channel
@@ -184,6 +187,7 @@ class Channels:
         for channel in (
             self.control,
             self.jobs,
+            self.sessions,
             self.logs,
             self.artifacts,
             self.user,
@@ -197,6 +201,7 @@ class Channels:
         cls,
         control: int = 16,
         jobs: int = 32,
+        sessions: int = 8,
         logs: int = 8,
         artifacts: int = 4,
         user: int = 16,
@@ -212,6 +217,7 @@ class Channels:
         return cls(
             Channel("control", control, inline=inline, group=group),
             Channel("jobs", jobs, inline=inline, group=group),
+            Channel("sessions", sessions, inline=inline, group=group),
             Channel("logs", logs, inline=inline, group=group),
             Channel("artifacts", artifacts),
             Channel("user", user, inline=inline, group=group),

@@ -164,6 +164,10 @@ class Store(Protocol):
         than the stored expiry (so concurrent extensions never shorten a session)."""
         ...
 
+    def extend_sessions(self, extensions: Sequence[tuple[str, Instant, Instant]]) -> None:
+        """`extend_session` for each (session id, seen at, expires at), in one write: the
+        heartbeats that arrive together share one commit."""
+
     def mark_session_reconciled(self, session_id: str, at: Instant) -> None: ...
 
     # -- users, tokens and servers ---------------------------------------------------------

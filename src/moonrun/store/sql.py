@@ -489,6 +489,14 @@ class SqlStore:
         parameters = {"id": session_id, "seen_at": seen_at, "expires_at": expires_at}
         self._write(lambda cursor: cursor.execute(self._sql.extend_session, parameters))
 
+    def extend_sessions(self, extensions: Sequence[tuple[str, Instant, Instant]]) -> None:
+        rows = [
+            {"id": session_id, "seen_at": seen_at, "expires_at": expires_at}
+            for session_id, seen_at, expires_at in extensions
+        ]
+        if rows:
+            self._write(lambda cursor: cursor.executemany(self._sql.extend_session, rows))
+
     def mark_session_reconciled(self, session_id: str, at: Instant) -> None:
         parameters = {"id": session_id, "at": at}
         self._write(lambda cursor: cursor.execute(self._sql.mark_session_reconciled, parameters))
