@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from moonrun.client import Client
-from tests.support.e2e import ADMIN_TOKEN, cluster, moonrun, wait_for
-from tests.support.processes import command_env
+from tests.support.e2e import cluster
+from tests.support.launcher import ADMIN_TOKEN, command_env, moonrun, wait_for
 
 # Real platform and Run processes: the serial lane of `make test` (docs/testing.md).
 pytestmark = pytest.mark.processes

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from tests.support.e2e import ADMIN_TOKEN, Cluster, Server, cluster, moonrun
-from tests.support.processes import command_env, free_port
+from tests.support.e2e import Cluster, Server, cluster
+from tests.support.launcher import ADMIN_TOKEN, command_env, free_port, moonrun
 
 # Real platform and Run processes: the serial lane of `make test` (docs/testing.md).
 pytestmark = pytest.mark.processes

@@ -33,8 +33,8 @@ from moonrun.errors import (
     Unreachable,
     WaitTimedOut,
 )
-from tests.support.e2e import ADMIN_TOKEN, Cluster, Server, cluster
-from tests.support.processes import free_port
+from tests.support.e2e import Cluster, Server, cluster
+from tests.support.launcher import ADMIN_TOKEN, free_port
 
 # Real platform and Run processes: the serial lane of `make test` (docs/testing.md).
 pytestmark = pytest.mark.processes

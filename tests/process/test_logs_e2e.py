@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from tests.support.e2e import Cluster, Server, cluster, wait_for
+from tests.support.e2e import Cluster, Server, cluster
+from tests.support.launcher import wait_for
 
 # Real platform and Run processes: the serial lane of `make test` (docs/testing.md).
 pytestmark = pytest.mark.processes

@@ -28,7 +28,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from moonrun.run.client import PlatformClient, join
 from moonrun.security import signing
 from tests.process.test_platform_edge import Stalled, stalled_post
-from tests.support.e2e import Cluster, JobView, cluster, wait_for
+from tests.support.e2e import Cluster, JobView, cluster
+from tests.support.launcher import wait_for
 
 # Real platform and Run processes: the serial lane of `make test` (docs/testing.md).
 pytestmark = pytest.mark.processes

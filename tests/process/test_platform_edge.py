@@ -17,7 +17,6 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -25,57 +24,28 @@ import pytest
 
 from tests.support.console_kit import csrf_of
 from tests.support.e2e import cluster
-from tests.support.processes import command_env, free_port, serve_command
+from tests.support.launcher import PlatformProcess, command_env
 
 # A real platform process: the serial lane of `make test` (docs/testing.md).
 pytestmark = pytest.mark.processes
 
 ADMIN_TOKEN = "mra_platform-edge-admin-token-0000000000000"
 OLIVE_PASSWORD = "olive-edge-password-5d1c"
-STARTUP_TIMEOUT_S = 30.0
 SETTLE_BOUND_S = 30.0
 
 
-@dataclass
-class Served:
-    url: str
-    port: int
-    process: subprocess.Popen[bytes]
-    log: Path
-
-
 @contextmanager
-def served(tmp_path: Path, *flags: str, open_files: int | None = None) -> Iterator[Served]:
+def served(tmp_path: Path, *flags: str, open_files: int | None = None) -> Iterator[PlatformProcess]:
     """`moonrun platform serve` on a free port with `flags`, under `ulimit -n open_files`;
     yields once /healthz answers 200, and kills the process afterwards."""
-    port = free_port()
-    command = [
-        *serve_command("memory://", port, tmp_path / "platform.secret", tmp_path / "data"),
-        *flags,
-    ]
-    if open_files is not None:
-        command = ["sh", "-c", f'ulimit -n {open_files} && exec "$@"', "sh", *command]
-    log = tmp_path / "platform.log"
-    with log.open("wb") as output:
-        process = subprocess.Popen(
-            command,
-            cwd=tmp_path,
-            env=command_env(ADMIN_TOKEN),
-            stdin=subprocess.DEVNULL,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-        )
+    platform = PlatformProcess(
+        tmp_path, "memory://", flags=flags, open_files=open_files, admin_token=ADMIN_TOKEN
+    )
     try:
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while not healthy(url):
-            assert process.poll() is None, log.read_text()[-4000:]
-            assert time.monotonic() < deadline, "no /healthz: " + log.read_text()[-4000:]
-            time.sleep(0.05)
-        yield Served(url, port, process, log)
+        platform.start()
+        yield platform
     finally:
-        process.kill()
-        process.wait(timeout=30)
+        platform.close()
 
 
 def healthy(url: str) -> bool:
@@ -144,7 +114,7 @@ def test_slow_clients_never_starve_healthz_and_are_closed_after_the_header_timeo
                 connection.close()
 
 
-def with_olive(platform: Served) -> None:
+def with_olive(platform: PlatformProcess) -> None:
     created = httpx.post(
         f"{platform.url}/api/v1/users",
         json={"name": "olive", "password": OLIVE_PASSWORD},
@@ -154,7 +124,7 @@ def with_olive(platform: Served) -> None:
     assert created.status_code == 201, created.text
 
 
-def sign_in_status(platform: Served, name: str, password: str, forwarded_for: str) -> int:
+def sign_in_status(platform: PlatformProcess, name: str, password: str, forwarded_for: str) -> int:
     """Sign in through the console's form with an X-Forwarded-For header; the POST's status."""
     headers = {"X-Forwarded-For": forwarded_for}
     with httpx.Client(base_url=platform.url, headers=headers, timeout=10.0) as client:

@@ -31,8 +31,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from moonrun.scheduling.fingerprint import token_hash
 from moonrun.security import signing
 from moonrun.store import open_store
+from tests.support import launcher
 from tests.support.console_kit import sign_in
-from tests.support.processes import command_env, free_port, serve_command
+from tests.support.launcher import ADMIN_TOKEN, command_env, free_port, serve_command
 from tests.support.seeds import seed_from
 from tests.support.stores import StoreFactory
 
@@ -40,90 +41,13 @@ from tests.support.stores import StoreFactory
 pytestmark = pytest.mark.processes
 
 ROOT = Path(__file__).resolve().parents[2]
-ADMIN_TOKEN = "mra_" + secrets.token_urlsafe(32)
-STARTUP_TIMEOUT_S = 30.0
 LOG_TAIL_LINES = 40
 
 
-class PlatformProcess:
-    """`moonrun platform serve` on one port, store and secret file; started and killed at will.
-
-    Every instance appends its stdout and stderr to one log file, so a failure shows the tail
-    across restarts.
-    """
-
-    def __init__(
-        self, workdir: Path, store_url: str, secret_file: Path, admin_token: str = ADMIN_TOKEN
-    ) -> None:
-        self.admin_token = admin_token
-        self.workdir = workdir
-        self.store_url = store_url
-        self.secret_file = secret_file
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = workdir / "platform.log"
-        self.starts = 0
-        self.process: subprocess.Popen[bytes] | None = None
-        self.client: httpx.Client | None = None
-
-    def start(self) -> None:
-        """Start an instance and wait, with a bound, until /healthz answers 200."""
-        assert self.process is None, "the platform is already running"
-        self.starts += 1
-        command = serve_command(self.store_url, self.port, self.secret_file, self.workdir / "data")
-        with self.log.open("ab") as log:
-            log.write(f"--- start {self.starts}: {' '.join(command[1:])}\n".encode())
-            log.flush()
-            self.process = subprocess.Popen(
-                command,
-                cwd=self.workdir,
-                env=command_env(self.admin_token),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        self.client = httpx.Client(base_url=self.url, timeout=10.0)
-        self._wait_healthy()
-
-    def _wait_healthy(self) -> None:
-        assert self.process is not None
-        assert self.client is not None
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        last = "no answer yet"
-        while time.monotonic() < deadline:
-            code = self.process.poll()
-            if code is not None:
-                raise AssertionError(f"the platform exited with code {code} before /healthz")
-            try:
-                response = self.client.get("/healthz", timeout=1.0)
-            except httpx.TransportError as error:
-                last = repr(error)
-            else:
-                if response.status_code == 200:
-                    return
-                last = f"{response.status_code} {response.text}"
-            time.sleep(0.05)
-        raise AssertionError(f"/healthz did not answer 200 within {STARTUP_TIMEOUT_S} s: {last}")
-
-    def kill(self) -> None:
-        """SIGKILL the instance (no graceful shutdown) and reap it."""
-        if self.client is not None:
-            self.client.close()
-            self.client = None
-        if self.process is not None:
-            if self.process.poll() is None:
-                self.process.kill()
-            self.process.wait(timeout=30)
-            self.process = None
-
-    def log_tail(self) -> str:
-        lines = self.log.read_text(errors="replace").splitlines() if self.log.exists() else []
-        return "\n".join(lines[-LOG_TAIL_LINES:]) or "(empty)"
-
-    # -- user API ------------------------------------------------------------------------------
+class PlatformProcess(launcher.PlatformProcess):
+    """`moonrun platform serve` (tests/support/launcher.py) with the user API at hand."""
 
     def api(self, method: str, path: str, body: Any = None) -> httpx.Response:
-        assert self.client is not None, "the platform is not running"
         headers = {"Authorization": f"Bearer {self.admin_token}"}
         return self.client.request(method, path, json=body, headers=headers)
 
@@ -139,15 +63,15 @@ def platform_process(
     workdir: Path, store_url: str, secret_file: Path, admin_token: str = ADMIN_TOKEN
 ) -> Iterator[PlatformProcess]:
     """A platform that is always killed at the end; a failure carries the platform's log tail."""
-    platform = PlatformProcess(workdir, store_url, secret_file, admin_token)
+    platform = PlatformProcess(workdir, store_url, admin_token=admin_token, secret_file=secret_file)
     try:
         yield platform
     except Exception as error:
         error.add_note(f"--- platform output (last {LOG_TAIL_LINES} lines) ---")
-        error.add_note(platform.log_tail())
+        error.add_note(platform.tail(LOG_TAIL_LINES))
         raise
     finally:
-        platform.kill()
+        platform.close()
 
 
 @dataclass

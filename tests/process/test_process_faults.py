@@ -34,8 +34,7 @@ import httpx
 import pytest
 
 from tests.support import needs
-from tests.support.e2e_faults_helpers import (
-    ADMIN_TOKEN,
+from tests.support.faults import (
     BlockingProxy,
     Platform,
     PrivateMariaDB,
@@ -43,9 +42,8 @@ from tests.support.e2e_faults_helpers import (
     check_history,
     is_terminal,
     processes,
-    wait_until,
 )
-from tests.support.processes import command_env
+from tests.support.launcher import ADMIN_TOKEN, command_env, wait_for
 
 # Real platform and Run processes: the serial lane of `make test` (docs/testing.md).
 pytestmark = pytest.mark.processes
@@ -130,15 +128,11 @@ def server_errors(platform: Platform) -> list[dict[str, Any]]:
     """Requests the platform answered 5xx other than a typed 503 (its request log)."""
     return [
         event
-        for event in json_lines(platform.process.log)
+        for event in json_lines(platform.log)
         if event.get("msg") == "request"
         and event.get("status", 0) >= 500
         and event["status"] != 503
-    ] + [
-        event
-        for event in json_lines(platform.process.log)
-        if event.get("msg") == "unexpected error"
-    ]
+    ] + [event for event in json_lines(platform.log) if event.get("msg") == "unexpected error"]
 
 
 def ended_exactly_once(
@@ -151,7 +145,7 @@ def ended_exactly_once(
         views = [view for server_id in server_ids for view in platform.jobs(server_id)]
         return views if all(is_terminal(view) for view in views) else None
 
-    views = wait_until(all_ended, timeout_s, "every job to end", every_s=0.25)
+    views = wait_for(all_ended, "every job to end", timeout_s=timeout_s, every_s=0.25)
     problems = {view["id"]: found for view in views if (found := check_history(view))}
     assert problems == {}
     accepted = sum((results_accepted(run) for run in runs), Counter())
@@ -268,26 +262,34 @@ def test_a_database_outage_is_a_typed_503_and_heals_without_a_restart(tmp_path: 
         endpoint_id, join_token, server_id = platform.host("host-1")
         run.join(platform.url, join_token)
         run.start(platform.url)
-        wait_until(lambda: platform.endpoint(endpoint_id)["online"], 30, "Run to come online")
+        wait_for(
+            lambda: platform.endpoint(endpoint_id)["online"], "Run to come online", timeout_s=30
+        )
         submitter = Submitter(platform, server_id, marked_command(marks, 1.5))
         health = HealthWatch(platform)
         submitter.start()
         health.start()
-        wait_until(lambda: len(spans_of(marks)) >= 3, 30, "three attempts to start")
+        wait_for(lambda: len(spans_of(marks)) >= 3, "three attempts to start", timeout_s=30)
 
         database.kill()
         down_at = time.monotonic()
-        wait_until(lambda: (health.last() or (0, None))[0] == 503, OUTAGE_S, "/healthz to say 503")
-        during = wait_until(
-            lambda: (503, "store_unavailable") in submitter.answers, OUTAGE_S, "a typed 503"
+        wait_for(
+            lambda: (health.last() or (0, None))[0] == 503,
+            "/healthz to say 503",
+            timeout_s=OUTAGE_S,
+        )
+        during = wait_for(
+            lambda: (503, "store_unavailable") in submitter.answers,
+            "a typed 503",
+            timeout_s=OUTAGE_S,
         )
         time.sleep(max(0.0, OUTAGE_S - (time.monotonic() - down_at)))
         database.start()
         up_at = time.monotonic()
-        wait_until(lambda: (health.last() or (0, None))[0] == 200, 30, "/healthz 200 again")
+        wait_for(lambda: (health.last() or (0, None))[0] == 200, "/healthz 200 again", timeout_s=30)
         healed_s = time.monotonic() - up_at
         created = len(submitter.job_ids)
-        wait_until(lambda: submitter.created_since(created) >= 3, 30, "three creates after")
+        wait_for(lambda: submitter.created_since(created) >= 3, "three creates after", timeout_s=30)
         stopped(submitter, health)
         views = ended_exactly_once(platform, [server_id], [run], marks, timeout_s=60)
 
@@ -300,7 +302,7 @@ def test_a_database_outage_is_a_typed_503_and_heals_without_a_restart(tmp_path: 
         assert unhealthy, "no /healthz answer said the store was down"
         assert {body["error"]["code"] for body in unhealthy} == {"store_unavailable"}
         assert "cannot reach MySQL" in unhealthy[0]["error"]["message"]
-        assert (platform.process.starts, platform.process.alive()) == (1, True)
+        assert (platform.starts, platform.running) == (1, True)
         assert server_errors(platform) == []
         print(
             f"\n{len(views)} jobs across a {OUTAGE_S:.0f} s MariaDB outage: answers "
@@ -347,23 +349,25 @@ def test_a_full_disk_is_a_typed_503_with_no_corruption_and_heals_with_space(
         endpoint_id, join_token, server_id = platform.host("host-1")
         run.join(platform.url, join_token)
         run.start(platform.url)
-        wait_until(lambda: platform.endpoint(endpoint_id)["online"], 30, "Run to come online")
+        wait_for(
+            lambda: platform.endpoint(endpoint_id)["online"], "Run to come online", timeout_s=30
+        )
         submitter = Submitter(platform, server_id, marked_command(marks, 0.5, say=True))
         health = HealthWatch(platform)
         submitter.start()
         health.start()
-        wait_until(lambda: len(spans_of(marks)) >= 3, 30, "three attempts to start")
+        wait_for(lambda: len(spans_of(marks)) >= 3, "three attempts to start", timeout_s=30)
 
-        limit_file_size(platform.process.pid, 1)
+        limit_file_size(platform.pid, 1)
         full_at = time.monotonic()
-        during = wait_until(
-            lambda: (503, "store_unavailable") in submitter.answers, FULL_S, "a typed 503"
+        during = wait_for(
+            lambda: (503, "store_unavailable") in submitter.answers, "a typed 503", timeout_s=FULL_S
         )
         readable = platform.client.get(f"/api/v1/jobs/{submitter.job_ids[0]}")
         time.sleep(max(0.0, FULL_S - (time.monotonic() - full_at)))
-        limit_file_size(platform.process.pid, None)
+        limit_file_size(platform.pid, None)
         created = len(submitter.job_ids)
-        wait_until(lambda: submitter.created_since(created) >= 3, 30, "three creates after")
+        wait_for(lambda: submitter.created_since(created) >= 3, "three creates after", timeout_s=30)
         stopped(submitter, health)
         views = ended_exactly_once(platform, [server_id], [run], marks, timeout_s=60)
         statuses = Counter(submitter.answers)
@@ -372,10 +376,10 @@ def test_a_full_disk_is_a_typed_503_with_no_corruption_and_heals_with_space(
         assert submitter.gave_up == []
         assert set(statuses) <= {(201, None), (503, "store_unavailable")}, statuses
         assert sorted(submitter.job_ids) == sorted(view["id"] for view in views)
-        assert (platform.process.starts, platform.process.alive()) == (1, True)
+        assert (platform.starts, platform.running) == (1, True)
         assert server_errors(platform) == []
 
-        platform.process.stop()
+        platform.kill()
         with sqlite3.connect(tmp_path / "platform.db") as db:
             integrity = db.execute("PRAGMA integrity_check").fetchall()
         checked = store_check(platform.store_url)
@@ -404,10 +408,10 @@ def start_runs(platform: Platform, runs: list[RunAgent], urls: list[str]) -> lis
     """One endpoint and server per Run, each Run started through its URL; the server ids."""
     server_ids = []
     for run, url in zip(runs, urls, strict=True):
-        endpoint_id, join_token, server_id = platform.host(run.process.name)
+        endpoint_id, join_token, server_id = platform.host(run.name)
         run.join(platform.url, join_token)
         run.start(url)
-        wait_until(lambda e=endpoint_id: platform.endpoint(e)["online"], 30, "Run online")
+        wait_for(lambda e=endpoint_id: platform.endpoint(e)["online"], "Run online", timeout_s=30)
         server_ids.append(server_id)
     return server_ids
 
@@ -445,13 +449,15 @@ def test_a_platform_paused_past_every_lease_makes_runs_self_fence_and_all_ends(
         platform.start()
         server_ids = start_runs(platform, runs, [platform.url] * len(runs))
         job_ids = submit_long_jobs(platform, server_ids, marks)
-        wait_until(lambda: all_running(platform, job_ids), 30, "every attempt running, renewed")
+        wait_for(
+            lambda: all_running(platform, job_ids), "every attempt running, renewed", timeout_s=30
+        )
 
-        platform.process.signal(signal.SIGSTOP)
+        platform.signal(signal.SIGSTOP)
         try:
             time.sleep(PAUSE_S)
         finally:
-            platform.process.signal(signal.SIGCONT)
+            platform.signal(signal.SIGCONT)
             resumed = datetime.now(UTC)
         views = ended_exactly_once(platform, server_ids, runs, marks, timeout_s=60)
 
@@ -491,14 +497,14 @@ def test_a_run_partitioned_past_its_lease_self_fences_and_all_ends_once_healed(
         proxy.start()
         (server_id,) = start_runs(platform, [run], [proxy.url])
         job_ids = submit_long_jobs(platform, [server_id], marks)
-        wait_until(lambda: all_running(platform, job_ids), 30, "both attempts running")
+        wait_for(lambda: all_running(platform, job_ids), "both attempts running", timeout_s=30)
 
         proxy.partition("drop")
         cut_at = time.monotonic()
-        wait_until(
+        wait_for(
             lambda: {platform.job(job_id)["state"] for job_id in job_ids} == {"retrying"},
-            PAUSE_S,
             "the platform to end both attempts as their leases lapse",
+            timeout_s=PAUSE_S,
         )
         time.sleep(max(0.0, PAUSE_S / 2 - (time.monotonic() - cut_at)))
         proxy.partition("hang")

@@ -26,7 +26,8 @@ import httpx
 import pytest
 
 from moonrun.run.cgroups import cgroup2_mount
-from tests.support.e2e import Cluster, JobView, Run, cluster, wait_for
+from tests.support.e2e import Cluster, JobView, Run, cluster
+from tests.support.launcher import wait_for
 
 # Real platform and Run processes: the serial lane of `make test` (docs/testing.md).
 pytestmark = pytest.mark.processes

@@ -28,19 +28,16 @@ from moonrun.run.journal import Assignment, Journal
 from moonrun.scheduling.time import parse_instant
 from moonrun.store import open_store
 from tests.support import needs
-from tests.support.e2e import (
+from tests.support.e2e import Cluster, JobView, Run, Server, cluster
+from tests.support.launcher import (
     ADMIN_TOKEN,
-    Cluster,
-    JobView,
-    Run,
-    Server,
     Timings,
-    alive,
-    cluster,
+    command_env,
+    free_port,
     moonrun,
+    pid_alive,
     wait_for,
 )
-from tests.support.processes import command_env, free_port
 from tests.support.stores import StoreFactory
 
 # Real platform and Run processes: the serial lane of `make test` (docs/testing.md).
@@ -223,7 +220,7 @@ def test_command_over_its_timeout_is_killed_and_retried(shared: tuple[Cluster, S
         [(1, "failed", "timeout"), (2, "failed", "timeout")],
         False,
     )
-    assert timed_out_twice == (ending(done), history(done), alive(pid))
+    assert timed_out_twice == (ending(done), history(done), pid_alive(pid))
 
 
 def test_unknown_kind_fails_without_retry(shared: tuple[Cluster, Server]) -> None:
@@ -413,7 +410,7 @@ def test_run_restart_stops_the_command_of_the_attempt_it_gives_up(tmp_path: Path
         run.kill()
         run.start()
         done = wait_ended(cl, job["id"])
-        first_attempt_alive = alive(pid)
+        first_attempt_alive = pid_alive(pid)
 
     retried = (("succeeded", 2, 2, None), ("failed", "run_restarted", 1))
     assert retried == (ending(done), last_failure(done))
@@ -438,7 +435,7 @@ def test_run_stops_at_once_on_a_second_sigterm_and_restart_retries_its_command(
         run.terminate()
         wait_for(lambda: run.events(DRAINING), "Run to start its graceful stop")
         exit_code = run.stop()
-        first_attempt_alive = alive(pid)
+        first_attempt_alive = pid_alive(pid)
         run.start()
         done = wait_ended(cl, job["id"])
 
@@ -688,7 +685,7 @@ def test_cancel_after_claim_stops_a_running_command(tmp_path: Path) -> None:
         repeated_early = cl.api("POST", f"/api/v1/jobs/{job['id']}/cancel")
         done = wait_ended(cl, job["id"])
 
-        wait_for(lambda: not alive(pid), f"the command's process {pid} to be gone")
+        wait_for(lambda: not pid_alive(pid), f"the command's process {pid} to be gone")
         repeated_late = cl.api("POST", f"/api/v1/jobs/{job['id']}/cancel")
 
     waits_on_run = (202, "running")

@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from moonrun.run.journal import Journal
-from tests.support.e2e_faults_helpers import (
+from tests.support.faults import (
     FAST_TIMINGS,
     BlockingProxy,
     Platform,
@@ -36,14 +36,14 @@ from tests.support.e2e_faults_helpers import (
     check_history,
     is_terminal,
     processes,
-    wait_until,
 )
+from tests.support.launcher import wait_for
 from tests.support.seeds import seed_from
 
 # Real platform and Run processes: the serial lane of `make test` (docs/testing.md).
 pytestmark = pytest.mark.processes
 
-LEASE_TTL_S = FAST_TIMINGS["lease-ttl-s"]
+LEASE_TTL_S = FAST_TIMINGS.lease_ttl_s
 SELF_FENCED = "attempt self-fenced: no lease renewal accepted in time"
 
 
@@ -112,8 +112,10 @@ def run_jobs_behind_a_hanging_proxy(
         endpoint_id, join_token, server_id = platform.host("host-1")
         run.join(platform.url, join_token)
         run.start(proxy.url)
-        generation = wait_until(
-            lambda: online_with_generation(platform, endpoint_id), 30, "Run to come online"
+        generation = wait_for(
+            lambda: online_with_generation(platform, endpoint_id),
+            "Run to come online",
+            timeout_s=30,
         )
 
         started = time.monotonic()
@@ -121,10 +123,10 @@ def run_jobs_behind_a_hanging_proxy(
         work = tmp_path / "work"
         work.mkdir()
         job_ids = [long_sleep, *submit_quick_jobs(platform, server_id, work)]
-        wait_until(
+        wait_for(
             lambda: proxy.stats()["held"].get(hang_prefix, 0) >= 1,
-            30,
             f"the proxy to hold a request to {hang_prefix}",
+            timeout_s=30,
         )
         at_hang = platform.job(long_sleep)
         views, samples = watch_until_done(platform, endpoint_id, job_ids, timeout_s=60)
@@ -233,7 +235,7 @@ def test_self_fencing_when_the_platform_is_paused(tmp_path: Path) -> None:
             "attempt 1 running with a renewal",
         )
 
-        platform.process.signal(signal.SIGSTOP)
+        platform.signal(signal.SIGSTOP)
         paused_at = time.time()
         journal_states: list[tuple[float, str]] = []  # (seconds into the pause, state) changes
         try:
@@ -244,7 +246,7 @@ def test_self_fencing_when_the_platform_is_paused(tmp_path: Path) -> None:
                 time.sleep(0.05)
         finally:
             resumed_at = time.time()
-            platform.process.signal(signal.SIGCONT)
+            platform.signal(signal.SIGCONT)
 
         retried = platform.wait_job(job_id, lambda view: view["attempt"] >= 2, 30, "attempt 2")
         done = platform.wait_job(job_id, is_terminal, 40, "the end of attempt 2")
@@ -321,8 +323,8 @@ def test_twenty_run_restarts_lose_and_duplicate_nothing(tmp_path: Path) -> None:
         for cycle in range(CYCLES):
             # from 0.2 s (Run still starting) to 1.5 s (Run holding and finishing attempts)
             time.sleep(rng.uniform(0.2, 1.5))
-            assert run.process.alive(), f"Run exited by itself before kill {cycle + 1}"
-            run.process.signal(signal.SIGKILL)
+            assert run.running, f"Run exited by itself before kill {cycle + 1}"
+            run.signal(signal.SIGKILL)
             run.kill()
             held_at_kill.append(len(held_states(run)))
             time.sleep(rng.uniform(0.0, 0.5))
@@ -330,11 +332,11 @@ def test_twenty_run_restarts_lose_and_duplicate_nothing(tmp_path: Path) -> None:
         killed_s = time.monotonic() - started
 
         def all_terminal() -> list[dict[str, Any]] | None:
-            assert run.process.alive(), "Run exited by itself"
+            assert run.running, "Run exited by itself"
             views = platform.jobs(server_id)
             return views if all(is_terminal(view) for view in views) else None
 
-        views = wait_until(all_terminal, 150, f"all {JOBS} jobs to end", every_s=0.5)
+        views = wait_for(all_terminal, f"all {JOBS} jobs to end", timeout_s=150, every_s=0.5)
         total_s = time.monotonic() - started
         events = run.events()
 

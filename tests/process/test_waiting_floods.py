@@ -17,7 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.e2e import Cluster, cluster, wait_for
+from tests.support.e2e import Cluster, cluster
+from tests.support.launcher import wait_for
 
 # Real platform and Run processes: the serial lane of `make test` (docs/testing.md).
 pytestmark = pytest.mark.processes

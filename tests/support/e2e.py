@@ -4,8 +4,9 @@ A `Cluster` owns one platform process (over a FileStore in the test's directory 
 another store URL), its admin API client, and any number of Run processes, each with its own
 data directory. Processes are started, SIGKILLed and started again at will; everything is
 killed and closed when the `cluster` context ends, and a failure carries the tail of every
-process's output. Waits poll the user API with a bounded deadline (these are real processes
-on the real clock); tests assert on what the platform recorded, never on elapsed time.
+process's output. The processes are tests/support/launcher.py's; waits poll the user API with
+a bounded deadline (these are real processes on the real clock); tests assert on what the
+platform recorded, never on elapsed time.
 """
 
 from __future__ import annotations
@@ -13,11 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import secrets
 import signal
-import subprocess
-import sys
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -27,154 +24,20 @@ from typing import Any
 import httpx
 
 from moonrun.run.journal import Assignment, Journal
-from tests.support.processes import command_env, free_port
-
-ROOT = Path(__file__).resolve().parents[2]
-ADMIN_TOKEN = "mra_" + secrets.token_urlsafe(32)
-STARTUP_TIMEOUT_S = 30.0
-WAIT_TIMEOUT_S = 30.0
-POLL_INTERVAL_S = 0.05
-LOG_TAIL_LINES = 40
+from tests.support.launcher import (
+    LOG_TAIL_LINES,
+    WAIT_TIMEOUT_S,
+    PlatformProcess,
+    RunProcess,
+    Timings,
+    wait_for,
+)
 
 JobView = dict[str, Any]
 
 
-@dataclass(frozen=True)
-class Timings:
-    """The platform's timing flags: short, so that the suite is fast."""
-
-    lease_ttl_s: float = 8
-    ack_timeout_s: float = 3
-    heartbeat_interval_s: float = 1
-    session_ttl_s: float = 6
-    backoff_initial_s: float = 0.5
-    backoff_max_s: float = 2
-    sweep_interval_s: float = 0.2
-
-    def flags(self) -> list[str]:
-        return [
-            f"--lease-ttl-s={self.lease_ttl_s}",
-            f"--ack-timeout-s={self.ack_timeout_s}",
-            f"--heartbeat-interval-s={self.heartbeat_interval_s}",
-            f"--session-ttl-s={self.session_ttl_s}",
-            f"--backoff-initial-s={self.backoff_initial_s}",
-            f"--backoff-max-s={self.backoff_max_s}",
-            f"--sweep-interval-s={self.sweep_interval_s}",
-        ]
-
-
-def moonrun(*arguments: str) -> list[str]:
-    return [sys.executable, "-m", "moonrun", *arguments]
-
-
-def wait_for(probe: Callable[[], Any], what: str, *, timeout_s: float = WAIT_TIMEOUT_S) -> Any:
-    """Poll `probe` until it returns something truthy (returned); fail after `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(POLL_INTERVAL_S)
-
-
-def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    text = path.read_text(errors="replace").splitlines() if path.exists() else []
-    return "\n".join(text[-lines:]) or "(empty)"
-
-
-def read_events(path: Path) -> list[dict[str, Any]]:
-    """The JSON log lines of a process's output file (other lines are skipped)."""
-    events = []
-    for line in path.read_text(errors="replace").splitlines() if path.exists() else []:
-        with contextlib.suppress(ValueError):
-            event = json.loads(line)
-            if isinstance(event, dict):
-                events.append(event)
-    return events
-
-
-def alive(pid: int) -> bool:
-    """Whether process `pid` exists and is not a zombie (an orphan's zombie may linger)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rpartition(")")[2].split()[0] != "Z"
-
-
-class Process:
-    """One command, restartable; every instance appends its output to one log file."""
-
-    def __init__(self, name: str, workdir: Path, log: Path) -> None:
-        self.name = name
-        self.workdir = workdir
-        self.log = log
-        self.starts = 0
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def spawn(self, command: list[str], extra_env: dict[str, str] | None = None) -> None:
-        assert self.process is None, f"{self.name} is already running"
-        self.starts += 1
-        with self.log.open("ab") as log:
-            log.write(f"--- start {self.starts}: {' '.join(command[3:])}\n".encode())
-            log.flush()
-            self.process = subprocess.Popen(
-                command,
-                cwd=self.workdir,
-                env={**command_env(ADMIN_TOKEN), **(extra_env or {})},
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-
-    def check_alive(self) -> None:
-        assert self.process is not None, f"{self.name} is not running"
-        code = self.process.poll()
-        if code is not None:
-            raise AssertionError(f"{self.name} exited with code {code}")
-
-    @property
-    def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    def kill(self) -> None:
-        """SIGKILL (no graceful shutdown) and reap."""
-        if self.process is not None:
-            if self.process.poll() is None:
-                self.process.kill()
-            self.process.wait(timeout=30)
-            self.process = None
-
-    def stop(self) -> int:
-        """SIGTERM (graceful shutdown), wait with a bound, and reap; returns the exit code."""
-        self.terminate()
-        return self.wait_exit()
-
-    def terminate(self) -> None:
-        """SIGTERM, without waiting."""
-        assert self.process is not None, f"{self.name} is not running"
-        self.process.send_signal(signal.SIGTERM)
-
-    def wait_exit(self) -> int:
-        """Wait with a bound for the process to exit, and reap; returns the exit code."""
-        assert self.process is not None, f"{self.name} is not running"
-        try:
-            code = self.process.wait(timeout=30)
-        finally:
-            self.kill()
-        return code
-
-
-class Platform(Process):
-    """`moonrun platform serve` on one port, store and secret file."""
+class Platform(PlatformProcess):
+    """`moonrun platform serve` with the suite's short timings and more `flags`."""
 
     def __init__(
         self,
@@ -184,77 +47,24 @@ class Platform(Process):
         flags: tuple[str, ...] = (),
         open_files: int | None = None,
     ) -> None:
-        super().__init__("the platform", workdir, workdir / "platform.log")
-        self.store_url = store_url
+        super().__init__(
+            workdir, store_url, flags=[*timings.flags(), *flags], open_files=open_files
+        )
         self.timings = timings
-        self.flags = flags
-        self.open_files = open_files
-        """`ulimit -n` for the platform, when given."""
-        self.secret_file = workdir / "platform.secret"
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.client: httpx.Client | None = None
-
-    def start(self) -> None:
-        """Start an instance and wait, with a bound, until /healthz answers 200."""
-        command = moonrun(
-            "platform",
-            "serve",
-            "--store",
-            self.store_url,
-            "--listen",
-            f"127.0.0.1:{self.port}",
-            "--secret-file",
-            str(self.secret_file),
-            "--data-dir",
-            str(self.workdir / "platform-data"),
-            *self.timings.flags(),
-            *self.flags,
-        )
-        if self.open_files is not None:
-            command = ["sh", "-c", f'ulimit -n {self.open_files} && exec "$@"', "sh", *command]
-        self.spawn(command)
-        self.client = httpx.Client(
-            base_url=self.url,
-            timeout=10.0,
-            headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
-        )
-        client = self.client
-
-        def healthy() -> bool:
-            self.check_alive()
-            try:
-                return client.get("/healthz", timeout=1.0).status_code == 200
-            except httpx.TransportError:
-                return False
-
-        wait_for(healthy, "/healthz to answer 200", timeout_s=STARTUP_TIMEOUT_S)
-
-    def kill(self) -> None:
-        if self.client is not None:
-            self.client.close()
-            self.client = None
-        super().kill()
-
-    def restart(self) -> None:
-        """SIGKILL and start again on the same store, secret and port."""
-        self.kill()
-        self.start()
 
 
-class Run(Process):
-    """`moonrun run start` on one data directory, joined to one endpoint."""
+class Run(RunProcess):
+    """`moonrun run start` on one data directory, joined to one endpoint of the cluster."""
 
     def __init__(
         self, cluster: Cluster, name: str, endpoint_id: str, data_dir: Path, capacity: int
     ) -> None:
-        super().__init__(f"Run {name}", cluster.workdir, cluster.workdir / f"run-{name}.log")
+        log = cluster.workdir / f"run-{name}.log"
+        super().__init__(f"Run {name}", cluster.workdir, data_dir, log, capacity)
         self.cluster = cluster
         self.endpoint_id = endpoint_id
-        self.data_dir = data_dir
-        self.capacity = capacity
 
-    def start(
+    def start(  # type: ignore[override]
         self,
         *,
         cancel_grace_s: float = 2.0,
@@ -264,21 +74,11 @@ class Run(Process):
         """Start Run (with more `options` and environment variables, if given) and wait until it
         has registered a new session; returns its generation."""
         before = self.cluster.endpoint(self.endpoint_id)["generation"]
-        self.spawn(
-            moonrun(
-                "run",
-                "start",
-                "--platform",
-                self.cluster.platform.url,
-                "--data-dir",
-                str(self.data_dir),
-                "--capacity",
-                str(self.capacity),
-                "--cancel-grace-s",
-                str(cancel_grace_s),
-                *options,
-            ),
-            extra_env,
+        super().start(
+            self.cluster.platform.url,
+            cancel_grace_s=cancel_grace_s,
+            options=options,
+            extra_env=extra_env,
         )
 
         def registered() -> int:
@@ -303,11 +103,6 @@ class Run(Process):
         assert not self.running, "write the journal only while Run is stopped"
         Journal(self.data_dir, {entry.job_id: entry for entry in entries}).rewrite()
 
-    def events(self, message: str | None = None) -> list[dict[str, Any]]:
-        """Run's JSON log lines (across its restarts), optionally only those with `message`."""
-        events = read_events(self.log)
-        return [e for e in events if message is None or e.get("msg") == message]
-
 
 @dataclass
 class Server:
@@ -328,7 +123,6 @@ class Cluster:
     # -- user API ------------------------------------------------------------------------------
 
     def api(self, method: str, path: str, body: Any = None) -> httpx.Response:
-        assert self.platform.client is not None, "the platform is not running"
         return self.platform.client.request(method, path, json=body)
 
     def created(self, path: str, body: Any) -> dict[str, Any]:
@@ -366,27 +160,9 @@ class Cluster:
         endpoint_id, join_token = self.create_endpoint(name)
         data_dir = self.workdir / f"run-{name}"
         data_dir.mkdir()
-        joined = subprocess.run(
-            moonrun(
-                "run",
-                "join",
-                "--platform",
-                self.platform.url,
-                "--token",
-                join_token,
-                "--data-dir",
-                str(data_dir),
-            ),
-            cwd=self.workdir,
-            env=command_env(ADMIN_TOKEN),
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert joined.returncode == 0, f"run join failed: {joined.stdout}{joined.stderr}"
-        assert endpoint_id in joined.stdout, joined.stdout
         run = Run(self, name, endpoint_id, data_dir, capacity)
+        joined = run.join(self.platform.url, join_token)
+        assert endpoint_id in joined, joined
         self.runs.append(run)
         if start:
             run.start()
@@ -473,8 +249,8 @@ class Cluster:
 
     def close(self) -> None:
         for run in self.runs:
-            run.kill()
-        self.platform.kill()
+            run.close()
+        self.platform.close()
         self._kill_recorded_processes()
 
     @contextmanager
@@ -488,9 +264,9 @@ class Cluster:
             raise
 
     def output_tails(self) -> list[str]:
-        notes = [f"--- platform output (last {LOG_TAIL_LINES} lines) ---", tail(self.platform.log)]
+        notes = [f"--- platform output (last {LOG_TAIL_LINES} lines) ---", self.platform.tail()]
         for run in self.runs:
-            notes += [f"--- {run.name} output (last {LOG_TAIL_LINES} lines) ---", tail(run.log)]
+            notes += [f"--- {run.name} output (last {LOG_TAIL_LINES} lines) ---", run.tail()]
         return notes
 
 

@@ -16,7 +16,7 @@ from moonrun.backoff import Backoff
 from moonrun.errors import ForeignAnswer, JoinUnconfirmed
 from moonrun.run.client import ChannelSettings, PlatformClient, SessionInfo, Unreachable, join
 from moonrun.security import signing
-from tests.support.processes import free_port
+from tests.support.launcher import free_port
 from tests.unit.run.test_agent import served_platform
 
 QUICK = {

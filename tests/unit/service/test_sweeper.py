@@ -17,9 +17,9 @@ from moonrun.scheduling.jobs import JobState
 from moonrun.service.sweeper import Sweeper
 from moonrun.store.memory import MemoryStore
 from moonrun.wiring.app import create_app
-from tests.support.e2e_faults_helpers import wait_until
 from tests.support.harness import SETTINGS, World
 from tests.support.http_harness import HttpWorld
+from tests.support.launcher import wait_for
 from tests.support.stores import StoreFactory, memory_factory
 
 
@@ -150,11 +150,11 @@ def test_healthz_is_store_unavailable_while_the_store_is_down_and_ok_after(
             response = client.get("/healthz")
             return response if response.status_code == status else None
 
-        answers.append(wait_until(lambda: health_is(200), 10, "/healthz 200"))
+        answers.append(wait_for(lambda: health_is(200), "/healthz 200", timeout_s=10))
         store.down = True
-        answers.append(wait_until(lambda: health_is(503), 10, "/healthz 503"))
+        answers.append(wait_for(lambda: health_is(503), "/healthz 503", timeout_s=10))
         store.down = False
-        answers.append(wait_until(lambda: health_is(200), 10, "/healthz 200 again"))
+        answers.append(wait_for(lambda: health_is(200), "/healthz 200 again", timeout_s=10))
     world.close()
 
     failure = {
