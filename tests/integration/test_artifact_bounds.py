@@ -32,6 +32,7 @@ from moonrun.run.transfers import CHUNK_BYTES, ArtifactUploader, Attempt
 from moonrun.wiring.settings import PlatformConfig, build_platform
 from tests.support import needs
 from tests.support.http_harness import Cast, http_world
+from tests.support.run_kit import FakeRunClient
 from tests.support.stores import memory_factory
 
 LEASE = "mrl_" + "l" * 43
@@ -41,32 +42,6 @@ GIB = 1024**3
 
 
 # -- Run: streaming and the Run-side cap ---------------------------------------------------------
-
-
-@dataclass
-class SizeClient:
-    """The artifacts side of a PlatformClient that keeps only the sizes of what it was sent."""
-
-    session: object = field(default_factory=object)
-    chunks: list[tuple[str, int, int, bool]] = field(default_factory=list)
-    errors: dict[int, Exception] = field(default_factory=dict)
-    """Raised (once) for the chunk of that index."""
-
-    async def put_chunk(
-        self,
-        job_id: str,
-        attempt: int,
-        lease: str,
-        name: str,
-        index: int,
-        data: bytes,
-        *,
-        final: bool,
-    ) -> Any:
-        self.chunks.append((name, index, len(data), final))
-        if index in self.errors:
-            raise self.errors.pop(index)
-        return {"chunk_index": index, "final": final}
 
 
 @dataclass
@@ -116,7 +91,7 @@ async def test_a_large_artifact_is_read_one_chunk_at_a_time(tmp_path: Path) -> N
     """A 64 MiB artifact: 64 chunks of 1 MiB, final last, and the uploader's memory never
     holds more than a few chunks (never the whole file at once)."""
     path = sparse(tmp_path / "big.bin", 64 * CHUNK_BYTES)
-    client = SizeClient()
+    client = FakeRunClient(keep_bytes=False)
     uploader = ArtifactUploader(client)  # type: ignore[arg-type]
 
     tracemalloc.start()
@@ -138,7 +113,7 @@ async def test_an_open_artifact_is_read_in_reads_of_one_chunk_and_closed(tmp_pat
     retry is sent again unchanged, and the file is closed once uploaded."""
     path = sparse(tmp_path / "out.bin", 2 * CHUNK_BYTES + 10)
     handle = CountingFile(path)
-    client = SizeClient(errors={1: errors.PlatformUnreachable()})
+    client = FakeRunClient(keep_bytes=False, chunk_errors={1: errors.PlatformUnreachable()})
     uploader = ArtifactUploader(client, backoff=Backoff(initial_s=0.01, max_s=0.01))  # type: ignore[arg-type]
 
     uploader.add(ATTEMPT, cast(BinaryIO, handle), "out.bin")
@@ -163,7 +138,7 @@ async def test_an_artifact_over_runs_cap_is_skipped_with_a_line_in_the_jobs_logs
     huge = sparse(tmp_path / "result.txt", 3 * GIB)
     small = tmp_path / "small.txt"
     small.write_bytes(b"fine")
-    client, job_log = SizeClient(), JobLog()
+    client, job_log = FakeRunClient(keep_bytes=False), JobLog()
     uploader = ArtifactUploader(client, job_log=job_log)  # type: ignore[arg-type]
 
     uploader.add(ATTEMPT, str(huge), "result.txt")
@@ -186,7 +161,7 @@ async def test_runs_cap_is_a_setting(tmp_path: Path) -> None:
     """max_bytes=3 MiB: a 3 MiB artifact goes, one byte more does not."""
     at_cap = sparse(tmp_path / "at-cap", 3 * CHUNK_BYTES)
     over = sparse(tmp_path / "over", 3 * CHUNK_BYTES + 1)
-    client, job_log = SizeClient(), JobLog()
+    client, job_log = FakeRunClient(keep_bytes=False), JobLog()
     uploader = ArtifactUploader(client, max_bytes=3 * CHUNK_BYTES, job_log=job_log)  # type: ignore[arg-type]
 
     uploader.add(ATTEMPT, str(at_cap), "at-cap")
@@ -210,7 +185,7 @@ async def test_an_artifact_the_platform_finds_too_large_is_dropped_not_retried(
     path = sparse(tmp_path / "big.bin", 3 * CHUNK_BYTES)
     small = tmp_path / "small.txt"
     small.write_bytes(b"fine")
-    client = SizeClient(errors={1: errors.ArtifactTooLarge()})
+    client = FakeRunClient(keep_bytes=False, chunk_errors={1: errors.ArtifactTooLarge()})
     job_log = JobLog()
     uploader = ArtifactUploader(client, job_log=job_log)  # type: ignore[arg-type]
 
@@ -233,7 +208,7 @@ def test_a_dropped_open_artifact_is_closed(tmp_path: Path) -> None:
     """A full queue drops the new upload at once, and closes the file it was handed."""
     path = tmp_path / "out"
     path.write_bytes(b"x")
-    uploader = ArtifactUploader(SizeClient(), queue_size=1)  # type: ignore[arg-type]
+    uploader = ArtifactUploader(FakeRunClient(keep_bytes=False), queue_size=1)  # type: ignore[arg-type]
     kept, dropped = path.open("rb"), path.open("rb")
 
     uploader.add(ATTEMPT, kept, "kept")

@@ -15,7 +15,9 @@ import secrets
 import shutil
 import stat
 import subprocess
+import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -23,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from moonrun.run import identity
 from moonrun.run.handlers.command import CONTINUED
 from moonrun.run.journal import Assignment, Journal
 from moonrun.scheduling.time import parse_instant
@@ -926,3 +929,33 @@ def test_a_drained_host_finishes_its_work_then_its_server_and_endpoint_are_remov
     assert (removed_server.status_code, removed_endpoint.status_code) == (200, 200)
     assert server.endpoint_id not in listed
     assert "unknown endpoint" in refusals[0]["error"]
+
+
+def test_a_second_run_on_the_same_data_dir_is_refused(tmp_path: Path) -> None:
+    """Two Runs on one journal would corrupt it: the second stops with one clear line."""
+    identity.join_key(tmp_path)
+    identity.save_endpoint(tmp_path, "ep_1", "http://127.0.0.1:9")
+    command = [
+        sys.executable,
+        "-m",
+        "moonrun",
+        "run",
+        "start",
+        "--platform",
+        "http://127.0.0.1:9",
+        "--data-dir",
+        str(tmp_path),
+    ]
+    first = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not (tmp_path / identity.LOCK_FILE).exists():
+            time.sleep(0.05)
+        second = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    finally:
+        first.terminate()
+        first.wait(timeout=30)
+    assert (1, [f"moonrun: error: another Run is already using {tmp_path}"]) == (
+        second.returncode,
+        second.stderr.splitlines(),
+    )

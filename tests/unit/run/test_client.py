@@ -8,13 +8,54 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from moonrun.backoff import Backoff
-from moonrun.errors import ForeignAnswer, JoinUnconfirmed
-from moonrun.run.client import ChannelSettings, PlatformClient, SessionInfo, Unreachable, join
+from moonrun.errors import (
+    AckDeadlineExpired,
+    AlreadyExists,
+    ArtifactConflict,
+    ChannelBusy,
+    Forbidden,
+    ForeignAnswer,
+    IdempotencyConflict,
+    InvalidRequest,
+    JobNotFound,
+    JoinTokenInvalid,
+    JoinUnconfirmed,
+    LeaseExpired,
+    LeaseMismatch,
+    MoonrunError,
+    NoCancelIntent,
+    NotActive,
+    NotFound,
+    ReconcileRequired,
+    Replayed,
+    SequenceRegression,
+    SessionExpired,
+    SessionRotated,
+    SignatureExpired,
+    SignatureInvalid,
+    SignatureMissing,
+    StaleAttempt,
+    TerminalConflict,
+    TooLarge,
+    Unauthenticated,
+    WrongEndpoint,
+)
+from moonrun.run.client import (
+    SESSION_ERRORS,
+    TRANSIENT,
+    ChannelSettings,
+    PlatformClient,
+    SessionInfo,
+    Unreachable,
+    error_from,
+    join,
+)
 from moonrun.security import signing
 from tests.support.launcher import free_port
 from tests.unit.run.test_agent import served_platform
@@ -238,3 +279,111 @@ async def test_a_batch_answered_for_other_jobs_is_foreign() -> None:
         async with client:
             with pytest.raises(ForeignAnswer, match="for other jobs than were sent"):
                 await client.acks([{"job_id": "job_1", "attempt": 1, "lease": "l"}])
+
+
+# -- client: error answers ------------------------------------------------------------------
+
+PROTOCOL_ERRORS: list[tuple[int, str, type[MoonrunError]]] = [
+    (422, "invalid_request", InvalidRequest),
+    (413, "too_large", TooLarge),
+    (401, "unauthenticated", Unauthenticated),
+    (403, "forbidden", Forbidden),
+    (404, "not_found", NotFound),
+    (401, "join_token_invalid", JoinTokenInvalid),
+    (401, "signature_missing", SignatureMissing),
+    (401, "signature_invalid", SignatureInvalid),
+    (401, "signature_expired", SignatureExpired),
+    (401, "replayed", Replayed),
+    (401, "session_rotated", SessionRotated),
+    (401, "session_expired", SessionExpired),
+    (404, "job_not_found", JobNotFound),
+    (403, "wrong_endpoint", WrongEndpoint),
+    (409, "stale_attempt", StaleAttempt),
+    (409, "lease_mismatch", LeaseMismatch),
+    (409, "reconcile_required", ReconcileRequired),
+    (409, "ack_deadline_expired", AckDeadlineExpired),
+    (409, "lease_expired", LeaseExpired),
+    (409, "not_active", NotActive),
+    (409, "no_cancel_intent", NoCancelIntent),
+    (409, "sequence_regression", SequenceRegression),
+    (409, "terminal_conflict", TerminalConflict),
+    (429, "channel_busy", ChannelBusy),
+    (409, "already_exists", AlreadyExists),
+    (409, "idempotency_conflict", IdempotencyConflict),
+    (409, "artifact_conflict", ArtifactConflict),
+]
+
+
+@pytest.mark.parametrize(("status", "code", "error_type"), PROTOCOL_ERRORS, ids=lambda v: str(v))
+def test_an_error_answer_becomes_the_type_its_code_names(
+    status: int, code: str, error_type: type[MoonrunError]
+) -> None:
+    """Each wire error code maps to its moonrun.errors type, message kept."""
+    error = error_from(status, {"error": {"code": code, "message": "said the platform"}})
+
+    assert (type(error), error.message, error.code) == (error_type, "said the platform", code)
+
+
+def test_an_error_answer_without_a_message_carries_its_code() -> None:
+    """No message in the body: the code stands in for it."""
+    error = error_from(409, {"error": {"code": "lease_expired"}})
+
+    assert (type(error), error.message) == (LeaseExpired, "lease_expired")
+
+
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [
+        (500, {"error": {"code": "internal", "message": "bug"}}),
+        (502, None),
+        (503, {"error": {"code": "store_unavailable", "message": "down"}}),
+        (503, {"error": {"code": "contention", "message": "busy"}}),
+        (504, "<html>gateway timeout</html>"),
+        (404, None),
+        (400, {"detail": "not moonrun's error shape"}),
+        (409, {"error": "flat string"}),
+    ],
+    ids=repr,
+)
+def test_server_errors_and_unknown_bodies_are_unreachable(status: int, body: Any) -> None:
+    """5xx (whatever its code) and bodies without an error code: Unreachable, a transient."""
+    error = error_from(status, body)
+
+    assert type(error) is Unreachable
+    assert isinstance(error, TRANSIENT)
+    assert str(status) in error.message
+
+
+def test_an_unknown_error_code_is_a_plain_permanent_error() -> None:
+    """A 4xx code this Run does not know: a MoonrunError that is neither transient nor session."""
+    error = error_from(409, {"error": {"code": "from_the_future", "message": "new"}})
+
+    assert type(error) is MoonrunError
+    assert not isinstance(error, TRANSIENT + SESSION_ERRORS)
+
+
+def test_session_answers_and_transient_answers_are_classified() -> None:
+    """session_*, reconcile_required and signature_invalid mean re-register; busy, expired
+    signatures, replays and no answer mean try again."""
+    session = {
+        type(error_from(s, {"error": {"code": c}}))
+        for s, c in [
+            (401, "session_rotated"),
+            (401, "session_expired"),
+            (409, "reconcile_required"),
+            (401, "signature_invalid"),
+        ]
+    }
+    transient = {
+        type(error_from(s, {"error": {"code": c}}))
+        for s, c in [
+            (429, "channel_busy"),
+            (401, "signature_expired"),
+            (401, "replayed"),
+            (503, "contention"),
+        ]
+    }
+
+    assert session == set(SESSION_ERRORS)
+    assert transient <= set(TRANSIENT)
+    assert not any(issubclass(t, SESSION_ERRORS) for t in (NotActive, LeaseExpired, StaleAttempt))

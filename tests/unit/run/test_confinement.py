@@ -18,7 +18,6 @@ import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -26,18 +25,21 @@ from moonrun.errors import InvalidRequest
 from moonrun.run import leftovers
 from moonrun.run.cgroups import Cgroups, cgroup2_mount, cgroup_directory, own_cgroup, tag
 from moonrun.run.confinement import (
+    DEFAULT_PATH,
     CommandUser,
     Confinement,
+    child_environment,
+    command_user_warning,
     default_work_root,
     make_work_root,
 )
-from moonrun.run.handlers import HandlerResult, JobContext
 from moonrun.run.handlers.command import CommandHandler
+from moonrun.run.leftovers import process_record, stop_left_behind
 from moonrun.run.owners import OwnerIds, OwnerRangeFull, parse_range
 from moonrun.run.resolve import open_without_links
 from moonrun.run.supervisor import command_line, descendants
+from tests.support.run_kit import HANG_GUARD_S, Sink, command_context, finished
 
-HANG_GUARD_S = 30.0
 LEFT_BEHIND = "moonrun: stopped {} the command left behind"
 
 
@@ -192,7 +194,7 @@ async def test_an_owner_for_whom_the_range_has_no_uid_left_fails_its_attempt_not
     runs; Run goes on."""
     nobody = pwd.getpwnam("nobody").pw_uid
     confinement = Confinement(work_root=tmp_path, owner_ids=OwnerIds(tmp_path, nobody, nobody))
-    context = job_context(["sh", "-c", "echo ran"], owner_id="usr_alice")
+    context = command_context(["sh", "-c", "echo ran"], owner_id="usr_alice")
 
     result = await finished(CommandHandler(confinement), context)
 
@@ -272,49 +274,6 @@ def test_an_absolute_path_is_resolved_from_the_root_without_links(
 # -- the command handler, with its supervisor --------------------------------------------------
 
 
-class Sink:
-    def __init__(self) -> None:
-        self.lines: list[tuple[str, str]] = []
-        self.uploads: list[tuple[Any, str]] = []
-        self.records: list[Any] = []
-
-    def stream(self, name: str) -> list[str]:
-        return [text for stream, text in self.lines if stream == name]
-
-
-def job_context(
-    argv: list[str],
-    sink: Sink | None = None,
-    *,
-    owner_id: str | None = None,
-    grace_s: float = 1.0,
-    **payload: Any,
-) -> JobContext:
-    sink = sink or Sink()
-
-    async def remember(record: Any) -> None:
-        sink.records.append(record)
-
-    return JobContext(
-        job_id="job_1",
-        attempt=1,
-        kind="command",
-        payload={"argv": argv, **payload},
-        started_at_ms=0,
-        now_ms=lambda: 0,
-        log_line=lambda stream, text: sink.lines.append((stream, text)),
-        upload=lambda source, name: sink.uploads.append((source, name)),
-        remember_process=remember,
-        grace_s=grace_s,
-        owner_id=owner_id,
-    )
-
-
-async def finished(handler: CommandHandler, context: JobContext) -> HandlerResult:
-    result: HandlerResult = await asyncio.wait_for(handler.run(context), HANG_GUARD_S)
-    return result
-
-
 def alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
@@ -349,7 +308,7 @@ async def test_without_a_cgroup_the_supervisor_stops_a_detached_process_left_beh
         script = DETACH.format(pid=pid) + f"; while [ ! -s {pid} ]; do sleep 0.01; done"
         result = await finished(
             CommandHandler(Confinement(work_root=tmp_path)),
-            job_context(["sh", "-c", script], sink),
+            command_context(["sh", "-c", script], sink),
         )
         left = int(pid.read_text())
         assert (result.outcome, alive(left)) == ("succeeded", False)
@@ -368,7 +327,7 @@ async def test_a_timeout_or_cancel_stops_a_setsid_child_holding_the_output(
     with pid_file(tmp_path) as pid:
         script = f"setsid sh -c 'echo $$ > {pid}; exec sleep 300' & echo ready; sleep 300"
         extra = {"timeout_s": 0.5} if stop_by == "timeout" else {}
-        context = job_context(["sh", "-c", script], sink, **extra)
+        context = command_context(["sh", "-c", script], sink, **extra)
         work = asyncio.create_task(CommandHandler(Confinement(work_root=tmp_path)).run(context))
         while ("stdout", "ready") not in sink.lines or not pid.exists() or not pid.read_text():
             await asyncio.sleep(0.01)
@@ -390,7 +349,7 @@ async def test_run_journals_what_a_restart_needs_to_stop_the_attempt(tmp_path: P
     sink = Sink()
     result = await finished(
         CommandHandler(Confinement(work_root=tmp_path)),
-        job_context(["sh", "-c", "echo $$"], sink),
+        command_context(["sh", "-c", "echo $$"], sink),
     )
     (record,) = sink.records
     assert result.outcome == "succeeded"
@@ -409,7 +368,7 @@ async def test_an_artifact_behind_a_symlinked_directory_is_not_uploaded(tmp_path
     work = tmp_path / "work"
     work.mkdir()
     sink = Sink()
-    context = job_context(
+    context = command_context(
         ["sh", "-c", f"ln -s {tmp_path / 'secret'} d; mkdir real; echo ok > real/out"],
         sink,
         artifacts=[{"path": "d/key", "name": "key"}, {"path": "real/out", "name": "out"}],
@@ -452,7 +411,7 @@ async def test_an_attempts_processes_run_in_a_cgroup_of_its_own_removed_afterwar
         )
         result = await finished(
             CommandHandler(Confinement(work_root=tmp_path, cgroups=attempt_cgroups)),
-            job_context(["sh", "-c", script], sink),
+            command_context(["sh", "-c", script], sink),
         )
         left = int(pid.read_text())
     where = next(line[3:] for line in sink.stream("stdout") if line.startswith("0::"))
@@ -490,7 +449,8 @@ async def test_an_owners_command_runs_under_its_uid_with_a_private_tmp_and_pid_v
     )
     try:
         result = await finished(
-            CommandHandler(confinement), job_context(["sh", "-c", script], sink, owner_id="usr_a")
+            CommandHandler(confinement),
+            command_context(["sh", "-c", script], sink, owner_id="usr_a"),
         )
     finally:
         (Path("/tmp") / f"moonrun-test-visible-{os.getpid()}").unlink()
@@ -551,3 +511,109 @@ def test_a_restart_kills_what_is_left_of_a_recorded_session_and_nothing_older(
             process.kill()
             process.wait()
     assert (survived, dict(found)) == (True, {"processes": 1})
+
+
+# -- what a command can reach ---------------------------------------------------------------------
+
+SOMEONE = CommandUser("someone", 4321, 4321, (4321, 27), "/home/someone")
+
+
+def test_a_commands_environment_holds_only_the_allow_list_and_its_users_home() -> None:
+    """Of Run's environment a command gets PATH, LANG, LC_*, TZ and TMPDIR; HOME, USER and
+    LOGNAME are its user's; tokens, MOONRUN_* settings and everything else stay behind."""
+    runs = {
+        "PATH": "/opt/bin:/usr/bin",
+        "LANG": "C.UTF-8",
+        "LC_TIME": "en_GB.UTF-8",
+        "TZ": "UTC",
+        "TMPDIR": "/var/tmp",
+        "HOME": "/root",
+        "USER": "root",
+        "MOONRUN_JOIN_TOKEN": "mrj_secret",
+        "MOONRUN_BOOTSTRAP_ADMIN_TOKEN": "mra_secret",
+        "AWS_SECRET_ACCESS_KEY": "secret",
+        "SSH_AUTH_SOCK": "/run/agent.sock",
+    }
+
+    environment = child_environment(runs, SOMEONE)
+
+    assert environment == {
+        "PATH": "/opt/bin:/usr/bin",
+        "LANG": "C.UTF-8",
+        "LC_TIME": "en_GB.UTF-8",
+        "TZ": "UTC",
+        "TMPDIR": "/var/tmp",
+        "HOME": "/home/someone",
+        "USER": "someone",
+        "LOGNAME": "someone",
+    }
+
+
+def test_a_command_gets_a_default_path_when_run_has_none() -> None:
+    """No PATH in Run's environment: commands still find the usual programs."""
+    assert child_environment({}, SOMEONE)["PATH"] == DEFAULT_PATH
+
+
+@pytest.mark.parametrize(
+    ("command_uid", "euid", "warned"),
+    [
+        (0, 0, "commands run as root"),
+        (1000, 1000, "commands run as Run's own user"),
+        (4321, 0, None),
+    ],
+    ids=["root", "run's-own-user", "another-user"],
+)
+def test_run_warns_at_start_unless_commands_run_as_another_user(
+    command_uid: int, euid: int, warned: str | None
+) -> None:
+    """Root commands (and commands as Run's own user) are warned about, with the advice to
+    use --run-as; commands as another, unprivileged user are not."""
+    user = CommandUser("user", command_uid, command_uid, (), "/")
+
+    warning = command_user_warning(user, euid)
+
+    assert (warning and warning.split(":")[0], warning and "--run-as USER" in warning) == (
+        warned,
+        warned and True,
+    )
+
+
+def test_an_unknown_run_as_user_is_a_one_line_error() -> None:
+    """--run-as naming no user on this host: InvalidRequest naming it."""
+    with pytest.raises(InvalidRequest, match="no user 'no-such-user-here'"):
+        CommandUser.named("no-such-user-here")
+
+
+@pytest.mark.anyio
+async def test_a_command_runs_in_a_working_directory_of_its_own_removed_afterwards(
+    tmp_path: Path,
+) -> None:
+    """Each attempt starts in a new empty directory under the work root, gone once it ended."""
+    sink = Sink()
+    handler = CommandHandler(Confinement(work_root=tmp_path))
+    script = "pwd; ls -A | wc -l; touch left-behind"
+
+    result = await finished(handler, command_context(["sh", "-c", script], sink))
+
+    assert result.outcome == "succeeded"
+    workdir, entries = sink.stream("stdout")
+    assert (Path(workdir).parent, Path(workdir).name.startswith("moonrun-job_1-1-")) == (
+        tmp_path,
+        True,
+    )
+    assert (entries.strip(), list(tmp_path.iterdir())) == ("0", [])
+
+
+def test_a_process_group_left_behind_is_stopped_only_if_it_is_still_the_same() -> None:
+    """A journaled group is killed after a Run restart; a recycled pid's group is left alone."""
+    process = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        record = process_record(process.pid)
+        stop_left_behind({**record, "started": record["started"] + 1}, grace_s=0.2)
+        assert process.poll() is None  # another start time: not ours to kill
+        stop_left_behind(record, grace_s=0.2)
+        assert process.wait(timeout=5) == -signal.SIGTERM
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
