@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
@@ -917,41 +917,173 @@ def test_list_jobs_by_id_prefix_pages_like_any_listing(store: Store) -> None:
     assert every_job == seen
 
 
-# -- endpoints -----------------------------------------------------------------------------------
+# -- what every kind of record shares -----------------------------------------------------------
 
 
-def test_insert_then_get_round_trips_an_endpoint(store: Store) -> None:
-    """A stored endpoint reads back equal, with every optional field set."""
-    expected = replace(
+@dataclass(frozen=True)
+class RecordKind:
+    """A kind of record the store keeps (not jobs: theirs is above), by the seam's methods for
+    it; `listed`, `by_name` and `replace` where the seam has them."""
+
+    name: str
+    make: Callable[[int], Any]
+    """The n-th record of the kind: its own id and name, created at T0 + n."""
+    full: Callable[[], Any]
+    """A record with every optional field set."""
+    insert: Callable[[Store, Any], None]
+    get: Callable[[Store, str], Any]
+    listed: Callable[[Store], list[Any]] | None = None
+    by_name: Callable[[Store, str], Any] | None = None
+    replace: Callable[[Store, Any, int], bool] | None = None
+    changed: Callable[[Any, int], Any] | None = None
+    """The record with a field changed (differently for each n), as its next version."""
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def seam(method: str) -> Callable[..., Any]:
+    """The store's own method of that name (the Protocol's would do nothing)."""
+    return lambda store, *args: getattr(store, method)(*args)
+
+
+ENDPOINTS = RecordKind(
+    "endpoint",
+    make=lambda n: make_endpoint(f"ep-{n}", name=f"host-{n}", created_at=T0 + n),
+    full=lambda: replace(
         make_endpoint(),
         version=4,
         identity_public_key="AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8",
         joined_at=T0 + 1_000,
         generation=3,
         current_session_id="sess-3",
-    )
-    store.insert_endpoint(expected)
-    actual = store.get_endpoint(expected.id)
+    ),
+    insert=seam("insert_endpoint"),
+    get=seam("get_endpoint"),
+    listed=seam("list_endpoints"),
+    by_name=lambda store, name: next((e for e in store.list_endpoints() if e.name == name), None),
+    replace=lambda store, record, version: store.replace_endpoint(record, expected_version=version),
+    changed=lambda endpoint, n: replace(
+        endpoint, version=endpoint.version + 1, identity_public_key=f"key-{n}", joined_at=T0 + n
+    ),
+)
+SESSIONS = RecordKind(
+    "session",
+    make=lambda n: make_session(f"sess-{n}", created_at=T0 + n),
+    full=lambda: replace(make_session(), generation=7, reconciled_at=T0 + 10),
+    insert=seam("insert_session"),
+    get=seam("get_session"),
+)
+USERS = RecordKind(
+    "user",
+    make=lambda n: make_user(f"user-{n}", name=f"name-{n}", created_at=T0 + n),
+    full=lambda: replace(make_user(admin=True), password_hash="$argon2id$v=19$hash"),
+    insert=seam("insert_user"),
+    get=seam("get_user"),
+    listed=seam("list_users"),
+    by_name=seam("user_by_name"),
+)
+SERVERS = RecordKind(
+    "server",
+    make=lambda n: make_server(f"srv-{n}", name=f"box-{n}", created_at=T0 + n),
+    full=lambda: replace(make_server(admin_ids=("user-2", "user-3")), version=3),
+    insert=seam("insert_server"),
+    get=seam("get_server"),
+    listed=seam("list_servers"),
+    replace=lambda store, record, version: store.replace_server(record, expected_version=version),
+    changed=lambda server, n: replace(
+        server, version=server.version + 1, admin_ids=(f"user-{n + 1}",)
+    ),
+)
+KINDS = [ENDPOINTS, SESSIONS, USERS, SERVERS]
+
+
+def kinds_with(*methods: str) -> list[RecordKind]:
+    return [kind for kind in KINDS if all(getattr(kind, m) is not None for m in methods)]
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=str)
+def test_a_record_reads_back_exactly_as_stored(store: Store, kind: RecordKind) -> None:
+    """A stored record reads back equal, every optional field set and of its exact type; an
+    unknown id gives None."""
+    expected = kind.full()
+    kind.insert(store, expected)
+    actual = kind.get(store, expected.id)
     assert expected == actual
     assert typed(expected) == typed(actual)
-    assert store.get_endpoint("ep-unknown") is None
+    assert kind.get(store, "unknown-id") is None
 
 
-def test_insert_endpoint_with_duplicate_id_raises(store: Store) -> None:
-    """A second endpoint with the same id raises AlreadyExists and is not stored."""
-    first = make_endpoint("ep-1", name="alpha")
-    store.insert_endpoint(first)
+@pytest.mark.parametrize("kind", KINDS, ids=str)
+def test_a_second_record_with_the_same_id_raises_and_keeps_the_first(
+    store: Store, kind: RecordKind
+) -> None:
+    """AlreadyExists, and the second (another name, same id) is not stored under either."""
+    first = kind.make(1)
+    kind.insert(store, first)
+    second = replace(kind.make(2), id=first.id)
     with pytest.raises(AlreadyExists):
-        store.insert_endpoint(make_endpoint("ep-1", name="beta"))
-    assert first == store.get_endpoint("ep-1")
+        kind.insert(store, second)
+    assert first == kind.get(store, first.id)
+    if kind.by_name is not None:
+        assert kind.by_name(store, second.name) is None
 
 
-def test_insert_endpoint_with_duplicate_name_raises(store: Store) -> None:
-    """A second endpoint with the same name raises AlreadyExists and is not stored."""
-    store.insert_endpoint(make_endpoint("ep-1", name="alpha"))
+@pytest.mark.parametrize("kind", kinds_with("by_name"), ids=str)
+def test_a_second_record_with_the_same_name_raises_and_is_not_stored(
+    store: Store, kind: RecordKind
+) -> None:
+    first = kind.make(1)
+    kind.insert(store, first)
     with pytest.raises(AlreadyExists):
-        store.insert_endpoint(make_endpoint("ep-2", name="alpha"))
-    assert store.get_endpoint("ep-2") is None
+        kind.insert(store, replace(kind.make(2), name=first.name))
+    assert kind.get(store, kind.make(2).id) is None
+    assert kind.by_name is not None
+    assert first == kind.by_name(store, first.name)
+
+
+@pytest.mark.parametrize("kind", kinds_with("listed"), ids=str)
+def test_every_record_is_listed_exactly_once(store: Store, kind: RecordKind) -> None:
+    records = [kind.make(n) for n in range(3)]
+    for record in reversed(records):
+        kind.insert(store, record)
+    assert kind.listed is not None
+    assert records == by_id(kind.listed(store))
+
+
+@pytest.mark.parametrize("kind", kinds_with("replace"), ids=str)
+def test_replace_is_compare_and_swap(store: Store, kind: RecordKind) -> None:
+    """The stored version wins and is then read back; a stale version changes nothing."""
+    assert kind.replace is not None
+    assert kind.changed is not None
+    record = kind.make(1)
+    kind.insert(store, record)
+    newer = kind.changed(record, 1)
+    assert kind.replace(store, newer, record.version) is True
+    assert newer == kind.get(store, record.id)
+    stale = kind.changed(record, 2)
+    assert kind.replace(store, stale, record.version) is False
+    assert newer == kind.get(store, record.id)
+
+
+@pytest.mark.parametrize("kind", kinds_with("replace"), ids=str)
+def test_replace_of_an_unknown_id_returns_false_and_creates_nothing(
+    store: Store, kind: RecordKind
+) -> None:
+    assert kind.replace is not None
+    ghost = kind.make(9)
+    assert kind.replace(store, ghost, ghost.version) is False
+    assert kind.get(store, ghost.id) is None
+
+
+def test_a_user_is_found_by_name(store: Store) -> None:
+    """By name as by id; an unknown name gives None."""
+    ada = make_user("user-1", name="ada")
+    store.insert_user(ada)
+    assert (store.user_by_name("ada"), store.user_by_name("nobody")) == (ada, None)
+
+
+# -- endpoints -----------------------------------------------------------------------------------
 
 
 def test_endpoint_by_join_token_finds_by_hash(store: Store) -> None:
@@ -965,18 +1097,6 @@ def test_endpoint_by_join_token_finds_by_hash(store: Store) -> None:
     assert store.endpoint_by_join_token("join-hash-unknown") is None
 
 
-def test_replace_endpoint_is_compare_and_swap(store: Store) -> None:
-    """The stored version wins and is then read back; a stale version changes nothing."""
-    endpoint = make_endpoint()
-    store.insert_endpoint(endpoint)
-    joined = replace(endpoint, version=2, identity_public_key="key-1", joined_at=T0 + 1)
-    assert store.replace_endpoint(joined, expected_version=1) is True
-    assert joined == store.get_endpoint(endpoint.id)
-    stale = replace(endpoint, version=2, identity_public_key="key-2", joined_at=T0 + 2)
-    assert store.replace_endpoint(stale, expected_version=1) is False
-    assert joined == store.get_endpoint(endpoint.id)
-
-
 def test_replace_endpoint_stores_draining(store: Store) -> None:
     """An endpoint's draining flag is stored by replace and read back everywhere."""
     endpoint = make_endpoint()
@@ -984,20 +1104,6 @@ def test_replace_endpoint_stores_draining(store: Store) -> None:
     draining = replace(endpoint, draining=True, version=2)
     assert store.replace_endpoint(draining, expected_version=1) is True
     assert (store.get_endpoint(endpoint.id), store.list_endpoints()) == (draining, [draining])
-
-
-def test_replace_endpoint_of_unknown_id_returns_false(store: Store) -> None:
-    """Replacing an endpoint that was never inserted returns False and creates nothing."""
-    assert store.replace_endpoint(make_endpoint("ep-ghost"), expected_version=1) is False
-    assert store.get_endpoint("ep-ghost") is None
-
-
-def test_list_endpoints_contains_all(store: Store) -> None:
-    """Every inserted endpoint is listed, exactly once."""
-    endpoints = [make_endpoint(f"ep-{n}", name=f"host-{n}", created_at=T0 + n) for n in range(3)]
-    for endpoint in reversed(endpoints):
-        store.insert_endpoint(endpoint)
-    assert endpoints == by_id(store.list_endpoints())
 
 
 def test_delete_endpoint_is_refused_while_servers_point_at_it(store: Store) -> None:
@@ -1055,25 +1161,6 @@ def test_delete_endpoint_removes_its_advertisement(store: Store) -> None:
 
 
 # -- sessions ------------------------------------------------------------------------------------
-
-
-def test_insert_then_get_round_trips_a_session(store: Store) -> None:
-    """A stored session reads back equal; an unknown id gives None."""
-    expected = replace(make_session(), generation=7, reconciled_at=T0 + 10)
-    store.insert_session(expected)
-    actual = store.get_session(expected.id)
-    assert expected == actual
-    assert typed(expected) == typed(actual)
-    assert store.get_session("sess-unknown") is None
-
-
-def test_insert_session_with_duplicate_id_raises(store: Store) -> None:
-    """A second session with the same id raises AlreadyExists and keeps the first."""
-    first = make_session()
-    store.insert_session(first)
-    with pytest.raises(AlreadyExists):
-        store.insert_session(replace(first, boot_id="boot-2"))
-    assert first == store.get_session(first.id)
 
 
 def test_extend_session_moves_last_seen_and_expiry_forward(store: Store) -> None:
@@ -1141,46 +1228,6 @@ def test_extend_or_mark_of_unknown_session_creates_nothing(store: Store) -> None
 
 
 # -- users and API tokens ------------------------------------------------------------------------
-
-
-def test_insert_then_get_round_trips_a_user(store: Store) -> None:
-    """A stored user reads back equal, by id and by name; unknown ones give None."""
-    expected = replace(make_user(admin=True), password_hash="$argon2id$v=19$hash")
-    store.insert_user(expected)
-    actual = store.get_user(expected.id)
-    assert expected == actual
-    assert typed(expected) == typed(actual)
-    assert expected == store.user_by_name("ada")
-    assert store.get_user("user-unknown") is None
-    assert store.user_by_name("nobody") is None
-
-
-def test_list_users_contains_all(store: Store) -> None:
-    """Every inserted user is listed, exactly once."""
-    users = [make_user(f"user-{n}", name=f"name-{n}", created_at=T0 + n) for n in range(3)]
-    for user in reversed(users):
-        store.insert_user(user)
-    assert users == by_id(store.list_users())
-
-
-def test_insert_user_with_duplicate_id_raises(store: Store) -> None:
-    """A second user with the same id raises AlreadyExists and keeps the first."""
-    first = make_user("user-1", name="ada")
-    store.insert_user(first)
-    with pytest.raises(AlreadyExists):
-        store.insert_user(make_user("user-1", name="grace"))
-    assert first == store.get_user("user-1")
-    assert store.user_by_name("grace") is None
-
-
-def test_insert_user_with_duplicate_name_raises(store: Store) -> None:
-    """A second user with the same name raises AlreadyExists and is not stored."""
-    first = make_user("user-1", name="ada")
-    store.insert_user(first)
-    with pytest.raises(AlreadyExists):
-        store.insert_user(make_user("user-2", name="ada"))
-    assert store.get_user("user-2") is None
-    assert first == store.user_by_name("ada")
 
 
 def test_user_by_api_token_finds_the_tokens_user(store: Store) -> None:
@@ -1255,47 +1302,6 @@ def test_set_user_disabled_marks_and_clears_a_user(store: Store) -> None:
 
 
 # -- servers -------------------------------------------------------------------------------------
-
-
-def test_insert_then_get_round_trips_a_server(store: Store) -> None:
-    """A stored server reads back equal, administrators included; unknown ids give None."""
-    expected = replace(make_server(admin_ids=("user-2", "user-3")), version=3)
-    store.insert_server(expected)
-    actual = store.get_server(expected.id)
-    assert expected == actual
-    assert typed(expected) == typed(actual)
-    assert store.get_server("srv-unknown") is None
-
-
-def test_insert_server_with_duplicate_id_raises(store: Store) -> None:
-    """A second server with the same id raises AlreadyExists and keeps the first."""
-    first = make_server("srv-1", name="build-box")
-    store.insert_server(first)
-    with pytest.raises(AlreadyExists):
-        store.insert_server(make_server("srv-1", name="other-box"))
-    assert first == store.get_server("srv-1")
-
-
-def test_list_servers_contains_all(store: Store) -> None:
-    """Every inserted server is listed, exactly once."""
-    servers = [make_server(f"srv-{n}", name=f"box-{n}", created_at=T0 + n) for n in range(3)]
-    for server in reversed(servers):
-        store.insert_server(server)
-    assert servers == by_id(store.list_servers())
-
-
-def test_replace_server_is_compare_and_swap(store: Store) -> None:
-    """The stored version wins and is then read back; stale or unknown ones change nothing."""
-    server = make_server()
-    store.insert_server(server)
-    promoted = replace(server, version=2, admin_ids=("user-2",))
-    assert store.replace_server(promoted, expected_version=1) is True
-    assert promoted == store.get_server(server.id)
-    stale = replace(server, version=2, admin_ids=("user-3",))
-    assert store.replace_server(stale, expected_version=1) is False
-    assert promoted == store.get_server(server.id)
-    assert store.replace_server(make_server("srv-ghost"), expected_version=1) is False
-    assert store.get_server("srv-ghost") is None
 
 
 def test_servers_of_user_are_the_owned_and_administered_ones(store: Store) -> None:
