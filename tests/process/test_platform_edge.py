@@ -12,7 +12,6 @@ import json
 import select
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -24,7 +23,7 @@ import pytest
 
 from tests.support.console_kit import csrf_of
 from tests.support.e2e import cluster
-from tests.support.launcher import PlatformProcess, command_env
+from tests.support.launcher import PlatformProcess, command_env, moonrun
 
 # A real platform process: the serial lane of `make test` (docs/testing.md).
 pytestmark = pytest.mark.processes
@@ -161,7 +160,7 @@ def test_x_forwarded_for_from_a_trusted_proxy_names_the_client(tmp_path: Path) -
 def test_a_trusted_proxy_that_is_not_an_address_is_refused_at_start(tmp_path: Path) -> None:
     """uvicorn would take it as a literal that matches nothing; the platform says so instead."""
     refused = subprocess.run(
-        [sys.executable, "-m", "moonrun", "platform", "serve", "--trusted-proxy", "proxy"],
+        moonrun("platform", "serve", "--trusted-proxy", "proxy"),
         cwd=tmp_path,
         env=command_env(ADMIN_TOKEN),
         capture_output=True,

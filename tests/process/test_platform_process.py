@@ -14,7 +14,6 @@ import re
 import secrets
 import stat
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -33,7 +32,7 @@ from moonrun.security import signing
 from moonrun.store import open_store
 from tests.support import launcher
 from tests.support.console_kit import sign_in
-from tests.support.launcher import ADMIN_TOKEN, command_env, free_port, serve_command
+from tests.support.launcher import ADMIN_TOKEN, command_env, free_port, moonrun, serve_command
 from tests.support.seeds import seed_from
 from tests.support.stores import StoreFactory
 
@@ -419,7 +418,7 @@ def admin_bootstrap(
 ) -> subprocess.CompletedProcess[str]:
     """`moonrun admin bootstrap` against the store, with no platform running."""
     return subprocess.run(
-        [sys.executable, "-m", "moonrun", "admin", "bootstrap", "--store", store_url, *arguments],
+        moonrun("admin", "bootstrap", "--store", store_url, *arguments),
         cwd=tmp_path,
         env=command_env(""),
         input=stdin,

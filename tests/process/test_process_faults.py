@@ -21,7 +21,6 @@ import shlex
 import signal
 import sqlite3
 import subprocess
-import sys
 import threading
 import time
 from collections import Counter, defaultdict
@@ -43,7 +42,7 @@ from tests.support.faults import (
     is_terminal,
     processes,
 )
-from tests.support.launcher import ADMIN_TOKEN, command_env, wait_for
+from tests.support.launcher import ADMIN_TOKEN, command_env, moonrun, wait_for
 
 # Real platform and Run processes: the serial lane of `make test` (docs/testing.md).
 pytestmark = pytest.mark.processes
@@ -326,7 +325,7 @@ def limit_file_size(pid: int, size: int | None) -> None:
 
 def store_check(store_url: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "moonrun", "store", "check", "--store", store_url],
+        moonrun("store", "check", "--store", store_url),
         env=command_env(ADMIN_TOKEN),
         stdin=subprocess.DEVNULL,
         capture_output=True,

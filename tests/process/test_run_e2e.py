@@ -15,7 +15,6 @@ import secrets
 import shutil
 import stat
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -935,23 +934,16 @@ def test_a_second_run_on_the_same_data_dir_is_refused(tmp_path: Path) -> None:
     """Two Runs on one journal would corrupt it: the second stops with one clear line."""
     identity.join_key(tmp_path)
     identity.save_endpoint(tmp_path, "ep_1", "http://127.0.0.1:9")
-    command = [
-        sys.executable,
-        "-m",
-        "moonrun",
-        "run",
-        "start",
-        "--platform",
-        "http://127.0.0.1:9",
-        "--data-dir",
-        str(tmp_path),
-    ]
-    first = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    command = moonrun(
+        "run", "start", "--platform", "http://127.0.0.1:9", "--data-dir", str(tmp_path)
+    )
+    env = command_env()
+    first = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and not (tmp_path / identity.LOCK_FILE).exists():
             time.sleep(0.05)
-        second = subprocess.run(command, capture_output=True, text=True, timeout=60)
+        second = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
     finally:
         first.terminate()
         first.wait(timeout=30)

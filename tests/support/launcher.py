@@ -313,11 +313,8 @@ class PlatformProcess(Process):
         self.data_dir = workdir / "platform-data"
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.client = httpx.Client(
-            base_url=self.url,
-            timeout=10.0,
-            headers={"Authorization": f"Bearer {admin_token}"},
-        )
+        admin = {"Authorization": f"Bearer {admin_token}"} if admin_token else {}
+        self.client = httpx.Client(base_url=self.url, timeout=10.0, headers=admin)
 
     def command(self) -> list[str]:
         command = [

@@ -6,7 +6,6 @@ import os
 import sqlite3
 import stat
 import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import closing
 from dataclasses import replace
@@ -25,6 +24,7 @@ from moonrun.store.memory import MemoryStore
 from moonrun.store.mysql import MySQLStore, redact
 from moonrun.store.protocol import IdempotencyRecord
 from moonrun.store.schema import SCHEMA_VERSION
+from tests.support import launcher
 from tests.support.jobkit import T0, queued_job
 from tests.support.jobkit import claimed as claimed_job
 from tests.support.stores import StoreFactory, mysql_test_database
@@ -34,14 +34,14 @@ CANARY = "canary-pass-7f3a"
 
 
 def moonrun(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    """Run the real `moonrun` command line."""
+    """Run the real `moonrun` command line (tests/support/launcher.py)."""
     return subprocess.run(
-        [sys.executable, "-m", "moonrun", *args],
+        launcher.moonrun(*args),
         cwd=cwd,
         capture_output=True,
         text=True,
         timeout=60,
-        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        env=launcher.command_env(None),
     )
 
 
