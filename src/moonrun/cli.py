@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import os
 import sys
 from collections.abc import Callable
@@ -100,6 +101,68 @@ def store_check(store: StoreOption = DEFAULT_STORE_URL) -> None:
         typer.echo(f"store {where} is ready{schema}; jobs: {jobs}")
     finally:
         opened.close()
+
+
+@store_app.command("backup")
+@one_line_errors
+def store_backup(
+    target: Annotated[Path, typer.Argument(help="A new or empty folder to copy into")],
+    store: StoreOption = DEFAULT_STORE_URL,
+    secret_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--secret-file",
+            envvar="MOONRUN_SECRET_FILE",
+            help="the platform's secret [default: platform.secret beside the store]",
+        ),
+    ] = None,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--data-dir",
+            envvar="MOONRUN_DATA_DIR",
+            help="the platform's logs and artifacts [default: beside the store]",
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON")] = False,
+) -> None:
+    """Copy a file store with its logs, artifacts and secret while the platform serves.
+
+    The copy holds every job acknowledged before the backup began and is a data directory
+    that `moonrun platform serve --store file:TARGET/platform.db` serves as it is
+    (docs/operations.md, Backups). Exit codes: 0 copied; 1 an error; 2 bad usage (not a file
+    store, or TARGET holds files).
+    """
+    from moonrun.wiring.backup import backup
+    from moonrun.wiring.settings import PlatformConfig
+
+    config = PlatformConfig(store_url=store, secret_file=secret_file, data_dir=data_dir)
+    if config.store_path is None:
+        raise usage_error(
+            "moonrun store backup copies a file: store; for MySQL use mariadb-dump "
+            "--single-transaction (docs/operations.md, Backups)"
+        )
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise usage_error(f"{target} exists and is not an empty folder")
+    report = backup(config, target)
+    if as_json:
+        typer.echo(
+            json.dumps(
+                {
+                    "target": str(report.target),
+                    "database_bytes": report.database_bytes,
+                    "log_files": report.log_files,
+                    "artifact_files": report.artifact_files,
+                    "secret": report.secret,
+                }
+            )
+        )
+    else:
+        typer.echo(
+            f"backed up {store} to {report.target}: database {report.database_bytes} bytes, "
+            f"{report.log_files} log files, {report.artifact_files} artifact files"
+            + (", the secret" if report.secret else "")
+        )
 
 
 def _bytes(name: str, default: int, text: str) -> Any:

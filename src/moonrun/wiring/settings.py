@@ -51,12 +51,17 @@ class PlatformConfig:
         return host.strip("[]"), int(port)
 
     @property
+    def store_path(self) -> Path | None:
+        """The database file of a file store; None for memory:// and MySQL."""
+        if self.store_url.startswith("file:"):
+            return Path(self.store_url.removeprefix("file:").removeprefix("//").partition("?")[0])
+        return None
+
+    @property
     def state_dir(self) -> Path:
         """Beside a file store, else `.moonrun`: where the secret and artifacts live by default."""
-        if self.store_url.startswith("file:"):
-            path = self.store_url.removeprefix("file:").removeprefix("//").partition("?")[0]
-            return Path(path).parent
-        return Path(".moonrun")
+        path = self.store_path
+        return path.parent if path is not None else Path(".moonrun")
 
     @property
     def secret_path(self) -> Path:
