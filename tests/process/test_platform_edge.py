@@ -394,13 +394,12 @@ def test_a_client_leaving_mid_body_on_a_console_form_is_an_info_line_not_an_erro
         connection.close()
 
         def logged() -> list[dict[str, object]]:
-            lines = [json.loads(line) for line in platform.log.read_text().splitlines()]
-            return [line for line in lines if line.get("route") == "/login"]
+            return [line for line in platform.events() if line.get("route") == "/login"]
 
         bound = time.monotonic() + SETTLE_BOUND_S
         while not logged() and time.monotonic() < bound:
             time.sleep(0.1)
-        levels = {json.loads(line)["level"] for line in platform.log.read_text().splitlines()}
+        levels = {line["level"] for line in platform.events()}
         assert ([(line["level"], line["status"]) for line in logged()], levels) == (
             [("info", 499)],
             {"info"},
