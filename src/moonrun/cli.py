@@ -27,6 +27,8 @@ R = TypeVar("R")
 app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    # Every command's context inherits these from the top one: `moonrun job list -h` too.
+    context_settings={"help_option_names": ["-h", "--help"]},
     help="moonrun: durable job scheduling for fleets of hosts.",
 )
 store_app = typer.Typer(no_args_is_help=True, help="Open, migrate and inspect a platform store.")
@@ -310,8 +312,6 @@ def platform_serve(
     import logging
     import resource
 
-    import uvicorn
-
     from moonrun import jsonlog
     from moonrun.artifacts.protocol import ArtifactLimits
     from moonrun.http.edge import (
@@ -319,6 +319,7 @@ def platform_serve(
         ServeSettings,
         default_max_connections,
         server_config,
+        stopping_server,
     )
     from moonrun.logs.protocol import LogLimits
     from moonrun.service.config import SchedulingSettings
@@ -393,7 +394,9 @@ def platform_serve(
             typer.echo(f"moonrun: warning: {warning}", err=True)
             logging.getLogger("moonrun.platform").warning(warning)
         app = create_app(platform, api_docs=api_docs)
-        server = uvicorn.Server(server_config(app, host, port, serving))
+        server = stopping_server(
+            server_config(app, host, port, serving), on_stop=platform.service.waiters.stop
+        )
         server.run()
     finally:
         platform.close()

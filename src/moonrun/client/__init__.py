@@ -1,6 +1,7 @@
 """moonrun's user API from Python (`Client`) and from a terminal (the `moonrun` user verbs).
 
-`library.py` is the client (httpx; imports only `moonrun.errors` and `moonrun.backoff`),
+`library.py` is the client (httpx; imports only `moonrun.errors`, `moonrun.backoff` and the
+profiles),
 `verbs.py` the `login`, `job`, `endpoint`, `user` and `server` verbs built on it, and
 `profiles.py` the profiles `moonrun login` saves. `moonrun.cli` only wires the verbs in.
 """
@@ -10,6 +11,7 @@ from moonrun.client.library import (
     Client,
     Endpoint,
     Job,
+    JobState,
     Kinds,
     LogLine,
     PlatformError,
@@ -24,6 +26,7 @@ __all__ = [
     "Client",
     "Endpoint",
     "Job",
+    "JobState",
     "Kinds",
     "LogLine",
     "PlatformError",

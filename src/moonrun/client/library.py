@@ -14,12 +14,14 @@ Records keep the API's JSON object exactly as answered in `data`.
 
 from __future__ import annotations
 
+import functools
 import os
 import secrets
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
 from types import TracebackType
 from typing import Any, BinaryIO, Final, TypeVar
@@ -27,11 +29,13 @@ from typing import Any, BinaryIO, Final, TypeVar
 import httpx
 
 from moonrun.backoff import Backoff
+from moonrun.client import profiles
 from moonrun.errors import (
     ERROR_TABLE,
     AlreadyExists,
     InvalidPayload,
     MoonrunError,
+    Unauthenticated,
     Unreachable,
     WaitTimedOut,
 )
@@ -41,6 +45,7 @@ __all__ = [
     "Client",
     "Endpoint",
     "Job",
+    "JobState",
     "Kinds",
     "LogLine",
     "PlatformError",
@@ -61,6 +66,9 @@ WAIT_CHUNK_S: Final = 60.0
 LOG_SETTLE_S: Final = 3.0
 """How long `logs(follow=True)` keeps reading after the job has ended: Run ships log lines
 about once a second, so the last ones may arrive just after the result."""
+OUTAGE_GRACE_S: Final = 60.0
+"""How long `wait` and a followed log keep trying a platform that does not answer (a restart,
+a deploy) before they give up with `Unreachable`."""
 PAGE_SIZE: Final = 100
 T = TypeVar("T")
 
@@ -97,6 +105,18 @@ def _optional_instant(text: Any) -> datetime | None:
     return None if text is None else _instant(text)
 
 
+class JobState(StrEnum):
+    """A job's state (docs/protocol.md, "Jobs"); each equals its name as a string too."""
+
+    QUEUED = "queued"
+    ACCEPTED = "accepted"
+    RUNNING = "running"
+    RETRYING = "retrying"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
 @dataclass(frozen=True)
 class Job:
     """A job as the user API shows it (JobView); `data` is that object as answered."""
@@ -104,7 +124,7 @@ class Job:
     id: str
     server_id: str
     kind: str
-    state: str
+    state: JobState
     attempt: int
     max_attempts: int
     created_at: datetime
@@ -118,7 +138,7 @@ class Job:
             id=data["id"],
             server_id=data["server_id"],
             kind=data["kind"],
-            state=data["state"],
+            state=JobState(data["state"]),
             attempt=data["attempt"],
             max_attempts=data["max_attempts"],
             created_at=_instant(data["created_at"]),
@@ -131,6 +151,11 @@ class Job:
     def ended(self) -> bool:
         """Whether the job is in a terminal state (succeeded, failed or cancelled)."""
         return self.state in TERMINAL_STATES
+
+    @property
+    def result(self) -> Any:
+        """What the ending attempt's handler returned (docs/kinds.md); None until it ends."""
+        return None if self.terminal is None else self.terminal.get("result")
 
 
 @dataclass(frozen=True)
@@ -345,9 +370,11 @@ class Client:
         transport: httpx.BaseTransport | None = None,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
+        outage_grace_s: float = OUTAGE_GRACE_S,
     ) -> None:
         self.platform = platform.rstrip("/")
         self.timeout_s = timeout_s
+        self.outage_grace_s = outage_grace_s
         self.retries = retries
         self.backoff = backoff
         self._sleep = sleep
@@ -375,6 +402,35 @@ class Client:
 
     def __repr__(self) -> str:  # never the token
         return f"Client({self.platform!r})"
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str], **options: Any) -> Client:
+        """A client of MOONRUN_PLATFORM with MOONRUN_TOKEN, as the CLI reads them:
+        `Client.from_env(os.environ)` (the script, not the library, reads its environment);
+        `options` as the constructor takes them."""
+        platform, token = environ.get("MOONRUN_PLATFORM"), environ.get("MOONRUN_TOKEN")
+        if not platform or not token:
+            raise Unauthenticated("MOONRUN_PLATFORM and MOONRUN_TOKEN must both be set")
+        return cls(platform, token, **options)
+
+    @classmethod
+    def from_profile(
+        cls,
+        name: str = profiles.DEFAULT_PROFILE,
+        *,
+        environ: Mapping[str, str],
+        **options: Any,
+    ) -> Client:
+        """A client of a profile `moonrun login` saved: `Client.from_profile("ci",
+        environ=os.environ)` reads `~/.config/moonrun/config.toml` (under `$XDG_CONFIG_HOME`
+        when that is set), as the CLI does."""
+        path = profiles.config_path(profiles.config_home(environ))
+        saved = profiles.load(path).get(name)
+        if saved is None:
+            raise Unauthenticated(
+                f"no profile {name!r} in {path}: run `moonrun login --platform URL`"
+            )
+        return cls(saved.platform, saved.token, **options)
 
     # -- the wire ------------------------------------------------------------------------------
 
@@ -451,6 +507,23 @@ class Client:
                 pause = max(next(delays), busy.after_s)
             self._sleep(min(pause, self.backoff.max_s))
         raise AssertionError("unreachable: the loop returns or raises")  # pragma: no cover
+
+    def _through_outages(self, read: Callable[[], T]) -> T:
+        """`read()`, tried again while the platform does not answer (a restart, an outage),
+        for up to `outage_grace_s` from the first failure: what follows a job (`wait`, `logs`
+        with `follow`) fails on the job's own outcome, not on a platform that comes back."""
+        failed_at: float | None = None
+        delays = self.backoff.delays()
+        while True:
+            try:
+                return read()
+            except Unreachable:
+                now = self._clock()
+                failed_at = now if failed_at is None else failed_at
+                if now - failed_at >= self.outage_grace_s:
+                    raise
+                left = self.outage_grace_s - (now - failed_at)
+                self._sleep(min(next(delays), self.backoff.max_s, left))
 
     def _json(self, response: httpx.Response) -> Any:
         if not response.content:
@@ -643,18 +716,19 @@ class Client:
         ]
 
     def wait(self, job_id: str, timeout_s: float | None = None) -> Job:
-        """The job once it has ended, by blocking reads; `WaitTimedOut` after `timeout_s`."""
+        """The job once it has ended, by blocking reads; `WaitTimedOut` after `timeout_s`.
+        A platform that stops answering for up to `outage_grace_s` is waited out."""
         deadline = None if timeout_s is None else self._clock() + timeout_s
-        job = self.job(job_id)
+        job = self._through_outages(lambda: self.job(job_id))
         while not job.ended:
             left = WAIT_CHUNK_S if deadline is None else deadline - self._clock()
             if left <= 0:
                 raise WaitTimedOut(f"job {job_id} is still {job.state} after {timeout_s} s")
             wait_s = max(0.001, min(left, WAIT_CHUNK_S))
             params = {"wait_s": round(wait_s, 3), "until": "terminal"}
-            job = Job.of(
-                self._request("GET", f"/api/v1/jobs/{job_id}", params=params, wait_s=wait_s)
-            )
+            path = f"/api/v1/jobs/{job_id}"
+            read = functools.partial(self._request, "GET", path, params=params, wait_s=wait_s)
+            job = Job.of(self._through_outages(read))
         return job
 
     def artifacts(self, job_id: str) -> list[Artifact]:
@@ -706,14 +780,19 @@ class Client:
         """The log lines of one attempt (the latest that has logs unless given), page after
         page. With `follow`, keep reading (about every 0.2 s, slowing to 2 s while nothing comes)
         until the job has ended and no line came for `settle_s`; without `attempt`, follow
-        moves on to each new attempt."""
+        moves on to each new attempt, and rides through a platform that stops answering for up
+        to `outage_grace_s`, resuming after the last line it printed."""
+        patient: Callable[[Callable[[], Any]], Any] = (
+            self._through_outages if follow else (lambda read: read())
+        )
         after_seq = -1
         current = attempt
         pauses = FOLLOW_POLL.delays()
         ended_at: float | None = None
         while True:
             params = {"after_seq": after_seq, "attempt": current, "limit": page_size}
-            page = self._request("GET", f"/api/v1/jobs/{job_id}/logs", params=params)
+            path = f"/api/v1/jobs/{job_id}/logs"
+            page = patient(functools.partial(self._request, "GET", path, params=params))
             lines = page["lines"]
             yield from (LogLine.of(line) for line in lines)
             if page["attempt"] is not None and current is None:
@@ -726,7 +805,7 @@ class Client:
             if lines:
                 pauses = FOLLOW_POLL.delays()
             if ended_at is None:
-                job = self.job(job_id)
+                job = patient(lambda: self.job(job_id))
                 if attempt is None and current is not None and job.attempt > current:
                     current, after_seq = job.attempt, -1  # a retry: follow its attempt
                     continue

@@ -2,23 +2,32 @@
 
 from __future__ import annotations
 
+import enum
 import functools
+import itertools
 import json
 import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, Final, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
+from rich.progress import (
+    BarColumn,
+    Progress,
+    TaskProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 from rich.text import Text
 
 from moonrun.client import profiles
-from moonrun.client.library import Client, Job, WaitTimedOut
+from moonrun.client.library import OUTAGE_GRACE_S, Client, Job, WaitTimedOut
 from moonrun.errors import InvalidRequest, MoonrunError, Unauthenticated
 
 P = ParamSpec("P")
@@ -109,8 +118,21 @@ def credentials(ctx: typer.Context, profile: str) -> tuple[str, str]:
     return platform, token
 
 
-def connect(ctx: typer.Context, profile: str) -> Client:
-    return Client(*credentials(ctx, profile))
+def connect(ctx: typer.Context, profile: str, *, outage_grace_s: float | None = None) -> Client:
+    if outage_grace_s is None:
+        return Client(*credentials(ctx, profile))
+    return Client(*credentials(ctx, profile), outage_grace_s=outage_grace_s)
+
+
+OutageGraceOption = Annotated[
+    float,
+    typer.Option(
+        "--outage-grace",
+        min=0,
+        help="Seconds to keep following through a platform that does not answer "
+        "(a restart) before giving up",
+    ),
+]
 
 
 # -- output --------------------------------------------------------------------------------
@@ -157,10 +179,9 @@ def job_fields(job: Job) -> dict[str, Any]:
     error = terminal.get("error") or {}
     failure = (data.get("retry") or {}).get("last_failure") or {}
     data["attempt"] = f"{data.get('attempt')} of {data.get('max_attempts')}"
-    data["progress"] = (
-        None if not progress else f"{progress.get('percent')}% {progress.get('message') or ''}"
-    )
+    data["progress"] = progress_text(progress, ended=job.ended)
     data["error"] = f"{error['code']}: {error['message']}" if error else None
+    data["result"] = _compact(terminal["result"]) if terminal.get("result") is not None else None
     data["last_failure"] = (
         f"{failure['code']}: {failure['message']} (attempt {failure['attempt']})"
         if failure
@@ -168,6 +189,23 @@ def job_fields(job: Job) -> dict[str, Any]:
     )
     data["cancel_requested"] = (data.get("cancel") or {}).get("requested")
     return data
+
+
+def progress_text(progress: dict[str, Any], *, ended: bool) -> str | None:
+    """A progress report as a person reads it: the percent rounded (none when the handler gave
+    none), its message, and for an ended job that this was its last report, not its end."""
+    if not progress:
+        return None
+    percent = progress.get("percent")
+    parts = [f"{percent:.0f}%" if isinstance(percent, int | float) else None]
+    parts.append(progress.get("message") or None)
+    if ended:
+        parts.append("(last report before it ended)")
+    return " ".join(part for part in parts if part) or None
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 JOB_FIELDS: Final = (
@@ -182,6 +220,7 @@ JOB_FIELDS: Final = (
     "cancel_requested",
     "last_failure",
     "error",
+    "result",
 )
 
 
@@ -232,6 +271,12 @@ def login(
     """
     environment = _environment(ctx)
     url = platform.rstrip("/")
+    if not url.startswith(("http://", "https://")):
+        # Checked before the token is read: a usage error, not a connection that fails later.
+        raise typer.BadParameter(
+            f"{platform!r} is not a URL; did you mean http://{url} (or https://)?",
+            param_hint="'--platform'",
+        )
     token = _read_secret("API token")
     with Client(url, token) as client:
         user = client.whoami()
@@ -330,11 +375,13 @@ def job_submit(
     follow: Annotated[
         bool, typer.Option("--follow", help="Show progress and stream the log until it ends")
     ] = False,
+    outage_grace: OutageGraceOption = OUTAGE_GRACE_S,
     profile: ProfileOption = profiles.DEFAULT_PROFILE,
     as_json: JsonOption = False,
 ) -> None:
     """Queue a job on a server: `submit SERVER KIND`, or `submit SERVER -- CMD ARG...` for a
-    `command` job whose payload is {"argv": [CMD, ARG...]}."""
+    `command` job whose payload is {"argv": [CMD, ARG...]}. With --wait or --follow, a
+    platform restart of up to --outage-grace seconds is ridden through."""
     body = _payload(payload)
     tail: list[str] | None = ctx.meta.get(TAIL)
     if tail is not None:
@@ -345,7 +392,7 @@ def job_submit(
         kind, body = "command", {**(body or {}), "argv": tail}
     if kind is None:
         raise typer.BadParameter("a KIND, or `-- CMD ARG...`, is needed")
-    with connect(ctx, profile) as client:
+    with connect(ctx, profile, outage_grace_s=outage_grace) as client:
         job = client.submit(
             server,
             kind,
@@ -373,19 +420,23 @@ def job_submit(
 def _follow(
     ctx: typer.Context, profile: str, client: Client, job: Job, *, logs_to_stderr: bool
 ) -> Job:
-    """Stream the job's log while a progress bar (on stderr) shows its progress; the job as
-    it ended."""
-    errors = Console(stderr=True, highlight=False)
+    """Stream the job's log; on a terminal, below the lines a live status line says the job's
+    state, its progress (or the time since it started when it reports none), and each failed
+    attempt and its retry as they happen. Off a terminal: plain lines. The job as it ended."""
+    out = Console(stderr=logs_to_stderr, highlight=False)
+    live = out.is_terminal
     stop = threading.Event()
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
         TaskProgressColumn(),
-        console=errors,
+        TimeElapsedColumn(),
+        console=out,
         transient=True,
-        disable=not errors.is_terminal,  # off a terminal a bar is noise in the captured output
+        disable=not live,  # off a terminal a bar is noise in the captured output
     ) as bar:
-        task = bar.add_task(f"{job.id} {job.state}", total=100)
+        task = bar.add_task(f"{job.id} {job.state}", total=None)
+        said: set[str] = set()
 
         def watch() -> None:
             # A client of its own: the log stream holds the other one's connection.
@@ -394,24 +445,27 @@ def _follow(
                     try:
                         seen = watcher.job(job.id)
                     except MoonrunError:
-                        # The bar is a view only; the log stream reports real trouble.
+                        # The status line is a view only; the log stream reports real trouble.
                         seen = None
                     if seen is not None:
-                        progress = seen.progress or {}
-                        message = "" if seen.ended else progress.get("message") or ""
-                        percent = 100 if seen.state == "succeeded" else progress.get("percent")
-                        bar.update(
-                            task,
-                            completed=percent or 0,
-                            description=f"{seen.id} {seen.state} {message}".rstrip(),
-                        )
+                        percent = status_percent(seen)
+                        bar.update(task, total=None if percent is None else 100)
+                        bar.update(task, completed=percent or 0, description=status_line(seen))
+                        note = retry_note(seen)
+                        if note is not None and note not in said:
+                            said.add(note)
+                            bar.console.print(note, markup=False, highlight=False)
                     stop.wait(PROGRESS_POLL_S)
 
         watcher = threading.Thread(target=watch, name="moonrun-progress", daemon=True)
         watcher.start()
         try:
             for line in client.logs(job.id, follow=True):
-                typer.echo(line.data.get("text", ""), err=logs_to_stderr)
+                text = line.data.get("text", "")
+                if live:  # above the status line, which rich draws again below it
+                    bar.console.print(text, markup=False, highlight=False)
+                else:
+                    typer.echo(text, err=logs_to_stderr)
         finally:
             stop.set()
             watcher.join()
@@ -420,24 +474,70 @@ def _follow(
     return ended
 
 
+def status_percent(seen: Job) -> float | None:
+    """The bar's fill: 100 once succeeded, else the last reported percent (None: no bar)."""
+    if seen.state == "succeeded":
+        return 100.0
+    percent = (seen.progress or {}).get("percent")
+    return float(percent) if isinstance(percent, int | float) else None
+
+
+def status_line(seen: Job) -> str:
+    """`job_x running copying` (the progress message while the job runs)."""
+    message = "" if seen.ended else (seen.progress or {}).get("message") or ""
+    return f"{seen.id} {seen.state} {message}".rstrip()
+
+
+def retry_note(seen: Job) -> str | None:
+    """`attempt 1 failed: exit_status: ...; retry in 2 s` while a retry waits; else None."""
+    if seen.state != "retrying":
+        return None
+    retry = seen.data.get("retry") or {}
+    failure = retry.get("last_failure") or {}
+    why = ": ".join(str(part) for part in (failure.get("code"), failure.get("message")) if part)
+    why = why or str(failure.get("reason") or "ended")
+    when = ""
+    eligible = retry.get("next_eligible_at")
+    updated = seen.data.get("updated_at")
+    if isinstance(eligible, str) and isinstance(updated, str):
+        delay = (_when(eligible) - _when(updated)).total_seconds()
+        when = f"; retry in {max(0.0, delay):.0f} s"
+    return f"attempt {failure.get('attempt', seen.attempt)} failed: {why}{when}"
+
+
+def _when(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
 @job_app.command("list")
 @user_errors
 def job_list(
     ctx: typer.Context,
     server: Annotated[str | None, typer.Option("--server", help="Only this server's jobs")] = None,
-    state: Annotated[str | None, typer.Option("--state", help="Only jobs in this state")] = None,
+    state: Annotated[
+        list[str] | None,
+        typer.Option("--state", help="Only jobs in this state; repeated: in any of them"),
+    ] = None,
     kind: Annotated[str | None, typer.Option("--kind", help="Only jobs of this kind")] = None,
     id_prefix: Annotated[
         str | None,
         typer.Option("--id-prefix", help="Only jobs whose id starts so (job_ and 3 or more)"),
     ] = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=1, help="At most this many (the newest)")
+    ] = None,
     profile: ProfileOption = profiles.DEFAULT_PROFILE,
     as_json: JsonOption = False,
 ) -> None:
-    """The jobs you may see, newest first (every page)."""
+    """The jobs you may see, newest first (every page, or the newest --limit)."""
+    states: list[str | None] = list(dict.fromkeys(state)) if state else [None]
     with connect(ctx, profile) as client:
-        found = client.jobs(server_id=server, state=state, kind=kind, id_prefix=id_prefix)
-        jobs = list(found)
+        jobs: list[Job] = []
+        for one in states:  # one listing per state: each is newest first, merged below
+            found = client.jobs(server_id=server, state=one, kind=kind, id_prefix=id_prefix)
+            jobs += itertools.islice(found, limit)
+    jobs.sort(key=lambda job: (job.created_at, job.id), reverse=True)
+    jobs = jobs[:limit]
     if as_json:
         print_json([job.data for job in jobs])
     else:
@@ -450,6 +550,11 @@ def job_list(
 JobIdArgument = Annotated[str, typer.Argument(help="The job's id")]
 
 
+class LogStream(enum.StrEnum):
+    stdout = "stdout"
+    stderr = "stderr"
+
+
 @job_app.command("show")
 @user_errors
 def job_show(
@@ -458,7 +563,7 @@ def job_show(
     profile: ProfileOption = profiles.DEFAULT_PROFILE,
     as_json: JsonOption = False,
 ) -> None:
-    """One job."""
+    """One job and, once it ended, what its handler returned."""
     with connect(ctx, profile) as client:
         show_job(client.job(job_id), as_json)
 
@@ -471,11 +576,15 @@ def job_wait(
     timeout: Annotated[
         float | None, typer.Option("--timeout", min=0, help="Give up after this many seconds")
     ] = None,
+    outage_grace: OutageGraceOption = OUTAGE_GRACE_S,
     profile: ProfileOption = profiles.DEFAULT_PROFILE,
     as_json: JsonOption = False,
 ) -> None:
-    """Wait until the job ends. Exit 0 succeeded, 3 failed, 4 cancelled, 5 timed out."""
-    with connect(ctx, profile) as client:
+    """Wait until the job ends. Exit 0 succeeded, 3 failed, 4 cancelled, 5 timed out.
+
+    A platform that does not answer for up to --outage-grace seconds (a restart) is waited
+    out; longer, exit 1 `unreachable`."""
+    with connect(ctx, profile, outage_grace_s=outage_grace) as client:
         try:
             job = client.wait(job_id, timeout)
         except WaitTimedOut:
@@ -552,6 +661,8 @@ def job_cancel(
                 typer.echo(f"job {job_id}: error: {answer.code}: {answer.message}", err=True)
             elif answer.state == "cancelled":
                 typer.echo(f"job {answer.id} cancelled")
+            elif answer.ended:
+                typer.echo(f"job {answer.id} had already ended ({answer.state}): nothing to cancel")
             else:
                 typer.echo(f"job {answer.id} is {answer.state}; cancel requested")
     if refused:
@@ -575,18 +686,32 @@ def job_logs(
     attempt: Annotated[
         int | None, typer.Option("--attempt", min=1, help="This attempt [default: the latest]")
     ] = None,
+    stream: Annotated[
+        LogStream | None, typer.Option("--stream", help="Only this stream's lines")
+    ] = None,
+    outage_grace: OutageGraceOption = OUTAGE_GRACE_S,
     profile: ProfileOption = profiles.DEFAULT_PROFILE,
     as_json: JsonOption = False,
 ) -> None:
-    """Print a job's log lines. With --json, a list of lines (one line object a line with -f)."""
-    with connect(ctx, profile) as client:
-        lines = client.logs(job_id, attempt=attempt, follow=follow)
+    """Print a job's log lines. With --json, a list of lines (one line object a line with -f).
+
+    On a terminal, stderr lines are marked `stderr|`; piped, every line is printed as is.
+    """
+    marked = sys.stdout.isatty()
+    with connect(ctx, profile, outage_grace_s=outage_grace) as client:
+        lines = (
+            line
+            for line in client.logs(job_id, attempt=attempt, follow=follow)
+            if stream is None or line.data.get("stream") == stream.value
+        )
         if as_json and not follow:
             print_json([line.data for line in lines])
             return
         for line in lines:
             if as_json:
                 typer.echo(json.dumps(line.data, ensure_ascii=False))
+            elif marked and line.data.get("stream") == "stderr":
+                typer.echo(typer.style("stderr| ", dim=True) + line.data.get("text", ""))
             else:
                 typer.echo(line.data.get("text", ""))
 

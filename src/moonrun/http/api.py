@@ -460,6 +460,10 @@ async def _read_body(receive: Receive, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+FIELD_NAME_ECHO = 100
+"""At most this much of a field's path is said back in a 422."""
+
+
 def _problems(error: ValidationError, prefix: str = "") -> str:
     """The fields and what is wrong with them, never the values (they may be secrets)."""
     problems = []
@@ -473,8 +477,10 @@ def _problems(error: ValidationError, prefix: str = "") -> str:
             return (
                 f"the body is not valid JSON: {reason}" if reason else "the body is not valid JSON"
             )
-        where = prefix + ".".join(str(part) for part in problem["loc"])
-        problems.append(f"{where}: {problem['msg']}" if where else problem["msg"])
+        # A name the caller chose (an unknown field) is echoed back cut short.
+        where = (prefix + ".".join(str(part) for part in problem["loc"]))[:FIELD_NAME_ECHO]
+        message = "unknown field" if problem["type"] == "extra_forbidden" else problem["msg"]
+        problems.append(f"{where}: {message}" if where else message)
     return "; ".join(problems) or "invalid request"
 
 

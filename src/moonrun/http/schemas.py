@@ -21,7 +21,17 @@ SEQ_MAX = 2**63 - 1
 
 
 class Strict(BaseModel):
+    """A Run protocol body: strict types; fields this platform does not know are ignored, so
+    that a newer Run can talk to an older platform (docs/protocol.md, "Conventions")."""
+
     model_config = ConfigDict(strict=True, extra="ignore")
+
+
+class UserRequest(BaseModel):
+    """A user API body: strict types, and a field the route does not know is refused (422
+    naming it): a typo such as `max_attempt` must not quietly fall back to a default."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
 
 
 # -- Run: control channel ------------------------------------------------------------------------
@@ -137,37 +147,37 @@ class LogBatchRequest(Strict):
 NAME = Field(pattern=NAME_PATTERN.pattern)
 
 
-class CreateUserRequest(Strict):
+class CreateUserRequest(UserRequest):
     name: str = NAME
     password: str | None = None
     platform_admin: bool = False
 
 
-class SetPasswordRequest(Strict):
+class SetPasswordRequest(UserRequest):
     password: str
 
 
-class CreateServerRequest(Strict):
+class CreateServerRequest(UserRequest):
     name: str = NAME
     endpoint_id: str
     owner_id: str
 
 
-class AddAdminRequest(Strict):
+class AddAdminRequest(UserRequest):
     user_id: str
 
 
-class CreateEndpointRequest(Strict):
+class CreateEndpointRequest(UserRequest):
     name: str = NAME
 
 
-class BackoffModel(Strict):
+class BackoffModel(UserRequest):
     initial_s: float | None = None
     multiplier: float | None = None
     max_s: float | None = None
 
 
-class CreateJobRequest(Strict):
+class CreateJobRequest(UserRequest):
     kind: str = Field(pattern=KIND_PATTERN.pattern)
     payload: dict[str, Any] | None = None
     max_attempts: int | None = None
@@ -175,11 +185,11 @@ class CreateJobRequest(Strict):
     not_before: str | None = None
 
 
-class CreateJobsRequest(Strict):
+class CreateJobsRequest(UserRequest):
     jobs: list[CreateJobRequest] = Field(min_length=1, max_length=1000)
 
 
-class CancelJobsRequest(Strict):
+class CancelJobsRequest(UserRequest):
     job_ids: list[str] = Field(min_length=1, max_length=1000)
     """Each job at most once."""
 

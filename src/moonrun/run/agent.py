@@ -588,7 +588,7 @@ class Agent:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await work
         try:
-            return work.result()
+            return work.result().bounded()
         except Exception as error:  # a handler bug fails the attempt, not Run
             return HandlerResult.failed("handler_error", type(error).__name__, retryable=True)
 

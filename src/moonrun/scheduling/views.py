@@ -7,6 +7,9 @@ so a field added to a record never leaks by accident. The views' shapes are decl
 
 from __future__ import annotations
 
+import json
+
+from moonrun.scheduling.fingerprint import JsonValue
 from moonrun.scheduling.jobs import Job
 from moonrun.scheduling.records import Endpoint, Server, Session, User
 from moonrun.scheduling.time import Instant, format_instant, format_optional
@@ -25,10 +28,11 @@ __all__ = [
 
 
 def job_view(job: Job) -> JobView:
-    """The user projection of a job: scheduling status without credentials or payload."""
+    """The user projection of a job: scheduling status without credentials or payload (a
+    payload may name secrets and host paths, which no user projection shows)."""
     failure = job.last_failure
     policy = job.policy
-    return {
+    view: JobView = {
         "id": job.id,
         "server_id": job.server_id,
         "kind": job.kind,
@@ -75,6 +79,7 @@ def job_view(job: Job) -> JobView:
             "error": None
             if job.terminal.error is None
             else {"code": job.terminal.error.code, "message": job.terminal.error.message},
+            "result": _terminal_result(job),
         },
         "reconcile": {
             "outcome": job.reconcile.outcome.value if job.reconcile else None,
@@ -91,6 +96,16 @@ def job_view(job: Job) -> JobView:
             for past in job.history
         ],
     }
+    return view
+
+
+def _terminal_result(job: Job) -> JsonValue:
+    """The output the ending attempt reported, if the job ended on Run's result."""
+    ended, reported = job.terminal, job.result
+    if ended is None or reported is None or reported.attempt != ended.attempt:
+        return None
+    output = reported.result.output_json
+    return None if output is None else json.loads(output)
 
 
 def endpoint_view(endpoint: Endpoint, session: Session | None, now: Instant) -> EndpointView:

@@ -102,6 +102,23 @@ class Watch:
         self._waiting = 0
         self.wakeups = 0
         """Waiters woken so far (for tests)."""
+        self.stopping = False
+        """The platform is stopping: every wait answers with what it read last, at once."""
+
+    def _stopped(self) -> bool:
+        # A call, not the attribute: `stop()` sets it from elsewhere while a wait is asleep.
+        return self.stopping
+
+    def stop(self) -> None:
+        """Wake every waiting request to answer now, and let none wait from here on: a
+        stopping platform does not hold Runs' claims and users' reads until its shutdown
+        timeout. Safe from a signal handler or another thread."""
+        self.stopping = True
+        with self._lock:
+            waiters = [waiter for held in self._waiters.values() for waiter in held]
+        for waiter in waiters:
+            with contextlib.suppress(RuntimeError):  # a loop already closed has no waiter left
+                waiter.loop.call_soon_threadsafe(waiter.event.set)
 
     @property
     def waiting(self) -> int:
@@ -217,7 +234,7 @@ class Watch:
                 waiter.event.clear()  # registered, then read: no wake-up falls in between
                 value = await waiting.run(read)
                 remaining = deadline - time.monotonic()
-                if done(value) or remaining <= 0 or waiter.client_left():
+                if done(value) or remaining <= 0 or waiter.client_left() or self.stopping:
                     return value
                 pause = min(remaining, self.recheck_s)
                 due = due_s(value) if due_s is not None else None
@@ -226,6 +243,8 @@ class Watch:
                 waiting.place.leave()
                 await _wait_for(waiter.event, pause)
                 if waiter.client_left():  # nobody reads the answer: no place, no store read for it
+                    return value
+                if self._stopped():  # answered with what was read last: an empty grant, a view
                     return value
                 waiting.place.enter()
         finally:

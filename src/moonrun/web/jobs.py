@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -342,6 +343,10 @@ async def job_page(request: Request, job_id: str, fragment: bool = False) -> Res
             for a in artifacts
         ],
         "job": view,
+        # Drawn as text inside <pre> (autoescaped): a result is whatever a handler returned.
+        "result_json": None
+        if view["terminal"] is None or view["terminal"]["result"] is None
+        else json.dumps(view["terminal"]["result"], indent=2, ensure_ascii=False),
         "server_name": server.name,
         "logs": lines,
         "logs_kept": page.kept_lines if page else 0,

@@ -56,6 +56,11 @@ class TerminalView(TypedDict):
     attempt: int
     at: str
     error: TerminalErrorView | None
+    result: Any
+    """What the ending attempt's handler returned (docs/kinds.md, "Results"): for `command`
+    its `exit_code`, `signal`, `duration_s`, `stdout_bytes` and `stderr_bytes`; null when the
+    platform ended the job (cancelled before a claim, a lease that expired) or the Run said
+    nothing."""
 
 
 class ReconcileView(TypedDict):

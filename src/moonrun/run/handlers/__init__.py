@@ -10,6 +10,7 @@ does not fit at submit (422 `invalid_payload`) rather than on the host.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 from moonrun.errors import MoonrunError
 from moonrun.scheduling import jsonschema_subset
 from moonrun.scheduling import kinds as kinds_domain
+from moonrun.scheduling.jobs import OUTPUT_LIMIT
 
 if TYPE_CHECKING:
     from moonrun.run.confinement import Confinement
@@ -26,6 +28,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("moonrun.run.handlers")
 
 ENTRY_POINT_GROUP = "moonrun.handlers"
+
+
+RESULT_BYTES = OUTPUT_LIMIT
+"""The largest result a handler may return, as compact JSON: the platform's own bound."""
 
 
 @dataclass(frozen=True)
@@ -38,8 +44,30 @@ class HandlerResult:
     output: Any = None
 
     @classmethod
-    def failed(cls, code: str, message: str, *, retryable: bool = False) -> HandlerResult:
-        return cls("failed", retryable, {"code": code, "message": message[:4096]})
+    def failed(
+        cls, code: str, message: str, *, retryable: bool = False, output: Any = None
+    ) -> HandlerResult:
+        return cls("failed", retryable, {"code": code, "message": message[:4096]}, output)
+
+    def bounded(self) -> HandlerResult:
+        """This result, or a failure saying why its output cannot be reported: the platform
+        keeps at most RESULT_BYTES of compact JSON (docs/kinds.md, "Results")."""
+        if self.output is None:
+            return self
+        try:
+            size = len(
+                json.dumps(
+                    self.output, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+                ).encode()
+            )
+        except (TypeError, ValueError, RecursionError) as error:
+            return HandlerResult.failed("result_invalid", f"the result is not JSON: {error}")
+        if size > RESULT_BYTES:
+            return HandlerResult.failed(
+                "result_too_large",
+                f"the result is {size} bytes as JSON; a result holds at most {RESULT_BYTES}",
+            )
+        return self
 
     def as_message(self) -> dict[str, Any]:
         message: dict[str, Any] = {"outcome": self.outcome, "retryable": self.retryable}

@@ -38,6 +38,7 @@ import logging
 import os
 import signal
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -197,6 +198,7 @@ class CommandHandler:
             "namespaces": confinement.namespaces,
             "grace_s": context.grace_s,
         }
+        started = asyncio.get_running_loop().time()
         try:
             supervised = await Supervised.start(orders)
         except OSError as error:
@@ -214,7 +216,9 @@ class CommandHandler:
         if stopped_by is not None:
             await supervised.stop(context.grace_s, workdir)
         await supervised.close()
-        return await self._outcome(context, payload, user, workdir, supervised, stopped_by)
+        duration_s = asyncio.get_running_loop().time() - started
+        ended = await self._outcome(context, payload, user, workdir, supervised, stopped_by)
+        return replace(ended, output=_result(supervised, duration_s))
 
     async def _outcome(
         self,
@@ -261,7 +265,7 @@ class CommandHandler:
             return HandlerResult.failed("exit_status", f"{argv0} exited with status {code}")
         for artifact in payload.get("artifacts", []):
             await self._upload(context, workdir, artifact, user)
-        return HandlerResult("succeeded", output={"exit_code": 0})
+        return HandlerResult("succeeded")
 
     async def _upload(
         self,
@@ -298,6 +302,7 @@ class Supervised:
         self.transports = transports
         self.orders = orders
         self.said: dict[str, Any] = {}
+        self.bytes_read: dict[str, int] = {"stdout": 0, "stderr": 0}
         self.started = asyncio.get_running_loop().create_future()
         self.statuses = asyncio.create_task(self._read_statuses(statuses))
         self.readers: dict[str, asyncio.Task[None]] = {}
@@ -382,7 +387,7 @@ class Supervised:
         """Pump the output until the supervisor ended by itself (None), or why it must be
         stopped: `cancel`, `timeout` or `broken` (a reader failed)."""
         self.readers = {
-            name: asyncio.create_task(_pump(stream, name, context))
+            name: asyncio.create_task(_pump(stream, name, context, self.bytes_read))
             for name, stream in self.streams.items()
         }
         loop = asyncio.get_running_loop()
@@ -471,14 +476,17 @@ class Supervised:
             self.started.set_result({})
 
 
-async def _pump(stream: asyncio.StreamReader | None, name: str, context: JobContext) -> None:
+async def _pump(
+    stream: asyncio.StreamReader | None, name: str, context: JobContext, counted: dict[str, int]
+) -> None:
     """Hand the stream's lines to the logs, reading in chunks until the end: a child never
-    blocks on a full pipe, however long its lines."""
+    blocks on a full pipe, however long its lines. `counted[name]` grows by the bytes read."""
     if stream is None:
         return
     pending = b""
     continued = False
     while chunk := await stream.read(READ_BYTES):
+        counted[name] = counted.get(name, 0) + len(chunk)
         pending += chunk
         start = 0
         while True:
@@ -510,6 +518,20 @@ def _piece_end(data: bytes, start: int) -> int:
 def _log_piece(context: JobContext, name: str, piece: bytes, continued: bool) -> None:
     text = piece.decode("utf-8", "replace")
     context.log(name, CONTINUED + text if continued else text)
+
+
+def _result(supervised: Supervised, duration_s: float) -> dict[str, Any]:
+    """What an attempt's command did (docs/kinds.md, "command"): its exit code, or the signal
+    that ended it (both null when it never started or its end went unreported), how long the
+    attempt's processes ran, and the bytes each stream wrote."""
+    code = supervised.said.get("ended")
+    return {
+        "exit_code": code if isinstance(code, int) and code >= 0 else None,
+        "signal": -code if isinstance(code, int) and code < 0 else None,
+        "duration_s": round(duration_s, 3),
+        "stdout_bytes": supervised.bytes_read.get("stdout", 0),
+        "stderr_bytes": supervised.bytes_read.get("stderr", 0),
+    }
 
 
 def _broken(readers: dict[str, asyncio.Task[None]]) -> str | None:

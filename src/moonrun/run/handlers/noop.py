@@ -11,4 +11,4 @@ class NoopHandler:
 
     async def run(self, context: JobContext) -> HandlerResult:
         context.report(100.0, "done")
-        return HandlerResult("succeeded")
+        return HandlerResult("succeeded", output={})
