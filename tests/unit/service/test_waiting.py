@@ -9,6 +9,8 @@ duration: every wait is far longer than the test, so a request that answers did 
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -250,3 +252,45 @@ def test_a_read_woken_by_a_change_answers_from_a_read_with_access_checked(world:
         assert watch.waiting == 0
 
     asyncio.run(scenario())
+
+
+# -- stopping (the platform's SIGTERM) ------------------------------------------------------
+
+
+def test_a_stopping_watch_answers_every_waiter_at_once_with_what_it_read_last() -> None:
+    watch = Watch()
+    reads: list[int] = []
+
+    class Place:
+        def leave(self) -> None: ...
+
+        def enter(self) -> None: ...
+
+    async def run(work, *args):  # type: ignore[no-untyped-def]
+        return work(*args)
+
+    async def never_gone() -> None:
+        await asyncio.Event().wait()
+
+    def read() -> int:
+        reads.append(len(reads))
+        return len(reads)
+
+    async def scenario() -> int:
+        waiting = Waiting(run, Place(), never_gone)
+        stopper = threading.Timer(0.2, watch.stop)
+        stopper.start()
+        value = await watch.wait_until(
+            read,
+            lambda _: False,
+            on=("job", "job_1"),
+            rooms=(),
+            deadline=time.monotonic() + 3600,
+            waiting=waiting,
+        )
+        stopper.join()
+        return value
+
+    assert asyncio.run(asyncio.wait_for(scenario(), 60)) == 1
+    assert (reads, watch.waiting) == ([0], 0)
+    assert watch.stopping

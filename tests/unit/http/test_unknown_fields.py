@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.http_harness import Cast, http_world
-from tests.stores import memory_factory
+from tests.support.http_harness import Cast, http_world
+from tests.support.stores import memory_factory
 
 
 @pytest.fixture

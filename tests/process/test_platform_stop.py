@@ -5,7 +5,6 @@ platform")."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import threading
 import time
@@ -15,14 +14,15 @@ from pathlib import Path
 import httpx
 import pytest
 
-from moonrun.service.waiting import Waiting, Watch
-from tests.e2e import cluster
+from tests.support.e2e import cluster
+
+# A real platform and Run: the serial lane of `make test` (docs/testing.md).
+pytestmark = pytest.mark.processes
 
 GRACEFUL_SHUTDOWN_S = 10
 """`moonrun platform serve`'s graceful shutdown: before this change every stop took it whole."""
 
 
-@pytest.mark.processes
 def test_a_platform_with_a_run_and_a_blocking_read_stops_well_within_its_shutdown_grace(
     tmp_path: Path,
 ) -> None:
@@ -63,42 +63,3 @@ def test_a_platform_with_a_run_and_a_blocking_read_stops_well_within_its_shutdow
     ]
     assert errors == []
     assert "Traceback" not in log
-
-
-def test_a_stopping_watch_answers_every_waiter_at_once_with_what_it_read_last() -> None:
-    watch = Watch()
-    reads: list[int] = []
-
-    class Place:
-        def leave(self) -> None: ...
-
-        def enter(self) -> None: ...
-
-    async def run(work, *args):  # type: ignore[no-untyped-def]
-        return work(*args)
-
-    async def never_gone() -> None:
-        await asyncio.Event().wait()
-
-    def read() -> int:
-        reads.append(len(reads))
-        return len(reads)
-
-    async def scenario() -> int:
-        waiting = Waiting(run, Place(), never_gone)
-        stopper = threading.Timer(0.2, watch.stop)
-        stopper.start()
-        value = await watch.wait_until(
-            read,
-            lambda _: False,
-            on=("job", "job_1"),
-            rooms=(),
-            deadline=time.monotonic() + 3600,
-            waiting=waiting,
-        )
-        stopper.join()
-        return value
-
-    assert asyncio.run(asyncio.wait_for(scenario(), 60)) == 1
-    assert (reads, watch.waiting) == ([0], 0)
-    assert watch.stopping

@@ -17,10 +17,10 @@ from moonrun.run.handlers import RESULT_BYTES, HandlerResult, JobContext
 from moonrun.run.handlers.command import CommandHandler
 from moonrun.run.handlers.noop import NoopHandler
 from moonrun.scheduling.views import job_view
-from tests.console_kit import cheap_passwords, console
-from tests.harness import World
-from tests.http_harness import Cast, http_world
-from tests.stores import memory_factory
+from tests.support.console_kit import cheap_passwords, console
+from tests.support.harness import World
+from tests.support.http_harness import Cast, http_world
+from tests.support.stores import memory_factory
 
 HANG_GUARD_S = 30.0
 

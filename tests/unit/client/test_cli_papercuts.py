@@ -15,9 +15,9 @@ from typer.testing import CliRunner, Result
 
 from moonrun.cli import app
 from moonrun.client import verbs
-from tests.console_kit import serve
-from tests.http_harness import Cast, http_world
-from tests.stores import memory_factory
+from tests.support.console_kit import serve
+from tests.support.http_harness import Cast, http_world
+from tests.support.stores import memory_factory
 
 
 @dataclass

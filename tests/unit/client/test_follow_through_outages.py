@@ -15,8 +15,8 @@ import pytest
 import uvicorn
 
 from moonrun.client.library import Client, Unreachable
-from tests.http_harness import Cast, http_world
-from tests.stores import memory_factory
+from tests.support.http_harness import Cast, http_world
+from tests.support.stores import memory_factory
 
 LINE_TS = "2026-12-03T12:00:00.000Z"
 
