@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from moonrun.run.handlers import HandlerResult
 from moonrun.run.handlers.command import CommandHandler
 from tests.support.run_kit import (
     HANG_GUARD_S,
@@ -69,7 +68,7 @@ async def test_cancelling_a_command_sends_sigterm_first(tmp_path: Path) -> None:
     context.cancelled.set()
     result = await asyncio.wait_for(work, HANG_GUARD_S)
 
-    assert result == HandlerResult("cancelled")
+    assert (result.outcome, result.error) == ("cancelled", None)
     assert time.monotonic() - began < BOUND_S
     assert ("stdout", "terminated") in sink.lines
     assert await group_gone(read_pid(pidfile))
@@ -93,7 +92,7 @@ async def test_cancelling_a_command_that_ignores_sigterm_kills_it_after_the_grac
     context.cancelled.set()
     result = await asyncio.wait_for(work, HANG_GUARD_S)
 
-    assert result == HandlerResult("cancelled")
+    assert (result.outcome, result.error) == ("cancelled", None)
     assert 0.45 <= time.monotonic() - began < BOUND_S
     assert await group_gone(pgid)
 

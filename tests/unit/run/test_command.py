@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from moonrun.run.handlers import HandlerResult
 from moonrun.run.handlers.command import CONTINUED, LINE_BYTES, CommandHandler
 from tests.support.run_kit import (
     HANG_GUARD_S,
@@ -36,7 +35,7 @@ async def test_command_succeeds_with_its_output_lines_in_order_per_stream() -> N
         CommandHandler(), job_context("command", {"argv": ["sh", "-c", script]}, sink)
     )
 
-    assert result == HandlerResult("succeeded", output={"exit_code": 0})
+    assert (result.outcome, result.error, result.output["exit_code"]) == ("succeeded", None, 0)
     assert sink.stream("stdout") == ["one", "two", "three"]
     assert sink.stream("stderr") == ["uno", "dos"]
 
@@ -177,7 +176,7 @@ async def test_a_line_longer_than_the_bound_arrives_in_marked_pieces() -> None:
         CommandHandler(), job_context("command", {"argv": ["sh", "-c", LONG_LINE_SCRIPT]}, sink)
     )
 
-    assert result == HandlerResult("succeeded", output={"exit_code": 0})
+    assert (result.outcome, result.error, result.output["exit_code"]) == ("succeeded", None, 0)
     *pieces, last = sink.stream("stdout")
     assert last == "done"
     assert len(pieces) > 1

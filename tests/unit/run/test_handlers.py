@@ -36,7 +36,7 @@ async def test_noop_succeeds_at_once() -> None:
 
     result = await finished(NoopHandler(), context)
 
-    assert (result, context.percent) == (HandlerResult("succeeded"), 100.0)
+    assert (result, context.percent) == (HandlerResult("succeeded", output={}), 100.0)
 
 
 class SteppingClock:

@@ -58,7 +58,7 @@ RETRY_KEYS = {"next_eligible_at", "initial_s", "multiplier", "max_s", "last_fail
 FAILURE_KEYS = {"reason", "code", "attempt", "at", "message"}
 PROGRESS_KEYS = {"seq", "percent", "message", "at"}
 CANCEL_KEYS = {"requested", "requested_at", "result", "resolved_at"}
-TERMINAL_KEYS = {"outcome", "attempt", "at", "error"}
+TERMINAL_KEYS = {"outcome", "attempt", "at", "error", "result"}
 ERROR_KEYS = {"code", "message"}
 RECONCILE_KEYS = {"outcome", "at"}
 HISTORY_KEYS = {"attempt", "claimed_at", "ended_at", "outcome", "code"}
@@ -272,6 +272,7 @@ def test_rich_job_view_values() -> None:
             "attempt": 2,
             "at": "2026-05-28T20:26:47.123Z",
             "error": {"code": "stopped", "message": "stopped on request"},
+            "result": None,
         },
         "reconcile": {"outcome": "confirmed", "at": "2026-05-28T20:26:43.500Z"},
         "history": [

@@ -19,8 +19,8 @@ import pytest
 from moonrun.errors import Overloaded
 from moonrun.http.load import LoopLag
 from moonrun.run.client import TRANSIENT, error_from, pause_after
-from tests.http_harness import Cast, http_world
-from tests.stores import memory_factory
+from tests.support.http_harness import Cast, http_world
+from tests.support.stores import memory_factory
 
 BEHIND_S = 3.0
 """A lag well past the platform's limit (`HttpSettings.overload_lag_s`)."""

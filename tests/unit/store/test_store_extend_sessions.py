@@ -11,8 +11,8 @@ import pytest
 
 from moonrun.store.file import FileStore
 from moonrun.store.protocol import Store
-from tests.stores import StoreFactory
-from tests.test_store_contract import SESSION_TTL_MS, T0, make_session
+from tests.support.stores import StoreFactory
+from tests.unit.store.test_store_contract import SESSION_TTL_MS, T0, make_session
 
 
 @pytest.fixture

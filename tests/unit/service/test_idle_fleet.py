@@ -17,8 +17,8 @@ from typing import Any, TypeVar, cast
 from moonrun.service.waiting import Waiting
 from moonrun.store.file import FileStore
 from moonrun.store.protocol import Store
-from tests.harness import SETTINGS, World
-from tests.stores import StoreFactory, file_factory, memory_factory
+from tests.support.harness import SETTINGS, World
+from tests.support.stores import StoreFactory, file_factory, memory_factory
 
 T = TypeVar("T")
 SECOND = 1000

@@ -16,7 +16,7 @@ from moonrun.backoff import jittered
 from moonrun.http.edge import ServeSettings, server_config
 from moonrun.run.agent import Agent, RunConfig
 from moonrun.service.config import SchedulingSettings
-from tests.test_http_edge import Edge
+from tests.unit.http.test_http_edge import Edge
 
 
 def draws(seed: int) -> RunConfig:
