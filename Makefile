@@ -95,9 +95,9 @@ soak: $(DEV_STAMP)
 	MOONRUN_STATEFUL_EXAMPLES=$(EXAMPLES) MOONRUN_STATEFUL_STEPS=$(STEPS) \
 	MOONRUN_CRASH_KILLS=$(KILLS) MOONRUN_RACE_JOBS=$(RACE_JOBS) MOONRUN_FUZZ_EXAMPLES=$(FUZZ) \
 	MOONRUN_SIM_SEEDS=$(SIM_SEEDS) \
-		$(BIN)/pytest -p no:cacheprovider -x tests/test_stateful.py tests/test_crash_and_race.py \
-		tests/test_fuzz_hostile.py tests/sim/test_simulation.py \
-		tests/test_platform_process.py::test_sigkill_while_serving_loses_no_acknowledged_job
+		$(BIN)/pytest -p no:cacheprovider -x tests/unit/service/test_stateful.py tests/process/test_crash_and_race.py \
+		tests/unit/http/test_fuzz_hostile.py tests/sim/test_simulation.py \
+		tests/process/test_platform_process.py::test_sigkill_while_serving_loses_no_acknowledged_job
 
 # The whole-system simulation alone (docs/simulation.md): the seeds `make test` runs (or
 # MOONRUN_SIM_SEEDS of them), the checker's own tests, and how fast it goes.

@@ -14,9 +14,9 @@ import hypothesis
 import pymysql
 import pytest
 
-from tests import needs
-from tests.harness import World
-from tests.stores import (
+from tests.support import needs
+from tests.support.harness import World
+from tests.support.stores import (
     DEFAULT_MYSQL_URL,
     STORE_NAMES,
     StoreFactory,
@@ -27,7 +27,8 @@ from tests.stores import (
 )
 
 # Every Hypothesis failure prints the `@reproduce_failure` blob that replays it, whatever the
-# test's own settings (the randomized tests without Hypothesis print their seeds: tests/seeds.py).
+# test's own settings (the randomized tests without Hypothesis print their seeds:
+# tests/support/seeds.py).
 hypothesis.settings.register_profile("moonrun", print_blob=True)
 hypothesis.settings.load_profile("moonrun")
 
