@@ -6,11 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.stores import file_factory
-from tests.test_crash_and_race import kill_and_check
+from tests.process.test_crash_and_race import kill_and_check
+from tests.support.stores import file_factory
+
+# A real child process, SIGKILLed: the serial lane of `make test` (docs/testing.md).
+pytestmark = pytest.mark.processes
 
 
-@pytest.mark.processes
 def test_sigkill_during_loop_flushes_loses_no_answered_write(tmp_path: Path) -> None:
     """Eight tasks on one event loop await their creates, claims, acks, progress and results
     through the loop's flusher, which commits them in groups; however often the process is

@@ -19,8 +19,8 @@ from moonrun.http.channels import Channel
 from moonrun.scheduling.jobs import Job
 from moonrun.store.file import FileStore
 from moonrun.store.loop_flush import Committer
-from tests.harness import World
-from tests.stores import file_factory
+from tests.support.harness import World
+from tests.support.stores import file_factory
 
 
 @pytest.fixture
