@@ -65,15 +65,22 @@ $(BENCH_STAMP): $(DEV_STAMP)
 	touch $(BENCH_STAMP)
 
 # Every figure is a ratio measured in one run (docs/benchmarks.md); the peer bench needs Redis
-# at 127.0.0.1:6379 for Celery, and the MySQL figures a MariaDB/MySQL server.
+# at 127.0.0.1:6379 for Celery, PostgreSQL at 127.0.0.1:5432 (user postgres) for Procrastinate,
+# and the MySQL figures a MariaDB/MySQL server. The fleet bench
+# steps through FLEET_STEPS simulated Runs (quick by default; the issue's steps are
+# `make bench FLEET_STEPS=500,1000,2000,5000,10000`, which needs an open-files hard limit of
+# about three descriptors per Run).
+FLEET_STEPS ?= 500,1000
 bench: $(BENCH_STAMP)
 	$(BIN)/python bench/service_bench.py
 	$(BIN)/python bench/store_bench.py
+	$(BIN)/python bench/loop_bench.py
 	$(BIN)/python bench/http_bench.py
 	$(BIN)/python bench/heartbeat_bench.py
 	$(BIN)/python bench/create_bench.py
 	$(BIN)/python bench/peer_bench.py
 	$(BIN)/python bench/scale_bench.py
+	$(BIN)/python bench/fleet_bench.py --steps $(FLEET_STEPS)
 
 # Longer runs of the property, crash (KILLS: the store's and the serving platform's) and race
 # tests and of the simulation, e.g.
@@ -88,9 +95,9 @@ soak: $(DEV_STAMP)
 	MOONRUN_STATEFUL_EXAMPLES=$(EXAMPLES) MOONRUN_STATEFUL_STEPS=$(STEPS) \
 	MOONRUN_CRASH_KILLS=$(KILLS) MOONRUN_RACE_JOBS=$(RACE_JOBS) MOONRUN_FUZZ_EXAMPLES=$(FUZZ) \
 	MOONRUN_SIM_SEEDS=$(SIM_SEEDS) \
-		$(BIN)/pytest -p no:cacheprovider -x tests/test_stateful.py tests/test_crash_and_race.py \
-		tests/test_fuzz_hostile.py tests/sim/test_simulation.py \
-		tests/test_platform_process.py::test_sigkill_while_serving_loses_no_acknowledged_job
+		$(BIN)/pytest -p no:cacheprovider -x tests/unit/service/test_stateful.py tests/process/test_crash_and_race.py \
+		tests/unit/http/test_fuzz_hostile.py tests/sim/test_simulation.py \
+		tests/process/test_platform_process.py::test_sigkill_while_serving_loses_no_acknowledged_job
 
 # The whole-system simulation alone (docs/simulation.md): the seeds `make test` runs (or
 # MOONRUN_SIM_SEEDS of them), the checker's own tests, and how fast it goes.

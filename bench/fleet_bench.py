@@ -41,6 +41,7 @@ import resource
 import secrets
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -225,7 +226,9 @@ async def _worker(url: str, pipe: Connection) -> None:
     runs: list[asyncio.Task[None]] = []
     loop = asyncio.get_running_loop()
     commands: asyncio.Queue[Any] = asyncio.Queue()
-    loop.add_reader(pipe.fileno(), lambda: commands.put_nowait(pipe.recv()))
+    # A thread reads the pipe: a command (the hosts to add) may be larger than the pipe's
+    # buffer, which a reader on the loop would find half-arrived (EAGAIN) and lose.
+    threading.Thread(target=_read_commands, args=(pipe, loop, commands), daemon=True).start()
     while True:
         command, argument = await commands.get()
         if command == "add":
@@ -252,6 +255,17 @@ async def _worker(url: str, pipe: Connection) -> None:
             await asyncio.gather(*runs, return_exceptions=True)
             pipe.send("stopped")
             return
+
+
+def _read_commands(
+    pipe: Connection, loop: asyncio.AbstractEventLoop, commands: asyncio.Queue[Any]
+) -> None:
+    while True:
+        try:
+            command = pipe.recv()
+        except (EOFError, OSError):
+            return
+        loop.call_soon_threadsafe(commands.put_nowait, command)
 
 
 # -- the bench ------------------------------------------------------------------------------------
@@ -292,6 +306,8 @@ class Admin:
         self.port = port
 
     def submit(self, server_id: str) -> str:
+        """The new job's id, or an error code (a platform that does not answer within 30 s
+        is measured, not fatal)."""
         body = json.dumps({"kind": "noop"})
         headers = {"Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": "application/json"}
         connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
@@ -299,10 +315,12 @@ class Admin:
             connection.request("POST", f"/api/v1/servers/{server_id}/jobs", body, headers)
             answer = connection.getresponse()
             document = json.loads(answer.read())
+        except (OSError, ValueError, http.client.HTTPException) as error:
+            return f"! submit {type(error).__name__}"
         finally:
             connection.close()
         if answer.status != 201:
-            raise SystemExit(f"submit: {answer.status} {document}")
+            return f"! submit {answer.status}"
         job_id: str = document["id"]
         return job_id
 
@@ -328,10 +346,14 @@ def step(
     workers_before = [_ask(pipe, "reset") for pipe in pipes]
     platform_before, wall_before = _cpu_seconds(pid), time.monotonic()
     submitted: dict[str, float] = {}
+    refused: dict[str, int] = {}
     gap_s = options.measure_s / (options.jobs + 1)
     for _ in range(options.jobs):
         time.sleep(gap_s)
         job_id = admin.submit(random.choice(hosts[:size]).server_id)
+        if job_id.startswith("!"):
+            refused[job_id[2:]] = refused.get(job_id[2:], 0) + 1
+            continue
         submitted[job_id] = time.time()
     time.sleep(max(0.0, options.measure_s - (time.monotonic() - wall_before)))
     elapsed = time.monotonic() - wall_before
@@ -340,7 +362,7 @@ def step(
     heartbeats = [ms for report in reports for ms in report["heartbeats_ms"]]
     received = {job: at for report in reports for job, at in report["received"].items()}
     dispatch = [(received[job] - at) * 1000 for job, at in submitted.items() if job in received]
-    errors: dict[str, int] = {}
+    errors: dict[str, int] = dict(refused)
     for report in reports:
         for code, count in report["errors"].items():
             errors[code] = errors.get(code, 0) + count
@@ -350,7 +372,7 @@ def step(
         "heartbeats": len(heartbeats),
         "heartbeat_p50_ms": percentile(heartbeats, 0.5),
         "heartbeat_p99_ms": percentile(heartbeats, 0.99),
-        "dispatched": f"{len(dispatch)}/{len(submitted)}",
+        "dispatched": f"{len(dispatch)}/{options.jobs}",
         "dispatch_p50_ms": percentile(dispatch, 0.5),
         "dispatch_p99_ms": percentile(dispatch, 0.99),
         "platform_cpu": platform_cpu,

@@ -25,14 +25,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
 import secrets
-import signal
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -41,66 +36,28 @@ from typing import Any
 import aiohttp
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from kit import Served, child_env, free_port, platform_command
 from moonrun.errors import ChannelBusy
 from moonrun.run.client import TRANSIENT, PlatformClient, join
 from moonrun.security.tokens import b64url
 
 ADMIN_TOKEN = "mra_" + secrets.token_urlsafe(32)
-STARTUP_TIMEOUT_S = 30.0
 BUSY_RETRY_S = 0.05
 LONG_S = 3600
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def start_platform(workdir: Path, port: int) -> subprocess.Popen[bytes]:
-    command = [
-        sys.executable,
-        "-m",
-        "moonrun",
-        "platform",
-        "serve",
-        "--store",
+def start_platform(workdir: Path, port: int) -> Served:
+    """The platform on `port` over a FileStore, with leases, acks and sessions that never
+    lapse during the bench."""
+    never = str(LONG_S)
+    command = platform_command(
         f"file:{workdir / 'platform.db'}",
-        "--listen",
-        f"127.0.0.1:{port}",
-        "--secret-file",
-        str(workdir / "platform.secret"),
-        "--data-dir",
-        str(workdir / "data"),
-        # nothing may lapse during the bench
-        "--lease-ttl-s",
-        str(LONG_S),
-        "--ack-timeout-s",
-        str(LONG_S),
-        "--session-ttl-s",
-        str(LONG_S),
-    ]
-    env = {**os.environ, "MOONRUN_BOOTSTRAP_ADMIN_TOKEN": ADMIN_TOKEN}
-    with (workdir / "platform.log").open("wb") as log:
-        return subprocess.Popen(
-            command, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log
-        )
-
-
-async def wait_ready(
-    http: aiohttp.ClientSession, url: str, process: subprocess.Popen[bytes]
-) -> None:
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"the platform exited at start with code {process.returncode}")
-        with contextlib.suppress(aiohttp.ClientError):
-            async with http.get(url + "/healthz") as response:
-                if response.status == 200:
-                    return
-        await asyncio.sleep(0.05)
-    raise SystemExit(f"the platform did not answer /healthz in {STARTUP_TIMEOUT_S} s")
+        port,
+        workdir,
+        *("--lease-ttl-s", never, "--ack-timeout-s", never, "--session-ttl-s", never),
+        log_level=None,
+    )
+    return Served("platform", command, port, workdir, child_env(ADMIN_TOKEN))
 
 
 async def admin(http: aiohttp.ClientSession, url: str, path: str, body: Any) -> Any:
@@ -163,13 +120,13 @@ class Upload:
 
 async def bench(options: argparse.Namespace, workdir: Path) -> None:
     port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    process = start_platform(workdir, port)
+    platform = start_platform(workdir, port)
+    url = platform.url
     uploaders: list[PlatformClient] = []
     tasks: list[asyncio.Task[None]] = []
     try:
         async with aiohttp.ClientSession() as http:
-            await wait_ready(http, url, process)
+            platform.wait_ready()
             owner = await admin(http, url, "/api/v1/users", {"name": "o", "platform_admin": False})
             created = await admin(http, url, "/api/v1/endpoints", {"name": "bench-host"})
             identity = Ed25519PrivateKey.generate()
@@ -227,8 +184,7 @@ async def bench(options: argparse.Namespace, workdir: Path) -> None:
         for uploader in uploaders:
             await uploader.__aexit__()
         # The platform's artifact threads sit in open() on the pipes: no graceful stop.
-        process.send_signal(signal.SIGKILL)
-        process.wait()
+        platform.kill()
 
     idle_p50, idle_p99 = percentile(idle, 0.50), percentile(idle, 0.99)
     blocked_p50, blocked_p99 = percentile(blocked, 0.50), percentile(blocked, 0.99)

@@ -32,11 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import secrets
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -49,12 +45,11 @@ import aiohttp
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from kit import Served, child_env, free_port, platform_command
 from moonrun.security import signing
 
-ROOT = Path(__file__).resolve().parent.parent
 ADMIN_TOKEN = "mra_" + secrets.token_urlsafe(32)
 CLAIM_BATCH = 16
-STARTUP_TIMEOUT_S = 30.0
 STORES = {"memory": "MemoryStore", "file": "FileStore"}
 
 
@@ -105,77 +100,6 @@ def serve_bare(port: int) -> None:
             timeout_graceful_shutdown=10,
         )
     ).run()
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-class Served:
-    """A server subprocess on a free port; its output goes to a log file in `workdir`."""
-
-    def __init__(self, name: str, command: list[str], port: int, workdir: Path) -> None:
-        self.name = name
-        self.url = f"http://127.0.0.1:{port}"
-        self.log = workdir / f"{name}.log"
-        env = {
-            **os.environ,
-            "PYTHONPATH": str(ROOT / "src"),
-            "MOONRUN_BOOTSTRAP_ADMIN_TOKEN": ADMIN_TOKEN,
-        }
-        with self.log.open("wb") as log:
-            self.process = subprocess.Popen(
-                command, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log
-            )
-
-    async def wait_ready(self, session: aiohttp.ClientSession, path: str) -> None:
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise SystemExit(f"{self.name} exited at start:\n{self.tail()}")
-            try:
-                async with session.get(self.url + path) as response:
-                    if response.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-            await asyncio.sleep(0.05)
-        raise SystemExit(
-            f"{self.name} did not answer {path} in {STARTUP_TIMEOUT_S} s:\n{self.tail()}"
-        )
-
-    def tail(self, lines: int = 20) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-        self.process.wait()
-
-
-def platform_command(store_url: str, port: int, workdir: Path) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "moonrun",
-        "platform",
-        "serve",
-        "--store",
-        store_url,
-        "--listen",
-        f"127.0.0.1:{port}",
-        "--secret-file",
-        str(workdir / "platform.secret"),
-        "--data-dir",
-        str(workdir / "data"),
-    ]
 
 
 # -- the client --------------------------------------------------------------------------------
@@ -321,10 +245,11 @@ def connector(lanes: int) -> aiohttp.TCPConnector:
 async def lifecycles(store: str, args: argparse.Namespace, workdir: Path) -> Figure:
     store_url = "memory://" if store == "memory" else f"file:{workdir / 'platform.db'}"
     port = free_port()
-    served = Served(f"platform-{store}", platform_command(store_url, port, workdir), port, workdir)
+    command = platform_command(store_url, port, workdir, log_level=None)
+    served = Served(f"platform-{store}", command, port, workdir, child_env(ADMIN_TOKEN))
     try:
         async with aiohttp.ClientSession(connector=connector(args.concurrency)) as http:
-            await served.wait_ready(http, "/healthz")
+            served.wait_ready("/healthz")
             client = Client(http, served.url)
             server_id = await enroll(client, capacity=CLAIM_BATCH * args.concurrency)
             await create_jobs(client, server_id, args.warmup, args.concurrency)
@@ -347,12 +272,12 @@ async def lifecycles(store: str, args: argparse.Namespace, workdir: Path) -> Fig
 async def bare_round_trips(args: argparse.Namespace, workdir: Path) -> Figure:
     port = free_port()
     command = [sys.executable, str(Path(__file__).resolve()), "--serve-bare", str(port)]
-    served = Served("bare", command, port, workdir)
+    served = Served("bare", command, port, workdir, child_env(ADMIN_TOKEN))
     # The body and headers of a claim, signed like one, so the client's work is the same.
     path, body = "/run/v1/jobs/claim", {"max_jobs": CLAIM_BATCH}
     try:
         async with aiohttp.ClientSession(connector=connector(args.concurrency)) as http:
-            await served.wait_ready(http, "/")
+            served.wait_ready("/")
             client = Client(http, served.url)
 
             async def lane(n: int) -> None:

@@ -1,4 +1,8 @@
-"""What the benches share: free ports, server subprocesses, temporary MySQL databases."""
+"""What the benches share: free ports, server subprocesses, temporary MySQL databases.
+
+The processes are the tests' launcher's (tests/support/launcher.py): one way to start a
+platform for the suites and the benches alike.
+"""
 
 from __future__ import annotations
 
@@ -6,39 +10,31 @@ import contextlib
 import importlib
 import os
 import secrets
-import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
-STARTUP_TIMEOUT_S = 30.0
+sys.path.insert(0, str(ROOT))  # a bench runs as a script from bench/: the launcher is in tests/
 
+from tests.support import launcher  # noqa: E402
+from tests.support.launcher import free_port  # noqa: E402
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
+__all__ = ["ROOT", "Process", "Served", "child_env", "free_port", "platform_command"]
 
 
 def child_env(admin_token: str | None = None) -> dict[str, str]:
-    """This checkout's code, and none of the caller's MOONRUN_* settings."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MOONRUN_")}
-    env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + str(ROOT)
-    if admin_token is not None:
-        env["MOONRUN_BOOTSTRAP_ADMIN_TOKEN"] = admin_token
+    """This checkout's code, and none of the caller's MOONRUN_* settings (output buffered as
+    a bench's platform always ran: the figures are measured so)."""
+    env = launcher.command_env(admin_token)
+    del env["PYTHONUNBUFFERED"]
     return env
 
 
-class Process:
-    """A child process whose output goes to a log file in `workdir`."""
+class Process(launcher.Process):
+    """A child process, started at once, whose output goes to `<name>.log` in `workdir`."""
 
     def __init__(
         self,
@@ -47,29 +43,21 @@ class Process:
         workdir: Path,
         env: dict[str, str] | None = None,
     ) -> None:
-        self.name = name
-        self.log = workdir / f"{name}.log"
-        with self.log.open("wb") as log:
-            self.process = subprocess.Popen(
-                list(command),
-                cwd=workdir,
-                env=env or child_env(),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-            )
+        super().__init__(name, workdir)
+        self.spawn(list(command), env=env or child_env())
+
+    def stop(self, grace_s: float = 15) -> int | None:  # type: ignore[override]
+        """SIGTERM, then SIGKILL after `grace_s`; the exit code, or None when killed."""
+        if not self.running:
+            self.kill()
+            return None
+        try:
+            return super().stop(grace_s)
+        except subprocess.TimeoutExpired:
+            return None
 
     def tail(self, lines: int = 20) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-
-    def stop(self, grace_s: float = 15) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=grace_s)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-        self.process.wait()
+        return super().tail(lines)
 
 
 class Served(Process):
@@ -88,40 +76,17 @@ class Served(Process):
 
     def wait_ready(self, path: str = "/healthz") -> None:
         """Block until `path` answers 200 (the process must not exit meanwhile)."""
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise SystemExit(f"{self.name} exited at start:\n{self.tail()}")
-            with (
-                contextlib.suppress(OSError, urllib.error.URLError),
-                urllib.request.urlopen(self.url + path, timeout=2) as answer,
-            ):
-                if answer.status == 200:
-                    return
-            time.sleep(0.05)
-        raise SystemExit(f"{self.name} did not answer {path} in {STARTUP_TIMEOUT_S} s")
+        launcher.wait_healthy(self, self.url, path)
 
 
-def platform_command(store_url: str, port: int, workdir: Path, *extra: str) -> list[str]:
-    """`moonrun platform serve` on 127.0.0.1:`port`, with its secret and data in `workdir`."""
-    return [
-        sys.executable,
-        "-m",
-        "moonrun",
-        "platform",
-        "serve",
-        "--store",
-        store_url,
-        "--listen",
-        f"127.0.0.1:{port}",
-        "--secret-file",
-        str(workdir / "platform.secret"),
-        "--data-dir",
-        str(workdir / "data"),
-        "--log-level",
-        "warning",
-        *extra,
-    ]
+def platform_command(
+    store_url: str, port: int, workdir: Path, *extra: str, log_level: str | None = "warning"
+) -> list[str]:
+    """`moonrun platform serve` on 127.0.0.1:`port`, with its secret and data in `workdir`
+    (at `log_level`, or the platform's own when None)."""
+    command = launcher.serve_command(store_url, port, workdir / "platform.secret", workdir / "data")
+    levels = ["--log-level", log_level] if log_level is not None else []
+    return [*command, *levels, *extra]
 
 
 MYSQL_URL = os.environ.get("MOONRUN_BENCH_MYSQL_URL", "mysql://root@127.0.0.1:3306/")

@@ -1,4 +1,5 @@
-"""moonrun beside Celery + Redis, in one run: end-to-end no-op jobs/s and submit -> done latency.
+"""moonrun beside Celery + Redis and Procrastinate, in one run: end-to-end no-op jobs/s and
+submit -> done latency.
 
 moonrun: the real `moonrun platform serve` (FileStore, the default, and MySQLStore when
 MariaDB answers) and one real Run (`moonrun run start --capacity 16`, and 256 on FileStore to
@@ -13,11 +14,20 @@ and `reject_on_worker_lost` (bench/celery_peer.py), one prefork worker with 2 pr
 subprocess. The client runs 8 threads; each calls `noop.delay()` for its share, then
 `.get()` of each result.
 
+Procrastinate 3 on PostgreSQL 15 (127.0.0.1:5432, database `moonrun_peer` of its own),
+durable like moonrun (bench/procrastinate_peer.py): 2 worker processes with 16 jobs at once
+each. The client runs 8 lanes on one event loop; each defers its share (`defer_async`), then
+reads each job's status until it is terminal (Procrastinate keeps no results), every 1 ms.
+
 Latency: one no-op at a time on an idle system, submit -> terminal state visible to the
-client (moonrun: POST then the blocking GET; Celery: `delay()` then `.get()`), p50 and p99.
+client (moonrun: POST then the blocking GET; Celery: `delay()` then `.get()`; Procrastinate:
+`defer_async()` then its status read every 0.5 ms), p50 and p99.
+
+`--rounds N` runs every system N times, alternating, and reports each one's median.
 
     python bench/peer_bench.py [--jobs 3000] [--lanes 8] [--capacities 16,256] [--samples 200]
                                [--stores file,mysql] [--await block|poll] [--no-celery]
+                               [--no-procrastinate] [--rounds 1]
 """
 
 from __future__ import annotations
@@ -255,6 +265,83 @@ def celery_figures(args: argparse.Namespace, workdir: Path) -> Figures:
         worker.stop()
 
 
+# -- Procrastinate -------------------------------------------------------------------------------
+
+
+def procrastinate_figures(args: argparse.Namespace, workdir: Path) -> Figures | None:
+    import psycopg
+
+    from procrastinate_peer import DATABASE, SERVER_DSN
+
+    try:
+        with psycopg.connect(f"{SERVER_DSN}/postgres", autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
+            admin.execute(f"CREATE DATABASE {DATABASE}")
+    except psycopg.Error as error:
+        print(f"procrastinate: skipped ({error})")
+        return None
+    return asyncio.run(_procrastinate_figures(args, workdir))
+
+
+async def _procrastinate_figures(args: argparse.Namespace, workdir: Path) -> Figures:
+    from procrastinate.jobs import Status
+
+    from procrastinate_peer import app, noop
+
+    ended = {Status.SUCCEEDED, Status.FAILED, Status.CANCELLED, Status.ABORTED}
+    async with app.open_async():
+        await app.schema_manager.apply_schema_async()
+        workers = [_procrastinate_worker(n, workdir) for n in range(2)]
+        try:
+
+            async def until_ended(job_id: int, poll_s: float) -> Status:
+                while True:
+                    status = await app.job_manager.get_job_status_async(job_id)
+                    if status in ended:
+                        return status
+                    await asyncio.sleep(poll_s)
+
+            async def one(poll_s: float) -> None:
+                status = await until_ended(await noop.defer_async(), poll_s)
+                assert status is Status.SUCCEEDED, status
+
+            await asyncio.wait_for(one(0.01), 60)  # the workers are up
+            for _ in range(args.warmup):
+                await one(0.0005)
+            samples = []
+            for _ in range(args.samples):
+                started = time.perf_counter()
+                await one(0.0005)
+                samples.append(time.perf_counter() - started)
+
+            async def lane(n: int) -> None:
+                mine = [await noop.defer_async() for _ in range(n, args.jobs, args.lanes)]
+                for job_id in mine:
+                    assert await until_ended(job_id, 0.001) is Status.SUCCEEDED
+
+            started = time.perf_counter()
+            async with asyncio.TaskGroup() as lanes:
+                for n in range(args.lanes):
+                    lanes.create_task(lane(n))
+            seconds = time.perf_counter() - started
+        except BaseException:
+            for worker in workers:
+                print(worker.tail(), file=sys.stderr)
+            raise
+        finally:
+            for worker in workers:
+                worker.stop()
+    p50, p99 = percentiles(samples)
+    return Figures("Procrastinate + PostgreSQL", args.jobs / seconds, p50, p99)
+
+
+def _procrastinate_worker(n: int, workdir: Path) -> Process:
+    command = [sys.executable, "-m", "procrastinate", "--app", "procrastinate_peer.app",
+               "worker", "--concurrency", "16", "--name", f"bench-{n}"]  # fmt: skip
+    env = {**child_env(), "PYTHONPATH": str(ROOT / "bench")}
+    return Process(f"procrastinate-{n}", command, workdir, env)
+
+
 # -- the run -------------------------------------------------------------------------------------
 
 
@@ -273,48 +360,84 @@ def main() -> None:
     parser.add_argument("--await", dest="await_mode", choices=["block", "poll"], default="block")
     parser.add_argument("--poll-ms", type=float, default=10.0)
     parser.add_argument("--no-celery", action="store_true")
+    parser.add_argument("--no-procrastinate", action="store_true")
+    parser.add_argument("--rounds", type=int, default=1, help="alternating runs; medians")
     args = parser.parse_args()
 
     capacities = [int(c) for c in args.capacities.split(",") if c]
-    results: list[Figures] = []
+    rounds: dict[str, list[Figures]] = {}
     with tempfile.TemporaryDirectory(prefix="moonrun-peer-") as tmp:
         base = Path(tmp)
+
+        def fresh(name: str) -> Path:
+            return Path(tempfile.mkdtemp(prefix=f"{name}-", dir=base))
+
         runners: list[Callable[[], Figures | None]] = []
         if not args.no_celery:
-            runners.append(lambda: celery_figures(args, base))
+            runners.append(lambda: celery_figures(args, fresh("celery")))
+        if not args.no_procrastinate:
+            runners.append(lambda: procrastinate_figures(args, fresh("procrastinate")))
         for store in filter(None, args.stores.split(",")):
             if store not in ("file", "mysql"):
                 parser.error(f"unknown store {store!r} (file, mysql)")
             for capacity in capacities if store == "file" else capacities[:1]:
-                workdir = base / f"{store}-{capacity}"
-                workdir.mkdir()
                 if store == "file":
-                    url = f"file:{workdir / 'platform.db'}"
                     label = f"moonrun, FileStore, {capacity}"
                     runners.append(
-                        lambda url=url, w=workdir, c=capacity, label=label: asyncio.run(
-                            moonrun_figures(label, url, args, w, c)
+                        lambda c=capacity, label=label: _with_file(
+                            args, fresh(f"file-{c}"), c, label
                         )
                     )
                 else:
-                    runners.append(lambda w=workdir, c=capacity: _with_mysql(args, w, c))
-        for runner in runners:
-            figures = runner()
-            if figures is not None:
-                results.append(figures)
-                print(f"  {figures.label}: {figures.jobs_per_s:,.0f} jobs/s", flush=True)
+                    runners.append(lambda c=capacity: _with_mysql(args, fresh(f"mysql-{c}"), c))
+        for round_ in range(args.rounds):
+            for runner in runners:
+                figures = runner()
+                if figures is not None:
+                    rounds.setdefault(figures.label, []).append(figures)
+                    print(
+                        f"  round {round_ + 1}: {figures.label}: {figures.jobs_per_s:,.0f} jobs/s,"
+                        f" p50 {figures.p50_ms:.2f} ms",
+                        flush=True,
+                    )
 
+    results = [_median(label, runs) for label, runs in rounds.items()]
     print(
         f"\n{args.jobs} no-op jobs, {args.lanes} lanes, Run capacity after the store's name, "
-        f"await {args.await_mode}; latency over {args.samples} one-at-a-time jobs\n"
+        f"await {args.await_mode}; latency over {args.samples} one-at-a-time jobs; "
+        f"median of {args.rounds} alternating round(s)\n"
     )
-    peer = next((f for f in results if f.label.startswith("Celery")), None)
-    print(f"{'':26} {'jobs/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'jobs/s x':>9} {'p50 x':>7}")
+    celery = next((f for f in results if f.label.startswith("Celery")), None)
+    durable = next((f for f in results if f.label.startswith("Procrastinate")), None)
+    print(
+        f"{'':28} {'jobs/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'jobs/s x C':>11} {'p50 x C':>8}"
+        f" {'jobs/s x P':>11}"
+    )
     for f in results:
-        ratio = (
-            f"{f.jobs_per_s / peer.jobs_per_s:9.2f} {f.p50_ms / peer.p50_ms:7.2f}" if peer else ""
+        versus_celery = (
+            f"{f.jobs_per_s / celery.jobs_per_s:11.2f} {f.p50_ms / celery.p50_ms:8.2f}"
+            if celery
+            else f"{'':11} {'':8}"
         )
-        print(f"{f.label:26} {f.jobs_per_s:9,.0f} {f.p50_ms:8.2f} {f.p99_ms:8.2f} {ratio}")
+        versus_durable = f"{f.jobs_per_s / durable.jobs_per_s:11.2f}" if durable else ""
+        print(
+            f"{f.label:28} {f.jobs_per_s:9,.0f} {f.p50_ms:8.2f} {f.p99_ms:8.2f}"
+            f" {versus_celery} {versus_durable}"
+        )
+
+
+def _median(label: str, runs: list[Figures]) -> Figures:
+    return Figures(
+        label,
+        statistics.median(f.jobs_per_s for f in runs),
+        statistics.median(f.p50_ms for f in runs),
+        statistics.median(f.p99_ms for f in runs),
+    )
+
+
+def _with_file(args: argparse.Namespace, workdir: Path, capacity: int, label: str) -> Figures:
+    url = f"file:{workdir / 'platform.db'}"
+    return asyncio.run(moonrun_figures(label, url, args, workdir, capacity))
 
 
 def _with_mysql(args: argparse.Namespace, workdir: Path, capacity: int) -> Figures | None:

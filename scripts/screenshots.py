@@ -26,7 +26,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for the test kit
 
 from playwright.sync_api import Page, sync_playwright
-from tests.console_kit import (
+from tests.support.console_kit import (
     CHROMIUM,
     Console,
     console,
@@ -35,7 +35,7 @@ from tests.console_kit import (
     serve,
     sign_in_page,
 )
-from tests.stores import memory_factory
+from tests.support.stores import memory_factory
 
 from moonrun.run.handlers import ANY_PAYLOAD
 from moonrun.run.handlers.command import PAYLOAD_SCHEMA as COMMAND

@@ -14,9 +14,9 @@ import hypothesis
 import pymysql
 import pytest
 
-from tests import needs
-from tests.harness import World
-from tests.stores import (
+from tests.support import needs
+from tests.support.harness import World
+from tests.support.stores import (
     DEFAULT_MYSQL_URL,
     STORE_NAMES,
     StoreFactory,
@@ -27,9 +27,10 @@ from tests.stores import (
 )
 
 # Every Hypothesis failure prints the `@reproduce_failure` blob that replays it, whatever the
-# test's own settings (the randomized tests without Hypothesis print their seeds: tests/seeds.py).
-# No deadline: an example's 200 ms is a wall-clock bound a loaded machine (or mutmut's tracing
-# in `make mutate`) breaks, and the tests here keep none (docs/testing.md).
+# test's own settings (the randomized tests without Hypothesis print their seeds:
+# tests/support/seeds.py). No deadline: an example's 200 ms is a wall-clock bound a loaded
+# machine (or mutmut's tracing in `make mutate`) breaks, and the tests here keep none
+# (docs/testing.md).
 hypothesis.settings.register_profile("moonrun", print_blob=True, deadline=None)
 hypothesis.settings.load_profile("moonrun")
 

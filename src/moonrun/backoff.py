@@ -45,3 +45,12 @@ class Backoff:
         while True:
             yield self.draw() * self.ceiling(retry)
             retry += 1
+
+
+def jittered(seconds: float, spread: float, draw: Callable[[], float] = random.random) -> float:
+    """`seconds` moved by up to `spread` of itself either way, uniformly (`draw` as above):
+    periodic work of many hosts that started together drifts apart instead of staying in
+    step."""
+    if not 0 <= spread <= 1:
+        raise ValueError(f"a jitter's spread is between 0 and 1: {spread}")
+    return seconds * (1 + spread * (2 * draw() - 1))

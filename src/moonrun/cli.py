@@ -257,9 +257,10 @@ def platform_serve(
             "--keep-alive-s",
             envvar="MOONRUN_KEEP_ALIVE_S",
             min=1,
-            help="An idle connection closes after this long",
+            help="An idle connection closes after this long (keep it above Run's heartbeat "
+            "interval, so that heartbeats reuse their connection)",
         ),
-    ] = 5,
+    ] = 20,
     max_connections: Annotated[
         int | None,
         typer.Option(

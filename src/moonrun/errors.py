@@ -251,6 +251,15 @@ class WaitTimedOut(MoonrunError):
     """The job had not ended when the wait's timeout passed."""
 
 
+class Overloaded(MoonrunError):
+    """The platform is behind on its work; try again after Retry-After."""
+
+    def __init__(self, message: str | None = None, *, retry_after_s: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+        """How long the platform asks to be left alone (its `Retry-After`)."""
+
+
 class Contention(MoonrunError):
     """The record changed too often under this request; retry."""
 
@@ -311,6 +320,7 @@ ERROR_TABLE: Final[Mapping[type[MoonrunError], tuple[int, str]]] = {
     ChannelBusy: (429, "channel_busy"),
     TooManyWaiting: (429, "too_many_waiting"),
     Contention: (503, "contention"),
+    Overloaded: (503, "overloaded"),
     PlatformUnreachable: (503, "unreachable"),
     WaitTimedOut: (504, "wait_timed_out"),
     StoreUnavailable: (503, "store_unavailable"),

@@ -100,11 +100,11 @@ class StoreKind:
     it once more for a second platform process.
 
     `memory`: one MemoryStore object for every instance (it dies with its process, so a
-    "restart" keeps the object, as tests/stores.py does). `file`: one SQLite file, each
+    "restart" keeps the object, as tests/support/stores.py does). `file`: one SQLite file, each
     platform process with its own FileStore over it; a restart closes the store and opens the
     file again. The file lives in /dev/shm where there is one: the simulation exercises the
     SQL store's logic, its group commit and a reopen, not the disk (SIGKILL against a real
-    disk is tests/test_crash_and_race.py's), and tmpfs makes its fsyncs free.
+    disk is tests/process/test_crash_and_race.py's), and tmpfs makes its fsyncs free.
     """
 
     def __init__(self, name: str) -> None:

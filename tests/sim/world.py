@@ -23,7 +23,6 @@ from moonrun.clock import ManualClock
 from moonrun.errors import PlatformUnreachable
 from moonrun.service.config import SchedulingSettings
 from moonrun.service.scheduling import JobSpec, SchedulingService
-from tests.harness import public_key
 from tests.sim.checker import Violation, check
 from tests.sim.history import History
 from tests.sim.kernel import Call, Node, Resume, Scheduler
@@ -33,6 +32,7 @@ from tests.sim.platform import Platform, Request
 from tests.sim.recording import StoreKind, StoreWrapper
 from tests.sim.run import RunHost, RunProcess, RunTimings, choose_rate
 from tests.sim.users import UserNode, spec_of
+from tests.support.harness import public_key
 
 SETTINGS = SchedulingSettings(
     ack_timeout_s=6,

@@ -42,11 +42,13 @@ from moonrun.errors import (
     MethodNotAllowed,
     MoonrunError,
     NotFound,
+    Overloaded,
     TooLarge,
     Unauthenticated,
 )
 from moonrun.http.channels import Admission, Channel
 from moonrun.http.edge import RequestEdge, edge_of
+from moonrun.http.load import check_load
 from moonrun.http.platform import HttpPlatform, channel_of, declared_over
 from moonrun.scheduling.records import User
 from moonrun.service.waiting import Waiting
@@ -196,6 +198,8 @@ class Route:
     raw_body: bool = False
     no_store: bool = False
     """The answer carries a secret (a token, a session key): `Cache-Control: no-store`."""
+    sheds: bool = False
+    """Brings new work: refused with 503 `overloaded` while the platform lags (`http/load.py`)."""
     segments: tuple[str, ...] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -361,6 +365,9 @@ class Api:
         self, route: Route, params: dict[str, Any], scope: Scope, receive: Receive
     ) -> Any:
         platform = self.platform
+        if route.sheds:  # before any work: a refusal must cost next to nothing
+            settings = platform.http
+            check_load(platform.lag, settings.overload_lag_s, settings.overload_retry_after_s)
         headers = {
             name.decode("latin-1").lower(): value.decode("latin-1")
             for name, value in scope["headers"]
@@ -436,6 +443,8 @@ def _address(scope: Scope) -> str:
 
 
 def _error_headers(error: MoonrunError, path: str, api: Api) -> dict[str, str]:
+    if isinstance(error, Overloaded):
+        return {"Retry-After": str(error.retry_after_s)}
     if error.status in (429, 503):
         return {"Retry-After": "1"}
     if isinstance(error, MethodNotAllowed):

@@ -8,6 +8,8 @@ from the page cache and whose writes wait for one fsync), store work runs inline
 loop instead: measured end to end, a thread hop and the GIL handoffs around it cost more than
 the work (FileStore: 730 against 510 no-op jobs/s, p50 5.3 against 7.2 ms). Artifacts always
 get threads (they write files of any size), and so does CPU-heavy work (password hashing).
+Over FileStore the inline work is handed to the store's loop flusher (`group`): the calls made
+while a COMMIT is on its way share the next one, and each is answered once it is committed.
 """
 
 from __future__ import annotations
@@ -17,13 +19,17 @@ import contextlib
 import functools
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from moonrun.errors import ChannelBusy
 
 T = TypeVar("T")
+
+Group = Callable[..., Awaitable[Any]]
+"""Applies inline work in the store's next group commit, answered once that is committed
+(FileStore's `run_in_group`)."""
 
 
 class Admission:
@@ -58,10 +64,13 @@ class Admission:
 class Channel:
     """One request path: at most `limit` requests in flight, on `limit` threads of its own."""
 
-    def __init__(self, name: str, limit: int, *, inline: bool = False) -> None:
+    def __init__(
+        self, name: str, limit: int, *, inline: bool = False, group: Group | None = None
+    ) -> None:
         self.name = name
         self.limit = limit
         self.inline = inline
+        self._group = group
         self._threads = _Threads(max(limit, 1), f"moonrun-{name}")
         self.in_flight = 0
 
@@ -72,8 +81,13 @@ class Channel:
 
     async def run(self, work: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run store work on one of this channel's threads, or inline on the event loop when
-        the channel is inline (its store's calls are short and local)."""
+        the channel is inline (its store's calls are short and local): in the store's next
+        group commit when it has one."""
         if self.inline:
+            if self._group is not None:
+                call = functools.partial(work, *args, **kwargs) if kwargs else work
+                result: T = await self._group(call, *(() if kwargs else args))
+                return result
             return work(*args, **kwargs)
         return await self.thread(work, *args, **kwargs)
 
@@ -157,6 +171,9 @@ class Channels:
 
     control: Channel
     jobs: Channel
+    sessions: Channel
+    """Registrations: apart from the control channel, so that a fleet registering at once
+    (several writes each, on threads) never takes the places its heartbeats need."""
     logs: Channel
     artifacts: Channel
     user: Channel
@@ -170,6 +187,7 @@ class Channels:
         for channel in (
             self.control,
             self.jobs,
+            self.sessions,
             self.logs,
             self.artifacts,
             self.user,
@@ -183,6 +201,7 @@ class Channels:
         cls,
         control: int = 16,
         jobs: int = 32,
+        sessions: int = 8,
         logs: int = 8,
         artifacts: int = 4,
         user: int = 16,
@@ -190,15 +209,18 @@ class Channels:
         anonymous: int = 64,
         *,
         inline: bool = False,
+        group: Group | None = None,
     ) -> Channels:
         """Channels with these limits; `inline` runs store work on the event loop (for a
-        store whose calls are short and local). Artifacts always get threads."""
+        store whose calls are short and local), in `group`'s commits when given. Artifacts
+        always get threads."""
         return cls(
-            Channel("control", control, inline=inline),
-            Channel("jobs", jobs, inline=inline),
-            Channel("logs", logs, inline=inline),
+            Channel("control", control, inline=inline, group=group),
+            Channel("jobs", jobs, inline=inline, group=group),
+            Channel("sessions", sessions, inline=inline, group=group),
+            Channel("logs", logs, inline=inline, group=group),
             Channel("artifacts", artifacts),
-            Channel("user", user, inline=inline),
-            Channel("ops", ops, inline=inline),
-            Channel("anonymous", anonymous, inline=inline),
+            Channel("user", user, inline=inline, group=group),
+            Channel("ops", ops, inline=inline, group=group),
+            Channel("anonymous", anonymous, inline=inline, group=group),
         )

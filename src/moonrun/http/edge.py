@@ -7,7 +7,9 @@ all; httptools keeps a header line of any length, copying it as it grows; and a 
 parse is answered in plain text. Here, per connection:
 
 - Waiting for a request head (fresh, or idle after an answer), the head must be complete within
-  `header_timeout_s` of starting to wait, however many bytes it sends.
+  `header_timeout_s` of starting to wait, however many bytes it sends; a connection kept open
+  after an answer may first stay idle for `idle_s` (the keep-alive, after which uvicorn closes
+  it if no byte came), so that a Run's next heartbeat finds its connection still open.
 - Waiting for a body, the body must be complete within `body_timeout_s` of its head, plus one
   second for every `min_body_rate` bytes of it that did arrive: past the first seconds a body must
   keep coming at that average rate, and a large one gets the time its size needs at that rate.
@@ -34,7 +36,7 @@ import asyncio
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import httptools
@@ -67,6 +69,9 @@ class EdgeLimits:
     max_line_bytes: int = 8 * 1024
     """The longest request line or header line (nginx's `large_client_header_buffers`)."""
     max_headers: int = 100
+    idle_s: float = 0.0
+    """How long a connection kept open after an answer may wait before its next head's own
+    deadline starts (`ServeSettings.keep_alive_s`; uvicorn closes it idle at that time)."""
 
 
 def default_max_connections(open_files_limit: int) -> int:
@@ -292,7 +297,8 @@ class GuardedProtocol(HttpToolsProtocol):
     def _deadline(self) -> float:
         limits = self.edge.limits
         if self._waiting == "head":
-            return self._since + limits.header_timeout_s
+            idle = limits.idle_s if self._heads_completed else 0.0
+            return self._since + idle + limits.header_timeout_s
         grace = self._body_bytes / limits.min_body_rate
         return self._body_since + limits.body_timeout_s + grace
 
@@ -400,8 +406,10 @@ class ServeSettings:
     """How `moonrun platform serve` serves HTTP: the edge's limits, the keep-alive, proxies."""
 
     limits: EdgeLimits = EdgeLimits()
-    keep_alive_s: int = 5
-    """An idle connection is closed after this long (uvicorn's `timeout_keep_alive`)."""
+    keep_alive_s: int = 20
+    """An idle connection is closed after this long (uvicorn's `timeout_keep_alive`): longer
+    than Run's heartbeat interval (10 s, jittered by a tenth), so that each heartbeat goes over
+    the connection the previous one opened instead of a new one."""
     trusted_proxies: tuple[str, ...] = ()
     """Peers whose X-Forwarded-For and X-Forwarded-Proto are believed; none by default."""
     graceful_shutdown_s: int = 10
@@ -429,7 +437,7 @@ def server_config(app: Any, host: str, port: int, settings: ServeSettings) -> An
         app,
         host=host,
         port=port,
-        http=guarded_protocol(settings.limits),
+        http=guarded_protocol(replace(settings.limits, idle_s=float(settings.keep_alive_s))),
         ws="none",
         log_config=None,
         access_log=False,

@@ -42,6 +42,26 @@ class _Waiting(Collector):
         yield family
 
 
+class _Load(Collector):
+    """The event loop's lag and the Runs that heartbeat to this platform process."""
+
+    def __init__(self, lag_s: Callable[[], float], connected: Callable[[], int]) -> None:
+        self._lag_s = lag_s
+        self._connected = connected
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        yield GaugeMetricFamily(
+            "moonrun_loop_lag_seconds",
+            "How late the platform's event loop runs its work",
+            value=self._lag_s(),
+        )
+        yield GaugeMetricFamily(
+            "moonrun_connected_runs",
+            "Runs whose sessions heartbeat to this platform process within the session TTL",
+            value=self._connected(),
+        )
+
+
 class Metrics:
     """The counters and histograms the HTTP service updates, in a registry of its own."""
 
@@ -49,6 +69,9 @@ class Metrics:
         self,
         job_counts: Callable[[], Mapping[JobState, int]],
         waiting: Callable[[str], int] = lambda _: 0,
+        *,
+        lag_s: Callable[[], float] = lambda: 0.0,
+        connected: Callable[[], int] = lambda: 0,
     ) -> None:
         self.registry = CollectorRegistry()
         self.claims = Counter(
@@ -74,6 +97,7 @@ class Metrics:
         )
         self.registry.register(_JobsByState(job_counts))
         self.registry.register(_Waiting(waiting))
+        self.registry.register(_Load(lag_s, connected))
         self._latency: dict[str, Any] = {}
 
     def latency_of(self, channel: str) -> Any:

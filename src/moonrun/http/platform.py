@@ -18,6 +18,7 @@ from moonrun.clock import Clock
 from moonrun.errors import ClientGone, MoonrunError, TooLarge
 from moonrun.http.channels import Admission, Channels
 from moonrun.http.edge import edge_of
+from moonrun.http.load import LoopLag
 from moonrun.http.metrics import Metrics
 from moonrun.logs.protocol import LogStore
 from moonrun.security.keys import NonceCache
@@ -48,6 +49,11 @@ class HttpSettings:
     max_read_wait_s: float = 60.0
     """The longest a blocking job read's `wait_s` is honoured (how many may wait, and how
     often they look again: the service's `WaitLimits`)."""
+    overload_lag_s: float = 0.5
+    """While the event loop lags more than this, Run routes that bring new work answer 503
+    `overloaded` and claims an empty grant (`http/load.py`)."""
+    overload_retry_after_s: int = 2
+    """The `Retry-After` of an `overloaded` answer."""
 
     def limit_for(self, channel: str) -> int:
         """The body limit of a channel (`channel_of`)."""
@@ -56,6 +62,7 @@ class HttpSettings:
             "artifacts": self.artifact_chunk_limit,
             "jobs": self.job_body_limit,
             "control": self.job_body_limit,
+            "sessions": self.job_body_limit,
         }.get(channel, self.user_body_limit)
 
 
@@ -75,6 +82,7 @@ class HttpPlatform(Protocol):
     channels: Channels
     http: HttpSettings
     metrics: Metrics
+    lag: LoopLag
     nonces: NonceCache
     started_at_s: float
 
@@ -94,6 +102,8 @@ def channel_of(path: str) -> str:
         return "artifacts"
     if path.startswith(("/run/v1/jobs", "/run/v1/reconcile")):
         return "jobs"
+    if path == "/run/v1/sessions":
+        return "sessions"
     if path.startswith("/run/v1/"):
         return "control"
     if path.startswith("/api/"):

@@ -17,6 +17,7 @@ import orjson
 from moonrun.errors import InvalidRequest, MoonrunError, SignatureInvalid
 from moonrun.http.api import Auth, Call, Route, Signatures, error_body
 from moonrun.http.channels import Channel
+from moonrun.http.load import overloaded
 from moonrun.http.platform import HttpPlatform
 from moonrun.http.schemas import (
     AckBatchRequest,
@@ -109,7 +110,10 @@ async def join(call: Call) -> JoinAnswer:
 async def register(call: Call) -> RegisterAnswer:
     """Register a new session (generation + 1), signed with the endpoint's identity key."""
     platform, body = call.platform, call.body
-    registration = await call.channel.run(
+    # On the channel's threads, never inline: a registration is several writes, and a fleet
+    # that starts together sends thousands at once; on threads their fsyncs are shared (the
+    # store's group commit) and the loop goes on serving heartbeats meanwhile.
+    registration = await call.channel.thread(
         platform.service.register_session,
         call.subject,
         boot_id=body.boot_id,
@@ -132,7 +136,14 @@ async def register(call: Call) -> RegisterAnswer:
 
 async def heartbeat(call: Call) -> HeartbeatAnswer:
     """Keep the session alive; answers its new expiry and the platform's time."""
-    beat = await call.channel.run(call.platform.service.heartbeat, call.subject)
+    channel = call.channel
+    beat = await call.platform.service.heartbeat_shared(
+        # The shared commit runs on the channel's thread: its fsync never holds up the loop.
+        call.subject,
+        channel.run,
+        flush=channel.thread,
+        place=call.admission,
+    )
     return {
         "session_expires_at": format_instant(beat.session_expires_at),
         "server_time": format_instant(beat.server_time),
@@ -152,7 +163,8 @@ async def reconcile(call: Call) -> ReconcileAnswer:
     """Confirm, discard and lose: Run's journal against the store (after every registration)."""
     body: ReconcileRequest = call.body
     entries = [ReconcileEntry(e.job_id, e.attempt, e.lease) for e in body.entries]
-    report = await call.channel.run(call.platform.service.reconcile, call.subject, entries)
+    # On the channel's threads, as registrations (above): one commit, however many entries.
+    report = await call.channel.thread(call.platform.service.reconcile, call.subject, entries)
     return {
         "confirmed": [
             {
@@ -180,6 +192,8 @@ async def claim(call: Call) -> ClaimAnswer:
     wait up to that long for one to become claimable (the place on the channel is given up
     while waiting)."""
     platform, body = call.platform, call.body
+    if overloaded(platform.lag, platform.http.overload_lag_s):
+        return {"jobs": []}  # an empty grant at once: Run claims again a moment later
     outcome = await platform.service.wait_for_claim(
         call.subject,
         body.max_jobs,
@@ -346,10 +360,12 @@ ROUTES: tuple[Route, ...] = (
     Route(
         method="POST", path="/run/v1/join", channel="control", auth=None,
         body=JoinRequest, answer=JoinAnswer, status=200, handler=join,
+        sheds=True,
     ),
     Route(
-        method="POST", path="/run/v1/sessions", channel="control", auth="endpoint",
+        method="POST", path="/run/v1/sessions", channel="sessions", auth="endpoint",
         body=RegisterRequest, answer=RegisterAnswer, status=201, handler=register, no_store=True,
+        sheds=True,
     ),
     Route(
         method="POST", path="/run/v1/heartbeat", channel="control", auth="session",
@@ -363,6 +379,7 @@ ROUTES: tuple[Route, ...] = (
     Route(
         method="POST", path="/run/v1/reconcile", channel="jobs", auth="session",
         body=ReconcileRequest, answer=ReconcileAnswer, status=200, handler=reconcile,
+        sheds=True,
     ),
     Route(
         method="POST", path="/run/v1/jobs/claim", channel="jobs", auth="session",
@@ -396,12 +413,14 @@ ROUTES: tuple[Route, ...] = (
     Route(
         method="POST", path="/run/v1/logs", channel="logs", auth="session",
         body=LogBatchRequest, answer=LogBatchAnswer, status=202, handler=append_logs,
+        sheds=True,
     ),
     Route(
         method="PUT", path="/run/v1/artifacts/{job_id}/{attempt}/{name}/{chunk_index}",
         channel="artifacts", auth="session", answer=ChunkAnswer, status=202,
         handler=put_artifact_chunk, ints=frozenset({"attempt", "chunk_index"}),
         headers=("Run-Lease", "Run-Final"), raw_body=True,
+        sheds=True,
     ),
 )  # fmt: skip
 """Every Run route, in matching order (literal paths before templated ones)."""

@@ -16,14 +16,15 @@ import asyncio
 import contextlib
 import json
 import logging
+import random
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from moonrun.backoff import Backoff
+from moonrun.backoff import Backoff, jittered
 from moonrun.errors import MoonrunError, SequenceRegression
 from moonrun.run.batcher import Batcher
 from moonrun.run.client import (
@@ -32,6 +33,7 @@ from moonrun.run.client import (
     SESSION_ERRORS,
     TRANSIENT,
     PlatformClient,
+    pause_after,
 )
 from moonrun.run.handlers import (
     Handler,
@@ -79,6 +81,10 @@ def message_batcher(
 
 
 RETRY_BACKOFF = Backoff(initial_s=0.5, max_s=10.0)
+HEARTBEAT_JITTER = 0.1
+"""Each pause between heartbeats is the platform's interval give or take a tenth."""
+CLAIM_WAIT_JITTER = 0.1
+"""Each claim's wait is `claim_wait_s` give or take a tenth."""
 
 
 @dataclass(frozen=True)
@@ -102,6 +108,9 @@ class RunConfig:
     owner_uids: bool = False
     """Whether commands run under a uid per owner (`--run-as-range`), which needs each
     grant's `owner_id`."""
+    draw: Callable[[], float] = field(default=random.random, compare=False, repr=False)
+    """Uniform in [0, 1): the jitter of heartbeats and claim waits (a test passes a seeded
+    one)."""
 
 
 class Agent:
@@ -290,7 +299,7 @@ class Agent:
                         "register and reconcile failed; retrying",
                         extra={"fields": {"code": error.code, "error": error.message[:200]}},
                     )
-                    await self._pause(next(delays))
+                    await self._pause(pause_after(error, delays))
 
     def _journal_entries(self) -> list[dict[str, Any]]:
         return [
@@ -337,13 +346,29 @@ class Agent:
 
     # -- control channel -------------------------------------------------------------------
 
+    def heartbeat_pause(self, interval_s: float, *, first: bool) -> float:
+        """The pause before a heartbeat: the first at a random phase within the interval, then
+        the interval give or take a tenth, so that Runs started together (a fleet rebooted at
+        once) spread their heartbeats over the interval and do not fall back in step."""
+        if first:
+            return interval_s * self.config.draw()
+        return jittered(interval_s, HEARTBEAT_JITTER, self.config.draw)
+
+    def claim_wait_s(self) -> float:
+        """How long the next claim waits at the platform (jittered: claims answered together,
+        by a restarted platform say, do not come back together)."""
+        return jittered(self.config.claim_wait_s, CLAIM_WAIT_JITTER, self.config.draw)
+
     async def _control_loop(self) -> None:
         lost_contact = False
         lost_generation: int | None = None
+        first = True
         while not self._stop.is_set():
             session = self.client.session
             interval = session.heartbeat_interval_s if session else 1.0
-            await self._pause(1.0 if lost_contact else interval)
+            pause = 1.0 if lost_contact else self.heartbeat_pause(interval, first=first)
+            first = False
+            await self._pause(pause)
             if self._stop.is_set():
                 return
             try:
@@ -390,7 +415,7 @@ class Agent:
                 continue
             except MoonrunError as error:
                 log.warning("claim failed", extra={"fields": {"code": error.code}})
-                await self._pause(next(delays))
+                await self._pause(pause_after(error, delays))
                 continue
             delays = self.config.backoff.delays()
             if granted:
@@ -403,7 +428,7 @@ class Agent:
     async def _claim(self, free: int) -> list[Grant]:
         """Claim up to `free` jobs, waiting at the platform for some; nothing if Run stops
         first."""
-        claim = asyncio.ensure_future(self.client.claim(free, self.config.claim_wait_s))
+        claim = asyncio.ensure_future(self.client.claim(free, self.claim_wait_s()))
         stopping = asyncio.ensure_future(self._stop.wait())
         draining = asyncio.ensure_future(self._draining.wait())
         try:
@@ -503,8 +528,8 @@ class Agent:
                 await self._renew_session(generation)
                 if self.journal.entries.get(entry.job_id) is not entry:
                     return None
-            except TRANSIENT:
-                await self._pause(next(delays))
+            except TRANSIENT as error:
+                await self._pause(pause_after(error, delays))
             except MoonrunError as error:
                 fields = {"job_id": entry.job_id, "code": error.code}
                 log.info(f"{what} refused", extra={"fields": fields})

@@ -18,7 +18,7 @@ import asyncio
 import json
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -34,6 +34,7 @@ from moonrun.errors import (
     ForeignAnswer,
     JoinUnconfirmed,
     MoonrunError,
+    Overloaded,
     PlatformUnreachable,
     ReconcileRequired,
     Replayed,
@@ -90,6 +91,7 @@ platform secret, or a store restored from before the session.)"""
 
 TRANSIENT: tuple[type[MoonrunError], ...] = (
     Unreachable,
+    Overloaded,
     ChannelBusy,
     Contention,
     StoreUnavailable,
@@ -131,15 +133,35 @@ BATCH_BYTES = 192 * 1024
 for the jobs channel (256 KiB)."""
 
 
-def error_from(status: int, body: Any) -> MoonrunError:
+def error_from(status: int, body: Any, retry_after: str | None = None) -> MoonrunError:
     """The typed error an error answer names."""
     detail = body.get("error") if isinstance(body, dict) else None
     code = detail.get("code") if isinstance(detail, dict) else None
     message = detail.get("message") if isinstance(detail, dict) else None
+    if status == 503 and code == "overloaded":
+        return Overloaded(str(message or code), retry_after_s=_seconds(retry_after))
     if status >= 500 or code is None:
         return Unreachable(f"the platform answered {status}")
     error_type = _BY_CODE.get(code, MoonrunError)
     return error_type(str(message or code))
+
+
+def pause_after(error: MoonrunError, delays: Iterator[float]) -> float:
+    """How long to wait before trying again after `error`: the next backoff pause, and at
+    least the `Retry-After` of an overloaded platform."""
+    pause = next(delays)
+    if isinstance(error, Overloaded):
+        pause = max(pause, float(error.retry_after_s))
+    return pause
+
+
+def _seconds(retry_after: str | None) -> int:
+    """A `Retry-After` in seconds (1 when absent or not a small number of seconds)."""
+    try:
+        seconds = int(retry_after or "")
+    except ValueError:
+        return 1
+    return min(max(seconds, 0), 300)
 
 
 def entry_answer(
@@ -226,6 +248,7 @@ class PlatformClient:
             ) as response:
                 text = await response.text()
                 status = response.status
+                retry_after = response.headers.get("Retry-After")
         except (aiohttp.ClientError, TimeoutError, OSError) as error:
             raise Unreachable(f"{channel}: {type(error).__name__}: {error}") from None
         try:
@@ -233,7 +256,7 @@ class PlatformClient:
         except ValueError:
             answer = None
         if status >= 400:
-            raise error_from(status, answer)
+            raise error_from(status, answer, retry_after)
         return answer
 
     def _session(self) -> SessionInfo:
@@ -446,7 +469,7 @@ async def join(
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
         for tried in range(tries):
             if tried:
-                await asyncio.sleep(next(delays))
+                await asyncio.sleep(pause_after(problem, delays))
             try:
                 async with session.post(
                     url, data=body, headers={"Content-Type": "application/json"}

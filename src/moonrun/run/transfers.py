@@ -21,7 +21,7 @@ from typing import BinaryIO
 
 from moonrun.backoff import Backoff
 from moonrun.errors import ArtifactTooLarge, InvalidRequest, MoonrunError
-from moonrun.run.client import SESSION_ERRORS, TRANSIENT, PlatformClient
+from moonrun.run.client import SESSION_ERRORS, TRANSIENT, PlatformClient, pause_after
 
 log = logging.getLogger("moonrun.run.transfers")
 
@@ -353,9 +353,10 @@ class ArtifactUploader:
                         final=final,
                     )
                     break
-                except RETRYABLE:
+                except RETRYABLE as error:
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(stop.wait(), timeout=next(delays))
+                        pause = pause_after(error, delays)
+                        await asyncio.wait_for(stop.wait(), timeout=pause)
                 except (ArtifactTooLarge, InvalidRequest) as error:  # final: too large, or
                     self._skip(upload, error.message)  # a name the platform does not take
                     return

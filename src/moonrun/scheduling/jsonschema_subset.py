@@ -15,8 +15,9 @@ payload again before running it).
 Hand-written rather than the `jsonschema` library, for two constraints: the schemas come from
 Runs, which the platform does not trust, and the library runs any `pattern` as a regular
 expression and has no bound on the work one check may take; and the messages are API (a 422
-names each field in words a user reads). tests/test_kinds_checker_agrees_with_jsonschema.py
-holds it to the library's verdicts over generated schemas and payloads inside the subset.
+names each field in words a user reads).
+tests/unit/scheduling/test_kinds_checker_agrees_with_jsonschema.py holds it to the library's
+verdicts over generated schemas and payloads inside the subset.
 """
 
 from __future__ import annotations

@@ -34,7 +34,8 @@ class SchedulingSettings:
     transfer_grace_s: float = 60.0
     """Logs and artifacts of an attempt are accepted this long after it ends."""
     session_extend_granularity_s: float = 1.0
-    """A session's expiry is rewritten only when it would move by at least this much."""
+    """A session's expiry is rewritten only when it would move by at least this much (the
+    least of `session_extend_slack_ms`)."""
 
     def default_policy(self) -> RetryPolicy:
         return RetryPolicy(
@@ -56,6 +57,18 @@ class SchedulingSettings:
     @property
     def session_ttl_ms(self) -> int:
         return seconds_to_ms(self.session_ttl_s)
+
+    @property
+    def session_extend_slack_ms(self) -> int:
+        """A session's expiry is rewritten only when it would move by at least this much: half
+        the TTL, so that an idle Run's session costs a write every TTL/2 or so, not one per
+        request; but never so much that a Run heartbeating on time, one heartbeat lost, could
+        see its session lapse (at most TTL - 2 heartbeat intervals), and at least the
+        granularity."""
+        ttl = self.session_ttl_ms
+        beats = 2 * seconds_to_ms(self.heartbeat_interval_s)
+        least = seconds_to_ms(self.session_extend_granularity_s)
+        return max(least, min(ttl // 2, ttl - beats))
 
     @property
     def join_token_ttl_ms(self) -> int:

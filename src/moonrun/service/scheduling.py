@@ -74,7 +74,8 @@ from moonrun.service.answers import (
     ReportBuilder,
 )
 from moonrun.service.config import SchedulingSettings, WaitLimits
-from moonrun.service.waiting import ENDPOINT, JOB, Waiting, Watch
+from moonrun.service.extensions import SessionExtensions
+from moonrun.service.waiting import ENDPOINT, JOB, Place, Runner, Waiting, Watch
 from moonrun.store.protocol import IdempotencyRecord, Store
 
 T = TypeVar("T")
@@ -98,6 +99,17 @@ class _Both:
     def job_changed(self, job: Job, before: Job | None) -> None:
         self._first.job_changed(job, before)
         self._second.job_changed(job, before)
+
+
+class _Committed:
+    """Tells `listener` of a job write once the store has committed it (FileStore's loop
+    flusher commits after the whole call: a woken request must find the change)."""
+
+    def __init__(self, store: Store, listener: JobEvents) -> None:
+        self._store, self.listener = store, listener
+
+    def job_changed(self, job: Job, before: Job | None) -> None:
+        self._store.after_commit(functools.partial(self.listener.job_changed, job, before))
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,14 +166,18 @@ class SchedulingService:
         self._default_policy = self._settings.default_policy()
         self.waiters = Watch(waiting)
         """Who waits for which job or endpoint (told of every committed job write)."""
-        self._events: JobEvents = self.waiters
+        self.extensions = SessionExtensions(store)
+        """Heartbeats' session extensions, written together."""
+        self._beats: dict[str, Instant] = {}
+        """Session id -> when it last heartbeat here (for `connected_runs`)."""
+        self._events = _Committed(store, self.waiters)
         self._served_last: dict[str, str] = {}
         """Per endpoint, the owner its last claim served last: the next claim's turns start
         after it. Kept here only; a restart starts the turns afresh."""
 
     def listen(self, events: JobEvents) -> None:
         """Tell `events` too about every committed job write from now on."""
-        self._events = _Both(self._events, events)
+        self._events = _Committed(self._store, _Both(self._events.listener, events))
 
     @property
     def settings(self) -> SchedulingSettings:
@@ -270,6 +286,8 @@ class SchedulingService:
                 version=endpoint.version + 1,
             )
             if self._store.replace_endpoint(rotated, endpoint.version):
+                if endpoint.current_session_id is not None:
+                    self._beats.pop(endpoint.current_session_id, None)
                 s = self._settings
                 return Registration(
                     session, s.heartbeat_interval_s, s.session_ttl_s, s.ack_timeout_s, s.lease_ttl_s
@@ -280,9 +298,21 @@ class SchedulingService:
         """The caller's current, unexpired session; each call counts as activity."""
         return self._session_and_endpoint(session_id)[0]
 
-    def _session_and_endpoint(self, session_id: str) -> tuple[Session, Endpoint]:
-        """`authenticate_session`, and the session's endpoint as read with it."""
+    def _session_and_endpoint(
+        self, session_id: str, *, extend: bool = True
+    ) -> tuple[Session, Endpoint]:
+        """`authenticate_session`, and the session's endpoint as read with it (`extend=False`:
+        read only, the call does not count as activity)."""
         now = self._clock.now()
+        session, endpoint = self._current_session(session_id, now)
+        if extend and self._extension_due(session, now) is not None:
+            expires_at = now + self._settings.session_ttl_ms
+            self._store.extend_session(session.id, now, expires_at)
+            session = replace(session, last_seen_at=now, expires_at=expires_at)
+        return session, endpoint
+
+    def _current_session(self, session_id: str, now: Instant) -> tuple[Session, Endpoint]:
+        """The session and its endpoint; refused when unknown, rotated or expired."""
         found = self._store.session_with_endpoint(session_id)
         if found is None:
             raise SignatureInvalid("unknown session")
@@ -291,12 +321,16 @@ class SchedulingService:
             raise SessionRotated()
         if now >= session.expires_at:
             raise SessionExpired()
-        expires_at = now + self._settings.session_ttl_ms
-        granularity = round(self._settings.session_extend_granularity_s * 1000)
-        if expires_at - session.expires_at >= granularity:
-            self._store.extend_session(session.id, now, expires_at)
-            session = replace(session, last_seen_at=now, expires_at=expires_at)
         return session, endpoint
+
+    def _extension_due(self, session: Session, now: Instant) -> Instant | None:
+        """The session's new expiry when a request at `now` should write it: only once it would
+        move by the slack (half the TTL with the defaults), so that most requests write
+        nothing."""
+        expires_at = now + self._settings.session_ttl_ms
+        if expires_at - session.expires_at >= self._settings.session_extend_slack_ms:
+            return expires_at
+        return None
 
     def identity_key(self, endpoint_id: str) -> bytes:
         """The Ed25519 public key a joined endpoint signs its registrations with."""
@@ -338,6 +372,38 @@ class SchedulingService:
         session = self.authenticate_session(session_id)
         return Heartbeat(session.expires_at, self._clock.now())
 
+    async def heartbeat_shared(
+        self,
+        session_id: str,
+        run: Runner,
+        *,
+        flush: Runner | None = None,
+        place: Place | None = None,
+    ) -> Heartbeat:
+        """`heartbeat`, its session read through `run`, and its extension (when one is due)
+        written through `flush` (`run` by default) together with those of the heartbeats that
+        arrive with it, in one commit; answered once that commit is done. While it waits for
+        the commit it gives up its `place` on its channel (it has nothing more to do there)."""
+        now = self._clock.now()
+        session, _ = await run(self._current_session, session_id, now)
+        self._beats[session.id] = now
+        expires_at = self._extension_due(session, now)
+        if expires_at is not None:
+            if place is not None:
+                place.leave()
+            await self.extensions.extend(session.id, now, expires_at, flush or run)
+            session = replace(session, last_seen_at=now, expires_at=expires_at)
+        return Heartbeat(session.expires_at, now)
+
+    def connected_runs(self) -> int:
+        """Runs whose sessions heartbeat to this platform process within the session TTL."""
+        since = self._clock.now() - self._settings.session_ttl_ms
+        beats = self._beats
+        # A copy first: registrations (on threads) drop rotated sessions meanwhile.
+        for session_id in [sid for sid, at in list(beats.items()) if at < since]:
+            beats.pop(session_id, None)
+        return len(beats)
+
     def end_session(self, session_id: str) -> Session:
         """Run is shutting down cleanly: the session is no longer current, so its endpoint
         shows offline at once (not when the session would have expired). Its held attempts
@@ -350,6 +416,7 @@ class SchedulingService:
                 raise SessionRotated()
             ended = replace(endpoint, current_session_id=None, version=endpoint.version + 1)
             if self._store.replace_endpoint(ended, endpoint.version):
+                self._beats.pop(session_id, None)
                 return session
         raise Contention()
 
@@ -497,13 +564,13 @@ class SchedulingService:
         answered at once, as if its wait had run out (Run claims again a moment later).
         """
         deadline = time.monotonic() + wait_s
-        claim = await waiting.run(self.claim_now, session_id, max_jobs)
+        claim = await waiting.run(self._first_look, session_id, max_jobs)
         if claim.jobs or wait_s <= 0:
             return claim
         endpoint_id = claim.endpoint_id
         try:
             return await self.waiters.wait_until(
-                lambda: self.claim_now(session_id, max_jobs),
+                lambda: self._claim_if_due(session_id, max_jobs, endpoint_id),
                 lambda claim: bool(claim.jobs),
                 on=(ENDPOINT, endpoint_id),
                 rooms=self.waiters.claim_rooms(endpoint_id),
@@ -514,14 +581,37 @@ class SchedulingService:
         except TooManyWaiting:
             return claim
 
+    def _first_look(self, session_id: str, max_jobs: int) -> Claim:
+        """A claim request's first look: its session checked (reads), and the claim (a write,
+        even when it grants nothing) only when something of the endpoint is claimable."""
+        check_int("max_jobs", max_jobs, 1, 2**31)
+        session, endpoint = self._session_and_endpoint(session_id, extend=False)
+        if session.reconciled_at is None:
+            raise ReconcileRequired("reconcile after registering, before claiming")
+        if endpoint.draining:
+            return Claim([], session.endpoint_id, None)
+        return self._claim_if_due(session_id, max_jobs, session.endpoint_id)
+
+    def _claim_if_due(self, session_id: str, max_jobs: int, endpoint_id: str) -> Claim:
+        """A waiting claim looks again: one read of when the endpoint's next job becomes
+        claimable, and the claim (a write) only once one is. An idle fleet's waiting claims
+        thus write nothing, and do not count as activity of their sessions (heartbeats keep
+        those alive)."""
+        due = self._store.next_claimable_at(endpoint_id)
+        if due is None or due > self._clock.now():
+            return Claim([], endpoint_id, due)
+        return self.claim_now(session_id, max_jobs)
+
     def _due_s(self, claim: Claim) -> float | None:
         """Seconds until the endpoint's next waiting job becomes claimable, if one will."""
         due = claim.next_claimable_at
         return None if due is None else (due - self._clock.now()) / 1000
 
     def claim_now(self, session_id: str, max_jobs: int) -> Claim:
-        """`claim`, and when nothing is granted, when to look again (it never waits)."""
-        session, endpoint = self._session_and_endpoint(session_id)
+        """`claim`, and when nothing is granted, when to look again (it never waits). A claim
+        is not what keeps its session alive (heartbeats are): an idle Run's claim, its only
+        request besides heartbeats, thus writes nothing."""
+        session, endpoint = self._session_and_endpoint(session_id, extend=False)
         check_int("max_jobs", max_jobs, 1, 2**31)
         if session.reconciled_at is None:
             raise ReconcileRequired("reconcile after registering, before claiming")

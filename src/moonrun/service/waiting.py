@@ -3,8 +3,8 @@
 The service tells `Watch` about every job write it committed (`job_changed`, from any
 thread); a request waiting on that job, or on claimable work for that job's endpoint, is
 woken on the event loop at once. Wake-ups are a shortcut, never the truth: a woken request
-reads the store again, and every wait also looks again after `recheck_s`, so a change made by
-another platform process over the same MySQL store is seen within that time.
+reads the store again, and every wait also looks again within `recheck_s` (jittered), so a
+change made by another platform process over the same MySQL store is seen within that time.
 
 A waiting request lends the service what it needs to wait well (`Waiting`): where its store
 work runs, its place on its channel (given up while it waits), and a way to learn that its
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -95,6 +96,9 @@ class Watch:
     def __init__(self, limits: WaitLimits | None = None) -> None:
         self.limits = limits or WaitLimits()
         self.recheck_s = self.limits.recheck_s
+        self.draw: Callable[[], float] = random.random
+        """Uniform in [0, 1): each look-again pause is between half `recheck_s` and all of
+        it, so that waits which started together do not look again together."""
         self._lock = threading.Lock()
         self._waiters: dict[tuple[str, str], set[Waiter]] = {}
         self._held: dict[str, int] = {}
@@ -236,7 +240,7 @@ class Watch:
                 remaining = deadline - time.monotonic()
                 if done(value) or remaining <= 0 or waiter.client_left() or self.stopping:
                     return value
-                pause = min(remaining, self.recheck_s)
+                pause = min(remaining, self.recheck_s * (0.5 + 0.5 * self.draw()))
                 due = due_s(value) if due_s is not None else None
                 if due is not None:
                     pause = min(pause, max(0.001, due))

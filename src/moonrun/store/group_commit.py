@@ -8,7 +8,9 @@ Nothing is answered before the commit that holds it returned, so with `synchrono
 every answer follows a write that is on disk. While one group commits, the next one gathers.
 
 The leader runs the units holding `gate` (the store's reads hold it too) and lets it go for
-the COMMIT: see FileStore for why.
+the COMMIT: see FileStore for why. The whole transaction, BEGIN to COMMIT, holds
+`transaction`: the event loop's flusher (`store/loop_flush.py`) uses the same connection for
+its groups, and takes the same lock.
 """
 
 from __future__ import annotations
@@ -61,6 +63,8 @@ class GroupCommit:
         self._max_group = max_group
         self._lock = threading.Lock()
         self._queue: deque[_Unit] = deque()
+        self.transaction = threading.Lock()
+        """Held from BEGIN to the end of COMMIT (or ROLLBACK) by whoever uses the connection."""
         self.groups = 0
         """How many transactions were committed (or attempted); for tests and benches."""
         self.units = 0
@@ -103,6 +107,10 @@ class GroupCommit:
 
     def _commit(self, group: list[_Unit]) -> None:
         """One transaction: each unit in a savepoint (unless it is alone), then one commit."""
+        with self.transaction:
+            self._commit_holding(group)
+
+    def _commit_holding(self, group: list[_Unit]) -> None:
         self.groups += 1
         self.units += len(group)
         cursor = self._connection.cursor()

@@ -351,6 +351,15 @@ class MemoryStore:
                     stored, last_seen_at=seen_at, expires_at=expires_at
                 )
 
+    def extend_sessions(self, extensions: Sequence[tuple[str, Instant, Instant]]) -> None:
+        with self._lock:
+            for session_id, seen_at, expires_at in extensions:
+                stored = self._sessions.get(session_id)
+                if stored is not None and stored.expires_at < expires_at:
+                    self._sessions[session_id] = replace(
+                        stored, last_seen_at=seen_at, expires_at=expires_at
+                    )
+
     def mark_session_reconciled(self, session_id: str, at: Instant) -> None:
         with self._lock:
             stored = self._sessions.get(session_id)
@@ -460,6 +469,10 @@ class MemoryStore:
             if live == 0:
                 self._servers.pop(server_id, None)
             return live
+
+    def after_commit(self, action: Callable[[], None]) -> None:
+        """Every write here is applied when its method returns."""
+        action()
 
     def close(self) -> None:
         """Nothing to release."""

@@ -3,7 +3,9 @@
 Writes that may race use optimistic concurrency: `replace_*` stores the new record only when
 the stored `version` still equals the expected one, and returns False otherwise. Inserts of
 a duplicate id or unique name raise `AlreadyExists`. A method returns only once its write is
-committed (durable, for the file and MySQL stores).
+committed (durable, for the file and MySQL stores), except inside a call FileStore's loop
+flusher applies (`FileStore.run_in_group`): there it returns once its write is applied, and
+the call is answered once the group holding it is committed (`after_commit` waits with it).
 """
 
 from __future__ import annotations
@@ -162,6 +164,10 @@ class Store(Protocol):
         than the stored expiry (so concurrent extensions never shorten a session)."""
         ...
 
+    def extend_sessions(self, extensions: Sequence[tuple[str, Instant, Instant]]) -> None:
+        """`extend_session` for each (session id, seen at, expires at), in one write: the
+        heartbeats that arrive together share one commit."""
+
     def mark_session_reconciled(self, session_id: str, at: Instant) -> None: ...
 
     # -- users, tokens and servers ---------------------------------------------------------
@@ -212,6 +218,12 @@ class Store(Protocol):
     def delete_server(self, server_id: str) -> int:
         """Delete the server and its administrators, unless any of its jobs is not terminal:
         answers how many are not (0: it was deleted, or never existed). Its jobs stay."""
+        ...
+
+    def after_commit(self, action: Callable[[], None]) -> None:
+        """Run `action` once everything this thread wrote so far is committed: at once,
+        unless this thread is applying a group of FileStore's loop flusher (then after that
+        group's COMMIT returned, and never when it failed)."""
         ...
 
     def close(self) -> None: ...

@@ -241,7 +241,7 @@ class Queries:
             text = re.sub(r"@pk_(\w+)", "FORCE INDEX (PRIMARY)", text)
             return re.sub(r"@(ix_\w+)", r"FORCE INDEX (\1)", text)
         # SQLite names a primary key's index sqlite_autoindex_<table>_1: the schema declares
-        # the key before any unique column (tests/test_query_plans.py checks the plans).
+        # the key before any unique column (tests/unit/store/test_query_plans.py checks the plans).
         text = re.sub(r"@pk_(\w+)", r"INDEXED BY sqlite_autoindex_\1_1", text)
         return re.sub(r"@(ix_\w+)", r"INDEXED BY \1", text)
 

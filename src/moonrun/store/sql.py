@@ -109,6 +109,10 @@ class SqlStore:
         """Run `work` as one atomic unit and return its result once it is committed."""
         raise NotImplementedError
 
+    def after_commit(self, action: Callable[[], None]) -> None:
+        """Every write is committed when its method returns (FileStore's flusher aside)."""
+        action()
+
     def _unavailable(self, error: BaseException) -> StoreUnavailable:
         """A one-line, credential-free explanation of a database failure."""
         return StoreUnavailable(f"store {self._description} failed: {error}")
@@ -484,6 +488,14 @@ class SqlStore:
     def extend_session(self, session_id: str, seen_at: Instant, expires_at: Instant) -> None:
         parameters = {"id": session_id, "seen_at": seen_at, "expires_at": expires_at}
         self._write(lambda cursor: cursor.execute(self._sql.extend_session, parameters))
+
+    def extend_sessions(self, extensions: Sequence[tuple[str, Instant, Instant]]) -> None:
+        rows = [
+            {"id": session_id, "seen_at": seen_at, "expires_at": expires_at}
+            for session_id, seen_at, expires_at in extensions
+        ]
+        if rows:
+            self._write(lambda cursor: cursor.executemany(self._sql.extend_session, rows))
 
     def mark_session_reconciled(self, session_id: str, at: Instant) -> None:
         parameters = {"id": session_id, "at": at}

@@ -5,11 +5,11 @@ shape requires is there with a value of its type, and raises `ForeignAnswer` (a 
 `Unreachable`: as good as no answer) naming the first field that is not. Keys the shape does not
 name are left alone (a newer platform may send more); a `NotRequired` key may be absent.
 
-Hand-written, not pydantic: Run must not load pydantic (its start-up time, tests/test_layers.py),
-and the shapes keep to a small grammar that a check compiled once per shape covers: `str`,
-`int`, `float` (an integer too), `bool`, `None`, `X | None`, `list[X]`, `Any`, and TypedDicts
-of these. A declaration outside it fails when its check is compiled (`TypeError`), which the
-tests do for every shape.
+Hand-written, not pydantic: Run must not load pydantic (its start-up time,
+tests/project/test_layers.py), and the shapes keep to a small grammar that a check compiled
+once per shape covers: `str`, `int`, `float` (an integer too), `bool`, `None`, `X | None`,
+`list[X]`, `Any`, and TypedDicts of these. A declaration outside it fails when its check is
+compiled (`TypeError`), which the tests do for every shape.
 """
 
 from __future__ import annotations

@@ -63,6 +63,7 @@ def create_app(platform: Platform, *, sweep: bool = True, api_docs: bool = False
         async with anyio.create_task_group() as tasks:
             if sweep:
                 tasks.start_soon(sweeper.run, stop)
+            tasks.start_soon(platform.lag.run, stop.is_set)
             try:
                 yield
             finally:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from moonrun.artifacts.protocol import ArtifactStore
 from moonrun.clock import Clock
 from moonrun.http.channels import Channels
+from moonrun.http.load import LoopLag
 from moonrun.http.metrics import Metrics
 from moonrun.http.platform import HttpSettings
 from moonrun.logs.protocol import LogStore
@@ -42,6 +43,8 @@ class Platform:
     channels: Channels = field(default_factory=Channels.with_limits)
     http: HttpSettings = field(default_factory=HttpSettings)
     metrics: Metrics = field(init=False)
+    lag: LoopLag = field(default_factory=LoopLag)
+    """How far behind the event loop runs (measured while the app runs)."""
     nonces: NonceCache = field(default_factory=lambda: NonceCache(WINDOW_S))
     started_at_s: float = field(init=False)
     throttle: SignInThrottle = field(init=False)
@@ -54,7 +57,12 @@ class Platform:
         self.channels.close()
 
     def __post_init__(self) -> None:
-        self.metrics = Metrics(self.service.job_counts, self.service.waiters.held)
+        self.metrics = Metrics(
+            self.service.job_counts,
+            self.service.waiters.held,
+            lag_s=lambda: self.lag.lag_s,
+            connected=self.service.connected_runs,
+        )
         self.started_at_s = self.clock.now() / 1000
         self.throttle = SignInThrottle(self.clock)
         self.watch = self.service.waiters

@@ -98,8 +98,10 @@ def build_platform(config: PlatformConfig) -> Platform:
         secret = load_or_create_secret(config.secret_path)
         clock, tokens = SystemClock(), SystemTokenSource()
         # A waiting request looks again this often: the only way to see a change another
-        # platform process made over the same MySQL store.
-        waiting = WaitLimits(recheck_s=0.25 if isinstance(store, MySQLStore) else 1.0)
+        # platform process made over the same MySQL store. A FileStore or MemoryStore has one
+        # platform process, whose own changes wake its waiters at once: its look is a slow
+        # safety net (an idle fleet of 5,000 Runs then costs 1,000 reads a second, not 5,000).
+        waiting = WaitLimits(recheck_s=0.25 if isinstance(store, MySQLStore) else 5.0)
         service = SchedulingService(store, clock, tokens, config.scheduling, waiting)
         directory = Directory(store, clock, tokens)
         if config.bootstrap_admin_token:
@@ -128,8 +130,12 @@ def build_platform(config: PlatformConfig) -> Platform:
                 config.artifacts_dir, attempt_bytes=config.artifacts.attempt_bytes
             ),
             # Memory and file stores answer from memory, the page cache or one fsync: their work
-            # runs on the event loop, without thread hops (MySQL waits on the network).
-            channels=Channels.with_limits(inline=isinstance(store, MemoryStore | FileStore)),
+            # runs on the event loop, without thread hops (MySQL waits on the network); over
+            # FileStore the calls waiting at a moment share one COMMIT (its loop flusher).
+            channels=Channels.with_limits(
+                inline=isinstance(store, MemoryStore | FileStore),
+                group=store.run_in_group if isinstance(store, FileStore) else None,
+            ),
             http=HttpSettings(sweep_interval_s=config.sweep_interval_s),
             release=store.close,
         )

@@ -1,0 +1,214 @@
+"""What Run's own tests share: one fake of Run's platform client on its transfer channels, one
+fake of what Run hands a handler (a `JobContext` and where its lines, uploads and process
+records go), and probes of a command's process group."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from moonrun.run.handlers import HandlerResult, JobContext
+
+HANG_GUARD_S = 30.0
+"""Only a guard against a hang; every wait it bounds is expected to end well before it."""
+
+
+class FakeRunClient:
+    """The logs and artifacts side of `moonrun.run.client.PlatformClient`.
+
+    `errors` are raised, in order, by the next calls of either kind; `chunk_errors` once by the
+    chunk of that index. With `keep_bytes=False` a chunk is recorded by its size only (the
+    artifact tests stream gigabytes). With `lease`, every call must carry that lease.
+    """
+
+    def __init__(
+        self,
+        *,
+        lease: str | None = None,
+        chunk_errors: dict[int, Exception] | None = None,
+        keep_bytes: bool = True,
+    ) -> None:
+        self.session: object | None = object()
+        self.lease = lease
+        self.errors: list[Exception] = []
+        self.chunk_errors = dict(chunk_errors or {})
+        self.keep_bytes = keep_bytes
+        self.log_calls: list[tuple[str, int, int, list[str]]] = []
+        """(job, attempt, seq counted from the attempt's first as 1, line texts) per batch."""
+        self.chunk_calls: list[tuple[str, int, str, int, bytes | int, bool]] = []
+        """(job, attempt, name, index, the bytes or their size, final) per chunk."""
+        self.first_seqs: dict[tuple[str, int], int] = {}
+
+    async def send_logs(
+        self, job_id: str, attempt: int, lease: str, seq: int, lines: list[dict[str, str]]
+    ) -> Any:
+        """Records seqs relative to the attempt's first (1, 2, ...): absolute seqs start from
+        the wall clock so that a restarted Run never reuses one."""
+        assert self.lease is None or lease == self.lease
+        assert all(set(line) == {"ts", "stream", "text"} for line in lines)
+        first = self.first_seqs.setdefault((job_id, attempt), seq)
+        self.log_calls.append((job_id, attempt, seq - first + 1, [line["text"] for line in lines]))
+        if self.errors:
+            raise self.errors.pop(0)
+        return {"accepted_through_seq": seq}
+
+    async def put_chunk(
+        self,
+        job_id: str,
+        attempt: int,
+        lease: str,
+        name: str,
+        index: int,
+        data: bytes,
+        *,
+        final: bool,
+    ) -> Any:
+        assert self.lease is None or lease == self.lease
+        kept = data if self.keep_bytes else len(data)
+        self.chunk_calls.append((job_id, attempt, name, index, kept, final))
+        if index in self.chunk_errors:
+            raise self.chunk_errors.pop(index)
+        if self.errors:
+            raise self.errors.pop(0)
+        return {"chunk_index": index, "final": final}
+
+    @property
+    def chunks(self) -> list[tuple[str, int, int, bool]]:
+        """(name, index, size, final) of every chunk sent."""
+        return [
+            (name, index, data if isinstance(data, int) else len(data), final)
+            for _, _, name, index, data, final in self.chunk_calls
+        ]
+
+
+# -- a handler's context ------------------------------------------------------------------------
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass
+class Sink:
+    """What a handler handed back: log lines per stream, uploads, what it asked Run to
+    remember of its processes."""
+
+    lines: list[tuple[str, str]] = field(default_factory=list)
+    uploads: list[tuple[Any, str]] = field(default_factory=list)
+    records: list[int | dict[str, Any]] = field(default_factory=list)
+
+    def log_line(self, stream: str, text: str) -> None:
+        self.lines.append((stream, text))
+
+    def upload(self, source: Any, name: str) -> None:
+        self.uploads.append((source, name))
+
+    async def remember_process(self, record: int | dict[str, Any]) -> None:
+        self.records.append(record)
+
+    def stream(self, name: str) -> list[str]:
+        return [text for stream, text in self.lines if stream == name]
+
+
+def job_context(
+    kind: str,
+    payload: Any,
+    sink: Sink | None = None,
+    *,
+    started_at_ms: int | None = None,
+    now_ms: Callable[[], int] = wall_ms,
+    grace_s: float = 10.0,
+    owner_id: str | None = None,
+) -> JobContext:
+    """Attempt 1 of job `job_1`, started at `started_at_ms` (now by default) on `now_ms`."""
+    sink = sink or Sink()
+    return JobContext(
+        job_id="job_1",
+        attempt=1,
+        kind=kind,
+        payload=payload,
+        started_at_ms=now_ms() if started_at_ms is None else started_at_ms,
+        now_ms=now_ms,
+        log_line=sink.log_line,
+        upload=sink.upload,
+        remember_process=sink.remember_process,
+        grace_s=grace_s,
+        owner_id=owner_id,
+    )
+
+
+def command_context(
+    argv: list[str],
+    sink: Sink | None = None,
+    *,
+    owner_id: str | None = None,
+    grace_s: float = 1.0,
+    **payload: Any,
+) -> JobContext:
+    """A `command` attempt running `argv`, on a clock that stands at 0."""
+    return job_context(
+        "command",
+        {"argv": argv, **payload},
+        sink,
+        started_at_ms=0,
+        now_ms=lambda: 0,
+        grace_s=grace_s,
+        owner_id=owner_id,
+    )
+
+
+async def finished(handler: Any, context: JobContext) -> HandlerResult:
+    """The handler's result, or a failure once HANG_GUARD_S has passed."""
+    result: HandlerResult = await asyncio.wait_for(handler.run(context), HANG_GUARD_S)
+    return result
+
+
+# -- a command's processes ----------------------------------------------------------------------
+
+
+def live_group_members(pgid: int) -> list[int]:
+    """Processes of process group `pgid` that still run (zombies awaiting a reaper excluded)."""
+    if not Path("/proc/self/stat").exists():  # no procfs: ask the kernel about the group
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return []
+        return [pgid]
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            text = (entry / "stat").read_text()
+        except OSError:
+            continue
+        state, _ppid, group = text.rpartition(")")[2].split()[:3]
+        if int(group) == pgid and state != "Z":
+            members.append(int(entry.name))
+    return members
+
+
+async def group_gone(pgid: int, within_s: float = HANG_GUARD_S) -> bool:
+    """Whether the process group is gone, polling until `within_s` has passed."""
+    deadline = time.monotonic() + within_s
+    while live_group_members(pgid):
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.02)
+    return True
+
+
+async def wait_for_line(sink: Sink, text: str) -> None:
+    deadline = time.monotonic() + HANG_GUARD_S
+    while ("stdout", text) not in sink.lines:
+        assert time.monotonic() < deadline, f"no {text!r} line; got {sink.lines}"
+        await asyncio.sleep(0.01)
+
+
+def read_pid(pidfile: Path) -> int:
+    return int(pidfile.read_text().strip())
