@@ -247,7 +247,9 @@ def test_a_waiting_read_is_dropped_the_moment_its_client_disconnects(cast: Cast)
             await asyncio.sleep(0.001)
         waited = world.platform.watch.waiting
         closed.set()
-        for _ in range(100):  # a few turns of the event loop, no store read, no timer
+        # Turns of the event loop, no timer: enough for a channel thread the request may be
+        # on to finish on a loaded machine, far too few for the wait's recheck to come.
+        for _ in range(10_000):
             if answering.done():
                 break
             await asyncio.sleep(0)
