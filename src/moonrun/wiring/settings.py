@@ -130,12 +130,12 @@ def build_platform(config: PlatformConfig) -> Platform:
                 config.artifacts_dir, attempt_bytes=config.artifacts.attempt_bytes
             ),
             # Memory and file stores answer from memory, the page cache or one fsync: their work
-            # runs on the event loop, without thread hops (MySQL waits on the network); over
-            # FileStore the calls waiting at a moment share one COMMIT (its loop flusher).
-            channels=Channels.with_limits(
-                inline=isinstance(store, MemoryStore | FileStore),
-                group=store.run_in_group if isinstance(store, FileStore) else None,
-            ),
+            # runs on the event loop, without thread hops (MySQL waits on the network).
+            # FileStore's loop flusher (`run_in_group`, calls sharing one COMMIT) is not wired
+            # in yet: each call it takes costs a task's loop turns, which a loop kept busy by
+            # an attacker's sockets makes slow (the noisy-neighbour test's claims and reads at
+            # 3x their quiet latency with it, within 2x without: docs/benchmarks.md).
+            channels=Channels.with_limits(inline=isinstance(store, MemoryStore | FileStore)),
             http=HttpSettings(sweep_interval_s=config.sweep_interval_s),
             release=store.close,
         )
