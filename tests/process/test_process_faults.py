@@ -378,6 +378,13 @@ def test_a_full_disk_is_a_typed_503_with_no_corruption_and_heals_with_space(
         assert (platform.starts, platform.running) == (1, True)
         assert server_errors(platform) == []
 
+        # Logs travel on their own path, after the result: wait until every job's lines have
+        # arrived, so that the restart below checks what was stored, not what was in flight.
+        wait_for(
+            lambda: all(platform.log_lines(view["id"]) for view in views),
+            "every job's log lines to arrive",
+            timeout_s=60,
+        )
         platform.kill()
         with sqlite3.connect(tmp_path / "platform.db") as db:
             integrity = db.execute("PRAGMA integrity_check").fetchall()
