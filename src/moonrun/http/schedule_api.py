@@ -68,11 +68,11 @@ async def change_schedule(call: Call) -> ScheduleView:
     """Change the fields given; a new calendar starts after now."""
     body: ChangeScheduleRequest = call.body
     changes = {name: getattr(body, name) for name in body.model_fields_set}
-    if "job" in changes:
-        changes["job"] = _job(changes["job"])
-    none = [name for name, value in changes.items() if value is None]
+    none = sorted(name for name, value in changes.items() if value is None)
     if none:
         raise InvalidRequest(f"{none[0]} cannot be null")
+    if "job" in changes:
+        changes["job"] = _job(changes["job"])
     schedules = call.platform.service.schedules
     return view(await as_caller(call, schedules.change, call.params["schedule_id"], changes))
 
