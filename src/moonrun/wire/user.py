@@ -128,12 +128,20 @@ class ServerView(TypedDict):
     """Whether the Run of the server's endpoint holds a live session now."""
 
 
+class BackoffAsked(TypedDict):
+    """The backoff a create asked for (the fields it gave)."""
+
+    initial_s: NotRequired[float]
+    multiplier: NotRequired[float]
+    max_s: NotRequired[float]
+
+
 class ScheduleJobView(TypedDict):
     """What each firing creates, without the payload (no user projection shows one)."""
 
     kind: str
     max_attempts: int | None
-    backoff: dict[str, float] | None
+    backoff: BackoffAsked | None
 
 
 class LastFiringView(TypedDict):
