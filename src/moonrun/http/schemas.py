@@ -40,6 +40,8 @@ class UserRequest(BaseModel):
 class JoinRequest(Strict):
     join_token: str
     identity_public_key: str
+    labels: dict[str, str] | None = None
+    """Labels Run proposes for its endpoint (`moonrun run join --label`); an admin's win."""
 
 
 class RegisterRequest(Strict):
@@ -157,10 +159,23 @@ class SetPasswordRequest(UserRequest):
     password: str
 
 
+LABELS_DESCRIPTION = (
+    "At most 32 labels; each key matches [a-z0-9]([a-z0-9._/-]{0,61}[a-z0-9])?, each value is "
+    "at most 128 characters without control characters (else 422 invalid_labels)"
+)
+"""The checks themselves are the domain's (`scheduling/labels.py`), so every door keeps them."""
+
+
 class CreateServerRequest(UserRequest):
     name: str = NAME
     endpoint_id: str
     owner_id: str
+    labels: dict[str, str] | None = Field(default=None, description=LABELS_DESCRIPTION)
+
+
+class SetLabelsRequest(UserRequest):
+    labels: dict[str, str] = Field(description=LABELS_DESCRIPTION)
+    """The whole new map: it replaces the old one."""
 
 
 class AddAdminRequest(UserRequest):
