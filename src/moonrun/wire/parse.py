@@ -8,8 +8,9 @@ name are left alone (a newer platform may send more); a `NotRequired` key may be
 Hand-written, not pydantic: Run must not load pydantic (its start-up time,
 tests/project/test_layers.py), and the shapes keep to a small grammar that a check compiled
 once per shape covers: `str`, `int`, `float` (an integer too), `bool`, `None`, `X | None`,
-`list[X]`, `dict[str, X]` (a map such as labels), `Any`, and TypedDicts of these. A declaration outside it fails when its check is
-compiled (`TypeError`), which the tests do for every shape.
+`list[X]`, `dict[str, X]` (a map such as labels), `Any`, and TypedDicts of these. A
+declaration outside it fails when its check is compiled (`TypeError`), which the tests do for
+every shape.
 """
 
 from __future__ import annotations
