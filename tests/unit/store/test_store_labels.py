@@ -3,20 +3,23 @@ its reads, a compare-and-swap and a reopen; an older store gains them on open.""
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
 from moonrun.scheduling.labels import check_labels
 from moonrun.scheduling.records import Endpoint, Server
 from moonrun.store import open_store
+from moonrun.store.file import FileStore
+from moonrun.store.mysql import MySQLStore
 from moonrun.store.protocol import Store
 from moonrun.store.schema import SCHEMA_VERSION
 from tests.support.jobkit import T0
 from tests.support.stores import StoreFactory
+from tests.unit.store.test_durable_stores import _raw_sql, private_store_url
+
+__all__ = ["private_store_url"]  # a fixture: a file, or a MySQL database of its own
 
 # Values that a careless encoding would lose: quotes, a backslash, non-ASCII, the empty string.
 LABELS = check_labels(
@@ -68,24 +71,26 @@ def test_every_store_replaces_labels_by_compare_and_swap(stores: list[Store]) ->
     assert store.get_server("srv-1") == labelled
 
 
-def test_an_older_store_gains_labels_on_open(tmp_path: Path) -> None:
+def test_an_older_store_gains_labels_on_open(private_store_url: str) -> None:
     """A store of schema 8 (no labels) opens at the current version, its endpoints and
     servers without labels, and keeps labels set from then on."""
-    path = tmp_path / "old.db"
-    store = open_store(f"file:{path}")
+    store = open_store(private_store_url)
     store.insert_endpoint(endpoint())
     store.insert_server(server())
     store.close()
-    with sqlite3.connect(path) as raw:
-        raw.execute("ALTER TABLE endpoints DROP COLUMN labels_json")
-        raw.execute("ALTER TABLE servers DROP COLUMN labels_json")
-        raw.execute("UPDATE schema_version SET version = 8")
-    store = open_store(f"file:{path}")
+    _raw_sql(
+        private_store_url,
+        "ALTER TABLE endpoints DROP COLUMN labels_json",
+        "ALTER TABLE servers DROP COLUMN labels_json",
+        "UPDATE schema_version SET version = 8",
+    )
+    store = open_store(private_store_url)
     try:
         assert store.get_endpoint("ep-1") == endpoint()
         assert store.get_server("srv-1") == server()
         assert store.replace_server(replace(server(LABELS), version=2), 1)
         assert store.get_server("srv-1") == replace(server(LABELS), version=2)
-        assert SCHEMA_VERSION == 9
+        assert isinstance(store, FileStore | MySQLStore)
+        assert store.schema_version() == SCHEMA_VERSION
     finally:
         store.close()
