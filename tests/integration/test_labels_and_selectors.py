@@ -180,3 +180,17 @@ def test_a_join_with_bad_labels_is_refused_and_burns_no_token(cast: Cast) -> Non
     assert (refused.status_code, refused.json()["error"]["code"]) == (422, "invalid_labels")
     body["labels"] = {"zone": "eu"}
     assert world.client.post("/run/v1/join", json=body).status_code == 200
+
+
+def test_a_selector_over_a_fleet_reads_every_servers_endpoint_labels(cast: Cast) -> None:
+    """Past a few endpoints the endpoints are read all at once: the answer is the same."""
+    world = cast.world
+    for n in range(10):
+        endpoint_id = world.create_endpoint(f"fleet-{n}").endpoint_id
+        zone = "eu" if n % 2 else "us"
+        assert put_labels(cast, f"endpoints/{endpoint_id}", {"zone": zone}).is_success
+        world.create_server(f"node-{n}", endpoint_id, cast.owner[0])
+    expected = [f"node-{n}" for n in range(1, 10, 2)]
+    assert server_names(cast, None, "zone=eu") == expected
+    assert server_names(cast, cast.owner[1], "zone=eu") == expected
+    assert server_names(cast, cast.stranger[1], "zone") == []

@@ -22,6 +22,8 @@ from moonrun.security.tokens import API_PREFIX, TokenSource
 from moonrun.service.checks import NAME_PATTERN
 from moonrun.store.protocol import Store
 
+ENDPOINT_READS = 8
+"""A selector reads its servers' endpoints one by one up to this many, else all at once."""
 BOOTSTRAP_ADMIN_NAME = "admin"
 BOOTSTRAP_TOKEN_MIN_LENGTH = 32
 """Characters a bootstrap token needs after its optional `mra_` prefix (a guessable admin
@@ -215,8 +217,19 @@ class Directory:
         return [server for server in servers if chosen.matches(labels_of(server))]
 
     def _endpoint_labels(self, endpoint_ids: set[str]) -> dict[str, Labels]:
-        found = (self._store.get_endpoint(endpoint_id) for endpoint_id in endpoint_ids)
-        return {endpoint.id: endpoint.labels for endpoint in found if endpoint is not None}
+        # Past a few endpoints, one read of them all costs less than a read per endpoint (a
+        # platform admin's selector over a fleet).
+        many = len(endpoint_ids) > ENDPOINT_READS
+        found = (
+            self._store.list_endpoints()
+            if many
+            else [self._store.get_endpoint(endpoint_id) for endpoint_id in endpoint_ids]
+        )
+        return {
+            endpoint.id: endpoint.labels
+            for endpoint in found
+            if endpoint is not None and endpoint.id in endpoint_ids
+        }
 
     def create_server(
         self,
