@@ -95,7 +95,7 @@ class Schedules:
         self._store.insert_schedule(schedule)
         return self._state(schedule, now)
 
-    def list(self, actor: User, server_id: str | None = None) -> list[ScheduleState]:
+    def list_schedules(self, actor: User, server_id: str | None = None) -> list[ScheduleState]:
         """The schedules of the servers whose jobs the actor manages (or of one of them)."""
         if server_id is not None:
             self._jobs.manageable_server(actor, server_id)
@@ -171,6 +171,12 @@ class Schedules:
             if stored:
                 return self._state(firing.schedule, now), (job.id if job is not None else None)
         raise MoonrunError("the schedule kept changing; try again")
+
+    def preview(self, cron: object, timezone: object) -> list[Instant]:
+        """The next 5 times a calendar would fire from now (a form's preview), or the
+        InvalidRequest a create would answer."""
+        expression, where = _calendar(cron, timezone)
+        return expression.times_after(self._clock.now(), where, domain.NEXT_TIMES)
 
     # -- the firing loop -----------------------------------------------------------------------
 
