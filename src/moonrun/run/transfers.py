@@ -202,14 +202,18 @@ class LogShipper:
         about `batch_bytes` of JSON (at least one line), after a line counting any it lost."""
         batches: dict[Attempt, list[Line]] = {}
         for attempt, buffer in list(self._buffers.items()):
-            if attempt in self._pending or not buffer.lines:
+            if attempt in self._pending:
+                continue
+            if not buffer.lines and not buffer.lost:  # nothing left to say
+                del self._buffers[attempt]
                 continue
             batch: list[Line] = []
-            if buffer.lost:
+            if buffer.lost:  # said even when every line it had went (then alone)
                 note = (
                     f"[moonrun: {buffer.lost} earlier line(s) dropped: output outran log shipping]"
                 )
-                batch.append(_line(attempt, buffer.lines[0].ts, "stderr", note))
+                ts = buffer.lines[0].ts if buffer.lines else self._stamps.now()
+                batch.append(_line(attempt, ts, "stderr", note))
                 buffer.lost = 0
             taken = size = 0
             while buffer.lines and taken < self._batch_lines:
