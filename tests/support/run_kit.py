@@ -66,19 +66,32 @@ class FakeRunClient:
         self.chunk_calls: list[tuple[str, int, str, int, bytes | int, bool]] = []
         """(job, attempt, name, index, the bytes or their size, final) per chunk."""
         self.first_seqs: dict[tuple[str, int], int] = {}
+        self.finals = 0
+        self.final_calls: list[tuple[str, int, int]] = []
 
     async def send_logs(
-        self, job_id: str, attempt: int, lease: str, seq: int, lines: list[dict[str, str]]
+        self,
+        job_id: str,
+        attempt: int,
+        lease: str,
+        seq: int,
+        lines: list[dict[str, str]],
+        *,
+        final: bool = False,
     ) -> Any:
         """Records seqs relative to the attempt's first (1, 2, ...): absolute seqs start from
-        the wall clock so that a restarted Run never reuses one."""
+        the wall clock so that a restarted Run never reuses one. A `final` batch is counted
+        in `finals` (and its attempt noted in `final_calls`: (job, attempt, seq from 1))."""
         assert self.lease is None or lease == self.lease
         assert all(set(line) == {"ts", "stream", "text"} for line in lines)
         self.log_lines += len(lines)
+        self.finals += final
         if not self.record:
             return {"accepted_through_seq": seq}
         first = self.first_seqs.setdefault((job_id, attempt), seq)
         self.log_calls.append((job_id, attempt, seq - first + 1, [line["text"] for line in lines]))
+        if final:
+            self.final_calls.append((job_id, attempt, seq - first + 1))
         if self.errors:
             raise self.errors.pop(0)
         return {"accepted_through_seq": seq}

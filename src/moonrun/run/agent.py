@@ -488,6 +488,8 @@ class Agent:
                 if result is None:
                     return
                 entry.state, entry.result = "finished", result.as_message()
+                # Its handler is done: no line comes after these, and the platform is told so.
+                self.logs.finish(Attempt(entry.job_id, entry.attempt, entry.lease))
                 await self._save(entry)
             if entry.state == "finished":
                 await self._deliver(entry)

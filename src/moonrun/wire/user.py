@@ -93,6 +93,9 @@ class JobView(TypedDict):
     terminal: TerminalView | None
     reconcile: ReconcileView
     history: list[PastAttemptView]
+    logs_complete: bool
+    """The latest attempt's log lines are all in: it ended and its Run sent its last batch, or
+    the transfer grace after its end passed (docs/protocol.md, "Reading logs")."""
 
 
 class EndpointView(TypedDict):
@@ -219,6 +222,8 @@ class LogsAnswer(TypedDict):
     dropped_lines: int
     """Lines of the attempt the platform dropped for its bounds (docs/protocol.md, "Log bounds")."""
     dropped_bytes: int
+    logs_complete: bool
+    """This attempt's lines are all in: no line after this page will ever come."""
 
 
 class ArtifactView(TypedDict):

@@ -112,6 +112,7 @@ async def attempts_done(agent: Agent, client: FakeRunClient, count: int) -> None
         while not (
             client.reported + agent.self_fenced >= count
             and client.log_lines >= client.reported
+            and client.finals >= client.reported
             and not containers(agent).get("agent._running")
         ):
             await asyncio.sleep(0.05)
@@ -165,6 +166,7 @@ async def run_attempts(
         stop.set()
         await asyncio.wait_for(running, HANG_GUARD_S)
     assert client.acked == client.reported + agent.self_fenced == total
+    assert client.finals == client.reported  # each reported attempt's last batch said so
     assert agent.self_fenced >= total // STUCK_EVERY - 1
     return first, last, first_rss, last_rss
 

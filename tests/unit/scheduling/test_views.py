@@ -53,6 +53,7 @@ JOB_KEYS = {
     "terminal",
     "reconcile",
     "history",
+    "logs_complete",
 }
 RETRY_KEYS = {"next_eligible_at", "initial_s", "multiplier", "max_s", "last_failure"}
 FAILURE_KEYS = {"reason", "code", "attempt", "at", "message"}
@@ -291,6 +292,7 @@ def test_rich_job_view_values() -> None:
                 "code": None,
             },
         ],
+        "logs_complete": False,
     }
     assert expected == view
 
