@@ -147,7 +147,7 @@ def test_without_the_marker_logs_are_complete_once_the_transfer_grace_has_passed
     run, job_id, attempt = running(cast)
     assert run.send_logs(job_id, attempt, 1, "one").status_code == 202
     assert run.result(job_id, attempt).status_code == 200
-    grace_ms = round(cast.world.platform.service._settings.transfer_grace_s * 1000)
+    grace_ms = round(cast.world.settings.transfer_grace_s * 1000)
     cast.world.clock.advance(grace_ms)
     at_the_grace = view(cast, job_id)["logs_complete"]
     cast.world.clock.advance(1)
