@@ -19,7 +19,7 @@ import os
 import secrets
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
@@ -33,7 +33,7 @@ from moonrun.client import profiles
 from moonrun.errors import (
     ERROR_TABLE,
     AlreadyExists,
-    InvalidPayload,
+    InvalidRequest,
     MoonrunError,
     Unauthenticated,
     Unreachable,
@@ -197,6 +197,7 @@ class Endpoint:
     run_version: str | None
     data: dict[str, Any]
     draining: bool = False
+    labels: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def of(cls, data: dict[str, Any]) -> Endpoint:
@@ -210,6 +211,7 @@ class Endpoint:
             run_version=data.get("run_version"),
             data=data,
             draining=bool(data.get("draining", False)),
+            labels=dict(data.get("labels") or {}),  # an older platform sends none
         )
 
 
@@ -223,6 +225,8 @@ class Server:
     created_at: datetime
     endpoint_online: bool
     data: dict[str, Any]
+    labels: dict[str, str] = field(default_factory=dict)
+    """The server's own labels (selectors match them over its endpoint's)."""
 
     @classmethod
     def of(cls, data: dict[str, Any]) -> Server:
@@ -234,6 +238,45 @@ class Server:
             admin_ids=tuple(data["admin_ids"]),
             created_at=_instant(data["created_at"]),
             endpoint_online=data["endpoint_online"],
+            data=data,
+            labels=dict(data.get("labels") or {}),  # an older platform sends none
+        )
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A server's recurring job: its calendar, what each firing creates, and how it went."""
+
+    id: str
+    server_id: str
+    name: str
+    cron: str
+    timezone: str
+    kind: str
+    overlap: str
+    paused: bool
+    next_times: tuple[datetime, ...]
+    skipped: int
+    missed: int
+    last_job_id: str | None
+    data: dict[str, Any]
+
+    @classmethod
+    def of(cls, data: dict[str, Any]) -> Schedule:
+        last = data.get("last_firing")
+        return cls(
+            id=data["id"],
+            server_id=data["server_id"],
+            name=data["name"],
+            cron=data["cron"],
+            timezone=data["timezone"],
+            kind=data["job"]["kind"],
+            overlap=data["overlap"],
+            paused=data["paused"],
+            next_times=tuple(_instant(t) for t in data["next_times"]),
+            skipped=data["skipped"],
+            missed=data["missed"],
+            last_job_id=last["job_id"] if last else None,
             data=data,
         )
 
@@ -309,13 +352,14 @@ def _error_named(status: int, error: Any) -> MoonrunError:
     known = _BY_CODE.get(code)
     if known is None:
         return PlatformError(status, code, message)
-    if known is InvalidPayload:
-        return InvalidPayload(message, fields=_fields_of(error))
+    if issubclass(known, InvalidRequest):
+        return known(message, fields=_fields_of(error))
     return known(message)
 
 
 def _fields_of(error: dict[str, Any]) -> tuple[tuple[str, str], ...]:
-    """The (field, message) pairs of an `invalid_payload` answer, those that are well formed."""
+    """The (field, message) pairs of a 422 answer (`invalid_payload`, `invalid_labels`,
+    `invalid_selector`), those that are well formed."""
     fields = error.get("fields")
     if not isinstance(fields, list):
         return ()
@@ -600,6 +644,12 @@ class Client:
         """Grant the endpoint claims again (platform admins)."""
         return Endpoint.of(self._request("POST", f"/api/v1/endpoints/{endpoint_id}/undrain"))
 
+    def set_endpoint_labels(self, endpoint_id: str, labels: Mapping[str, str]) -> Endpoint:
+        """Replace the endpoint's labels with `labels` (platform admins); `InvalidLabels` names
+        each bad entry."""
+        path = f"/api/v1/endpoints/{endpoint_id}/labels"
+        return Endpoint.of(self._request("PUT", path, json={"labels": dict(labels)}))
+
     def remove_endpoint(self, endpoint_id: str) -> Endpoint:
         """Remove an endpoint no server points at (platform admins); its Run is refused from
         then on. `EndpointInUse` while servers point at it."""
@@ -607,17 +657,35 @@ class Client:
 
     # -- servers -------------------------------------------------------------------------------
 
-    def servers(self) -> list[Server]:
-        """The servers the caller owns or administers (all of them for platform admins)."""
-        return [Server.of(s) for s in self._request("GET", "/api/v1/servers")["servers"]]
+    def servers(self, selector: str | None = None) -> list[Server]:
+        """The servers the caller owns or administers (all of them for platform admins); with a
+        label `selector` (`role=web,env in (prod,staging)`), those whose labels over their
+        endpoint's match it. `InvalidSelector` says where a selector stops parsing."""
+        params = {} if selector is None else {"selector": selector}
+        answer = self._request("GET", "/api/v1/servers", params=params)
+        return [Server.of(s) for s in answer["servers"]]
 
     def server(self, server_id: str) -> Server:
         return Server.of(self._request("GET", f"/api/v1/servers/{server_id}"))
 
-    def create_server(self, name: str, endpoint_id: str, owner_id: str) -> Server:
-        """Create a server on an endpoint, owned by a user (platform admins)."""
-        body = {"name": name, "endpoint_id": endpoint_id, "owner_id": owner_id}
+    def create_server(
+        self,
+        name: str,
+        endpoint_id: str,
+        owner_id: str,
+        labels: Mapping[str, str] | None = None,
+    ) -> Server:
+        """Create a server on an endpoint, owned by a user, with labels (platform admins)."""
+        body: dict[str, Any] = {"name": name, "endpoint_id": endpoint_id, "owner_id": owner_id}
+        if labels is not None:
+            body["labels"] = dict(labels)
         return Server.of(self._request("POST", "/api/v1/servers", json=body))
+
+    def set_server_labels(self, server_id: str, labels: Mapping[str, str]) -> Server:
+        """Replace the server's labels with `labels` (its owner, its administrators or a
+        platform admin); `InvalidLabels` names each bad entry."""
+        path = f"/api/v1/servers/{server_id}/labels"
+        return Server.of(self._request("PUT", path, json={"labels": dict(labels)}))
 
     def add_server_admin(self, server_id: str, user_id: str) -> None:
         path = f"/api/v1/servers/{server_id}/admins"
@@ -630,6 +698,76 @@ class Client:
         """Remove a server (its owner or a platform admin); `ServerBusy` while any of its jobs
         has not ended: cancel them first."""
         return Server.of(self._request("DELETE", f"/api/v1/servers/{server_id}"))
+
+    # -- schedules -----------------------------------------------------------------------------
+
+    def create_schedule(
+        self,
+        server_id: str,
+        name: str,
+        cron: str,
+        kind: str,
+        payload: dict[str, Any] | None = None,
+        *,
+        timezone: str = "UTC",
+        overlap: str = "skip",
+        catchup_window_s: int = 60,
+        paused: bool = False,
+        max_attempts: int | None = None,
+        backoff: dict[str, float] | None = None,
+    ) -> Schedule:
+        """A schedule that creates a `kind` job at every time of `cron` (5 fields or a macro
+        such as `@daily`) in `timezone`; `overlap` is `skip`, `allow` or `cancel_previous`."""
+        job: dict[str, Any] = {"kind": kind}
+        for name_, value in (("payload", payload), ("max_attempts", max_attempts)):
+            if value is not None:
+                job[name_] = value
+        if backoff is not None:
+            job["backoff"] = backoff
+        body = {
+            "name": name,
+            "cron": cron,
+            "timezone": timezone,
+            "job": job,
+            "overlap": overlap,
+            "catchup_window_s": catchup_window_s,
+            "paused": paused,
+        }
+        path = f"/api/v1/servers/{server_id}/schedules"
+        return Schedule.of(self._request("POST", path, json=body))
+
+    def schedules(self, server_id: str | None = None) -> list[Schedule]:
+        """The schedules of the servers whose jobs you manage (or of one server)."""
+        params = {} if server_id is None else {"server": server_id}
+        answer = self._request("GET", "/api/v1/schedules", params=params)
+        return [Schedule.of(s) for s in answer["schedules"]]
+
+    def schedule(self, schedule_id: str) -> Schedule:
+        return Schedule.of(self._request("GET", f"/api/v1/schedules/{schedule_id}"))
+
+    def change_schedule(self, schedule_id: str, **changes: Any) -> Schedule:
+        """Change some of `name`, `cron`, `timezone`, `job`, `overlap`, `catchup_window_s`,
+        `paused`; a new calendar starts after now."""
+        path = f"/api/v1/schedules/{schedule_id}"
+        return Schedule.of(self._request("PATCH", path, json=changes))
+
+    def pause_schedule(self, schedule_id: str) -> Schedule:
+        return Schedule.of(self._request("POST", f"/api/v1/schedules/{schedule_id}/pause"))
+
+    def resume_schedule(self, schedule_id: str) -> Schedule:
+        """Fire again: at most one catch-up firing, for the latest time missed while paused
+        if it lies within the catch-up window."""
+        return Schedule.of(self._request("POST", f"/api/v1/schedules/{schedule_id}/resume"))
+
+    def trigger_schedule(self, schedule_id: str) -> tuple[Schedule, str | None]:
+        """Fire now, outside the calendar, under the overlap policy: the schedule and the job
+        made (None when the policy skipped it)."""
+        answer = self._request("POST", f"/api/v1/schedules/{schedule_id}/trigger")
+        return Schedule.of(answer["schedule"]), answer["job_id"]
+
+    def delete_schedule(self, schedule_id: str) -> Schedule:
+        """Delete a schedule; its jobs stay."""
+        return Schedule.of(self._request("DELETE", f"/api/v1/schedules/{schedule_id}"))
 
     # -- jobs ----------------------------------------------------------------------------------
 
