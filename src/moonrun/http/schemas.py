@@ -77,6 +77,13 @@ class ClaimRequest(Strict):
     """Long poll: wait up to this long (capped by the platform) for a claimable job."""
 
 
+class CancelWatchRequest(Strict):
+    known: list[tuple[str, int]] = Field(default_factory=list, max_length=1000)
+    """Attempts (job id, attempt) whose cancel Run already knows: not answered again."""
+    wait_s: float | None = Field(default=None, ge=0, le=3600)
+    """Long poll: wait up to this long (capped by the platform) for a cancel intent."""
+
+
 class ProgressRequest(EvidenceRequest):
     seq: int
     percent: float | None = None

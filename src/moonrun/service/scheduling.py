@@ -12,7 +12,7 @@ import contextlib
 import functools
 import hashlib
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeVar
 
@@ -79,7 +79,7 @@ from moonrun.service.config import SchedulingSettings, WaitLimits
 from moonrun.service.extensions import SessionExtensions
 from moonrun.service.schedules import Schedules
 from moonrun.service.specs import JobSpec
-from moonrun.service.waiting import ENDPOINT, JOB, Place, Runner, Waiting, Watch
+from moonrun.service.waiting import CANCELS, ENDPOINT, JOB, Place, Runner, Waiting, Watch
 from moonrun.store.protocol import IdempotencyRecord, Store
 
 T = TypeVar("T")
@@ -604,6 +604,46 @@ class SchedulingService:
             )
         except TooManyWaiting:
             return claim
+
+    async def wait_for_cancels(
+        self,
+        session_id: str,
+        known: Collection[tuple[str, int]],
+        *,
+        wait_s: float,
+        waiting: Waiting,
+    ) -> list[tuple[str, int]]:
+        """The session's endpoint's accepted and running attempts that a user asked to cancel,
+        but those in `known`; when there are none, waits up to `wait_s` for one (woken by the
+        cancel's commit), so that Run learns a cancel at once rather than at its next renewal
+        (docs/protocol.md, "Cancellation")."""
+        known = set(known)
+        endpoint_id = await waiting.run(self._endpoint_of_reconciled, session_id)
+
+        def read() -> list[tuple[str, int]]:
+            return [
+                (job.id, job.attempt)
+                for job in self._store.active_jobs(endpoint_id)
+                if job.cancel is not None and (job.id, job.attempt) not in known
+            ]
+
+        try:
+            return await self.waiters.wait_until(
+                read,
+                bool,
+                on=(CANCELS, endpoint_id),
+                rooms=self.waiters.claim_rooms(endpoint_id),
+                deadline=time.monotonic() + max(0.0, wait_s),
+                waiting=waiting,
+            )
+        except TooManyWaiting:
+            return await waiting.run(read)
+
+    def _endpoint_of_reconciled(self, session_id: str) -> str:
+        session, _ = self._session_and_endpoint(session_id, extend=False)
+        if session.reconciled_at is None:
+            raise ReconcileRequired("reconcile after registering, before watching for cancels")
+        return session.endpoint_id
 
     def _first_look(self, session_id: str, max_jobs: int) -> Claim:
         """A claim request's first look: its session checked (reads), and the claim (a write,

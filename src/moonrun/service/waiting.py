@@ -36,6 +36,9 @@ JOB = "job"
 ENDPOINT = "endpoint"
 """Waiters on an endpoint's work (keyed by its id): woken when one of its jobs becomes
 claimable or one of its active jobs ends (a place of its capacity frees)."""
+CANCELS = "cancels"
+"""Waiters for cancel intents of an endpoint's active attempts (keyed by the endpoint's id):
+woken when one of its accepted or running jobs is asked to cancel."""
 
 
 class Place(Protocol):
@@ -162,6 +165,12 @@ class Watch:
             ]
             if job.claimable_at is not None or frees:
                 woken.extend(self._waiters.get((ENDPOINT, job.endpoint_id), ()))
+            if (
+                job.state.is_active
+                and job.cancel is not None
+                and (before is None or before.cancel is None)
+            ):
+                woken.extend(self._waiters.get((CANCELS, job.endpoint_id), ()))
             self.wakeups += len(woken)
         for waiter in woken:
             waiter.loop.call_soon_threadsafe(waiter.event.set)
