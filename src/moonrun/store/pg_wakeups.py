@@ -24,6 +24,7 @@ Two threads per process:
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import queue
@@ -126,12 +127,13 @@ class PostgresWakeups:
             try:
                 self._listen()
                 delays = self._reconnect.delays()
-            except self._psycopg.Error as error:
+            except Exception as error:  # a broken connection, mostly: connect again
                 self.listening.clear()
                 if self._stopping.is_set():
                     return
                 pause = next(delays)
                 detail = str(error).strip().splitlines()[0] if str(error).strip() else ""
+                detail = detail or type(error).__name__
                 log.warning(
                     f"listening for other platform processes' changes failed ({detail}); "
                     f"trying again in {pause:.2f} s"
@@ -153,7 +155,7 @@ class PostgresWakeups:
             self.connects += 1
             self.listening.set()
             if self.connects > 1:
-                self._missed()  # what was announced while it was away is lost
+                self._tell(self._missed)  # what was announced while it was away is lost
             while not self._stopping.is_set():
                 for notify in connection.notifies(timeout=POLL_S):
                     self._hear(notify.payload)
@@ -162,7 +164,14 @@ class PostgresWakeups:
         parts = payload.split(" ")
         if len(parts) not in (2, 3) or parts[0] == self.origin:
             return
-        self._heard(parts[1], parts[2] if len(parts) == 3 else None)
+        self._tell(self._heard, parts[1], parts[2] if len(parts) == 3 else None)
+
+    def _tell(self, callback: Callable[..., None], *args: object) -> None:
+        # A failing waker must not stop the listening: the waiters' re-check covers it.
+        try:
+            callback(*args)
+        except Exception:
+            log.exception("waking waiters for another platform process's change failed")
 
     @property
     def listener_pid(self) -> int | None:
@@ -187,11 +196,20 @@ class PostgresWakeups:
             thread.start()
 
     def stop(self) -> None:
-        """Stop both threads (the listener within `POLL_S`); what waits to be sent is sent."""
+        """Stop both threads (the listener within `POLL_S`); what waits to be sent is sent,
+        unless the database has not taken it for a second."""
         self._stopping.set()
         if not self._threads:
             return
-        self._queue.put(_STOP)
+        try:
+            self._queue.put(_STOP, timeout=1.0)
+        except queue.Full:  # the database does not take them: drop what waits, and stop
+            with contextlib.suppress(queue.Empty):
+                while True:
+                    self._queue.get_nowait()
+                    self.dropped += 1
+            with contextlib.suppress(queue.Full):
+                self._queue.put_nowait(_STOP)
         for thread in self._threads:
             thread.join(timeout=10)
         self.listening.clear()
