@@ -293,3 +293,29 @@ def test_a_postgres_platform_listens_while_its_app_runs_and_other_stores_share_n
     finally:
         platform.close()
         platform.release()
+
+
+def test_each_reconnection_after_listening_again_starts_its_pauses_afresh(
+    postgres_url: str,
+) -> None:
+    """The backoff grows only while connecting fails: a listener that listened again and
+    then lost its connection once more pauses the first pause again (here 50 ms; the
+    second would be 50 s)."""
+    world = World(postgres_factory(postgres_url))
+    pair = build_pair(
+        world, PostgresStore(postgres_url), Backoff(0.05, 60.0, multiplier=1000, draw=lambda: 1.0)
+    )
+    listener = pair.peers[1]
+    try:
+        for times in (2, 3):
+            end_listener(listener, postgres_url)
+            for _ in range(int(HANG_S / 0.01)):
+                if listener.connects == times and listener.listening.is_set():
+                    break
+                threading.Event().wait(0.01)
+            assert listener.connects == times
+    finally:
+        for wakeups in pair.peers:
+            wakeups.stop()
+        pair.store.close()
+        world.store.close()

@@ -124,13 +124,15 @@ class PostgresWakeups:
     def _listener(self) -> None:
         delays = self._reconnect.delays()
         while not self._stopping.is_set():
+            connects = self.connects
             try:
                 self._listen()
-                delays = self._reconnect.delays()
             except Exception as error:  # a broken connection, mostly: connect again
                 self.listening.clear()
                 if self._stopping.is_set():
                     return
+                if self.connects > connects:  # it listened since: the pauses start afresh
+                    delays = self._reconnect.delays()
                 pause = next(delays)
                 detail = str(error).strip().splitlines()[0] if str(error).strip() else ""
                 detail = detail or type(error).__name__
