@@ -62,6 +62,9 @@ def create_app(platform: Platform, *, sweep: bool = True, api_docs: bool = False
         stop = anyio.Event()
         sweeper = Sweeper(platform.service, platform.channels.ops, platform.http.sweep_interval_s)
         app.state.sweeper = sweeper
+        peers = platform.peers
+        if peers is not None:
+            peers.start()
         async with anyio.create_task_group() as tasks:
             if sweep:
                 tasks.start_soon(sweeper.run, stop)
@@ -71,6 +74,8 @@ def create_app(platform: Platform, *, sweep: bool = True, api_docs: bool = False
                 yield
             finally:
                 stop.set()
+                if peers is not None:
+                    await anyio.to_thread.run_sync(peers.stop)
 
     app = PlatformApp(
         title="moonrun platform",
