@@ -127,10 +127,7 @@ class Groups:
                 return self._again(taken, record)
         servers = servers_matching(self._store, actor, selector)
         if not servers:
-            raise NoMatch(
-                "no server you may submit to matches the selector",
-                fields=(("selector", "matches no server you may submit to"),),
-            )
+            raise NoMatch("no server you may submit to matches the selector")
         if len(servers) > domain.MAX_FANOUT:
             raise InvalidRequest(
                 f"the selector matches {len(servers)} servers; a fan-out reaches at most "
