@@ -2,7 +2,8 @@
 
 `library.py` is the client (httpx; imports only `moonrun.errors`, `moonrun.backoff` and the
 profiles),
-`verbs.py` the `login`, `job`, `endpoint`, `user` and `server` verbs built on it, and
+`verbs.py` the `login`, `job`, `endpoint`, `user` and `server` verbs built on it,
+`group_verbs.py` the `group` verbs and `job submit --selector`, and
 `profiles.py` the profiles `moonrun login` saves. `moonrun.cli` only wires the verbs in.
 """
 
@@ -10,6 +11,8 @@ from moonrun.client.library import (
     Artifact,
     Client,
     Endpoint,
+    FanOut,
+    Group,
     Job,
     JobState,
     Kinds,
@@ -25,6 +28,8 @@ __all__ = [
     "Artifact",
     "Client",
     "Endpoint",
+    "FanOut",
+    "Group",
     "Job",
     "JobState",
     "Kinds",
