@@ -78,6 +78,7 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python bench/http_bench.py
 	$(BIN)/python bench/heartbeat_bench.py
 	$(BIN)/python bench/create_bench.py
+	$(BIN)/python bench/schedule_bench.py
 	$(BIN)/python bench/peer_bench.py
 	$(BIN)/python bench/scale_bench.py
 	$(BIN)/python bench/fleet_bench.py --steps $(FLEET_STEPS)

@@ -3,7 +3,8 @@
 `library.py` is the client (httpx; imports only `moonrun.errors`, `moonrun.backoff` and the
 profiles),
 `verbs.py` the `login`, `job`, `endpoint`, `user` and `server` verbs built on it,
-`group_verbs.py` the `group` verbs and `job submit --selector`, and
+`group_verbs.py` the `group` verbs and `job submit --selector`, `schedule_verbs.py` the
+`schedule` verbs, and
 `profiles.py` the profiles `moonrun login` saves. `moonrun.cli` only wires the verbs in.
 """
 
@@ -18,6 +19,7 @@ from moonrun.client.library import (
     Kinds,
     LogLine,
     PlatformError,
+    Schedule,
     Server,
     Unreachable,
     User,
@@ -35,6 +37,7 @@ __all__ = [
     "Kinds",
     "LogLine",
     "PlatformError",
+    "Schedule",
     "Server",
     "Unreachable",
     "User",

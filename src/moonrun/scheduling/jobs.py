@@ -303,6 +303,10 @@ class Job:
     """The fan-out group the job belongs to, if one made it (`scheduling/groups.py`)."""
     held: bool = False
     """Queued but not claimable until its group releases it (the group's `max_parallel`)."""
+    schedule_id: str | None = None
+    """The schedule whose firing made the job, if one did."""
+    scheduled_for: Instant | None = None
+    """The calendar time (or trigger time) of that firing."""
 
     @property
     def max_attempts(self) -> int:
@@ -397,6 +401,8 @@ def create_job(
     not_before: Instant | None = None,
     group_id: str | None = None,
     held: bool = False,
+    schedule_id: str | None = None,
+    scheduled_for: Instant | None = None,
 ) -> Job:
     """A new queued job, eligible at `not_before` (or now); `held` until its group releases
     it."""
@@ -425,6 +431,8 @@ def create_job(
         updated_at=now,
         group_id=group_id,
         held=held,
+        schedule_id=schedule_id,
+        scheduled_for=scheduled_for,
     )
 
 

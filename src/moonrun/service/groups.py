@@ -38,11 +38,12 @@ from moonrun.security.access import require
 from moonrun.security.tokens import TokenSource
 from moonrun.service import checks
 from moonrun.service.directory import servers_matching
+from moonrun.service.specs import JobSpec
 from moonrun.service.waiting import GROUP, Waiting
 from moonrun.store.protocol import IdempotencyRecord, Store
 
 if TYPE_CHECKING:
-    from moonrun.service.scheduling import JobSpec, SchedulingService
+    from moonrun.service.scheduling import SchedulingService
 
 log = logging.getLogger("moonrun.groups")
 

@@ -31,6 +31,7 @@ from moonrun.scheduling.jobs import (
 from moonrun.scheduling.labels import NO_LABELS, Labels
 from moonrun.scheduling.records import Endpoint, Server, Session, User
 from moonrun.scheduling.retry import RetryPolicy
+from moonrun.scheduling.schedules import Overlap, Schedule
 from moonrun.store import schema
 
 Row = Mapping[str, Any]
@@ -106,6 +107,8 @@ def job_to_row(job: Job) -> dict[str, Any]:
         "group_id": job.group_id,
         "held": job.held,
         "held_group_id": job.held_group_id,
+        "schedule_id": job.schedule_id,
+        "scheduled_for": job.scheduled_for,
     }
 
 
@@ -194,6 +197,8 @@ def row_to_job(row: Row) -> Job:
         ),
         group_id=row["group_id"],
         held=bool(row["held"]),
+        schedule_id=row["schedule_id"],
+        scheduled_for=row["scheduled_for"],
     )
 
 
@@ -268,3 +273,10 @@ def row_to_server(row: Row, admin_ids: tuple[str, ...]) -> Server:
 _groups = FlatCodec(Group, schema.job_groups)
 group_to_row = _groups.to_row
 row_to_group = _groups.from_row
+_schedules = FlatCodec(Schedule, schema.schedules)
+schedule_to_row = _schedules.to_row
+
+
+def row_to_schedule(row: Row) -> Schedule:
+    schedule = _schedules.from_row(row)
+    return dataclasses.replace(schedule, overlap=Overlap(schedule.overlap))

@@ -17,6 +17,7 @@ from typing import Protocol
 from moonrun.scheduling.groups import Group
 from moonrun.scheduling.jobs import Job, JobState
 from moonrun.scheduling.records import Advertisement, Endpoint, Server, Session, User
+from moonrun.scheduling.schedules import Schedule
 from moonrun.scheduling.time import Instant
 
 JobCursor = tuple[Instant, str]
@@ -33,6 +34,15 @@ class IdempotencyRecord:
     fingerprint: str
     job_ids: tuple[str, ...]
     created_at: Instant
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleWrite:
+    """One schedule's new record, the version it was read at, and the job its firing made."""
+
+    schedule: Schedule
+    expected_version: int
+    job: Job | None = None
 
 
 class Store(Protocol):
@@ -246,8 +256,34 @@ class Store(Protocol):
         ...
 
     def delete_server(self, server_id: str) -> int:
-        """Delete the server and its administrators, unless any of its jobs is not terminal:
-        answers how many are not (0: it was deleted, or never existed). Its jobs stay."""
+        """Delete the server, its administrators and its schedules, unless any of its jobs is
+        not terminal: answers how many are not (0: it was deleted, or never existed). Its jobs
+        stay."""
+        ...
+
+    # -- schedules -------------------------------------------------------------------------
+    def insert_schedule(self, schedule: Schedule) -> None: ...
+
+    def get_schedule(self, schedule_id: str) -> Schedule | None: ...
+
+    def fire_schedules(self, writes: Sequence[ScheduleWrite]) -> list[bool]:
+        """For each write, in one commit: store its schedule if the stored one still has
+        `expected_version`, and then insert its job unless a job with that id exists already
+        (a firing's id is derived from its schedule and time: this is what makes each firing
+        happen at most once). Answers, per write, whether it was stored (False: a conflict,
+        and nothing of that write stored)."""
+        ...
+
+    def delete_schedule(self, schedule_id: str) -> bool:
+        """Delete it; False when there was none."""
+        ...
+
+    def list_schedules(self, server_id: str | None = None) -> list[Schedule]:
+        """Every schedule, or one server's, oldest first."""
+        ...
+
+    def due_schedules(self, now: Instant, limit: int) -> list[Schedule]:
+        """Schedules not paused whose cursor `next_at` is `<= now`, earliest first."""
         ...
 
     def after_commit(self, action: Callable[[], None]) -> None:

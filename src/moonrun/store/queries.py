@@ -13,7 +13,7 @@ import functools
 import re
 from typing import Final, Literal
 
-from moonrun.store.schema import endpoints, job_groups, jobs, servers, sessions, users
+from moonrun.store.schema import endpoints, job_groups, jobs, schedules, servers, sessions, users
 
 Dialect = Literal["sqlite", "mysql"]
 
@@ -23,6 +23,7 @@ SESSION_COLUMNS: Final = tuple(column.name for column in sessions.columns)
 USER_COLUMNS: Final = tuple(column.name for column in users.columns)
 SERVER_COLUMNS: Final = tuple(column.name for column in servers.columns)
 GROUP_COLUMNS: Final = tuple(column.name for column in job_groups.columns)
+SCHEDULE_COLUMNS: Final = tuple(column.name for column in schedules.columns)
 
 COUNT_SHARDS: Final = 16
 """MySQL spreads the per-state job counts over this many rows, so that concurrent writers on
@@ -40,6 +41,7 @@ _SESSION: Final = _columns("sessions", SESSION_COLUMNS)
 _USER: Final = _columns("users", USER_COLUMNS)
 _SERVER: Final = _columns("servers", SERVER_COLUMNS)
 _GROUP: Final = _columns("job_groups", GROUP_COLUMNS)
+_SCHEDULE: Final = _columns("schedules", SCHEDULE_COLUMNS)
 
 _AFTER: Final = (
     " AND created_at <= :after_created AND (created_at < :after_created OR id < :after_id)"
@@ -258,6 +260,27 @@ class Queries:
             "SELECT held_group_id FROM jobs @ix_jobs_held WHERE held_group_id > :after "
             "ORDER BY held_group_id LIMIT 1"
         )
+        self.delete_schedules_of_server = render(
+            "DELETE FROM schedules WHERE server_id = :server_id"
+        )
+        self.insert_schedule = self._insert("schedules", SCHEDULE_COLUMNS)
+        self.get_schedule = render(f"SELECT {_SCHEDULE} FROM schedules WHERE id = :id")
+        self.replace_schedule = render(
+            "UPDATE schedules SET "
+            + ", ".join(f"{name} = :{name}" for name in SCHEDULE_COLUMNS if name != "id")
+            + " WHERE id = :id AND version = :expected_version"
+        )
+        self.delete_schedule = render("DELETE FROM schedules WHERE id = :id")
+        self.list_schedules = render(f"SELECT {_SCHEDULE} FROM schedules ORDER BY created_at, id")
+        self.schedules_of_server = render(
+            f"SELECT {_SCHEDULE} FROM schedules @ix_schedules_server "
+            "WHERE server_id = :server_id ORDER BY created_at, id"
+        )
+        self.due_schedules = render(
+            f"SELECT {_SCHEDULE} FROM schedules @ix_schedules_due "
+            "WHERE paused = :paused AND next_at <= :now ORDER BY next_at, id LIMIT :limit"
+        )
+        self.job_exists = render("SELECT COUNT(*) FROM jobs WHERE id = :id")
         self.schema_version = render("SELECT version FROM schema_version")
 
     def render(self, text: str) -> str:

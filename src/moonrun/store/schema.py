@@ -110,6 +110,8 @@ jobs = Table(
     Column("group_id", ID),
     Column("held", Boolean, nullable=False, server_default=text("0")),
     Column("held_group_id", ID),
+    Column("schedule_id", ID),
+    Column("scheduled_for", BigInteger),
     Index("ix_jobs_claim", "endpoint_id", "claimable_at", "created_at", "id"),
     Index("ix_jobs_active", "endpoint_id", "state"),
     Index("ix_jobs_due", "deadline_at", "id"),
@@ -120,7 +122,7 @@ jobs = Table(
     Index("ix_jobs_kind_listing", "kind", "created_at", "id"),
     Index("ix_jobs_server_kind_listing", "server_id", "kind", "created_at", "id"),
     # And ix_jobs_owner_claim, made by migration 8 (OWNER_CLAIM_INDEX), and the groups'
-    # indexes, made by migration 10 (GROUP_INDEXES).
+    # indexes, made by migration 11 (GROUP_INDEXES).
     **TABLE_OPTIONS,
 )
 
@@ -265,6 +267,31 @@ job_groups = Table(
 )
 """Fan-out groups (`scheduling/groups.py`); their jobs carry `group_id`. Named so, because
 GROUPS is a reserved word of MySQL."""
+schedules = Table(
+    "schedules",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("server_id", ID, nullable=False),
+    Column("owner_id", ID, nullable=False),
+    Column("name", SHORT, nullable=False),
+    Column("cron", String(200), nullable=False),
+    Column("timezone", SHORT, nullable=False),
+    Column("job_json", Text, nullable=False),
+    Column("overlap", String(16), nullable=False),
+    Column("catchup_window_s", Integer, nullable=False),
+    Column("paused", Boolean, nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    Column("next_at", BigInteger),
+    Column("version", BigInteger, nullable=False),
+    Column("last_scheduled_for", BigInteger),
+    Column("last_job_id", ID),
+    Column("skipped", BigInteger, nullable=False),
+    Column("missed", BigInteger, nullable=False),
+    Index("ix_schedules_due", "paused", "next_at", "id"),
+    Index("ix_schedules_server", "server_id", "created_at", "id"),
+    **TABLE_OPTIONS,
+)
+"""Recurring schedules (`scheduling/schedules.py`); `next_at` is the cursor the due index finds."""
 
 V1_TABLES: Final = (jobs, endpoints, sessions, users, api_tokens, servers, server_admins)
 DATA_TABLES: Final = (
@@ -274,6 +301,7 @@ DATA_TABLES: Final = (
     job_counts,
     endpoint_kinds,
     job_groups,
+    schedules,
 )
 
 
@@ -402,6 +430,19 @@ def _labels_v9(connection: Connection) -> None:
             connection.execute(text(f"ALTER TABLE {table} ADD COLUMN labels_json TEXT"))
 
 
+def _schedules_v10(connection: Connection) -> None:
+    """Recurring schedules, and the schedule and calendar time of each job a firing made
+    (docs/protocol.md, "Schedules")."""
+    inspector = inspect(connection)
+    present = {c["name"] for c in inspector.get_columns("jobs")}
+    if "schedule_id" not in present:
+        connection.execute(text("ALTER TABLE jobs ADD COLUMN schedule_id VARCHAR(64)"))
+    if "scheduled_for" not in present:
+        connection.execute(text("ALTER TABLE jobs ADD COLUMN scheduled_for BIGINT"))
+    if "schedules" not in inspector.get_table_names():
+        schedules.create(connection)
+
+
 GROUP_INDEXES: Final = {
     "ix_jobs_group_listing": "CREATE INDEX ix_jobs_group_listing ON jobs "
     "(group_id, created_at, id)",
@@ -414,7 +455,7 @@ jobs in release order (`held_group_id` is NULL but while a job is held). Not dec
 for the reason OWNER_CLAIM_INDEX is not."""
 
 
-def _groups_v10(connection: Connection) -> None:
+def _groups_v11(connection: Connection) -> None:
     """Fan-out groups (docs/protocol.md, "Groups"): their table, and each job's group and
     whether it is held; every existing job is in no group and not held."""
     inspector = inspect(connection)
@@ -444,7 +485,8 @@ MIGRATIONS: Final[Sequence[Callable[[Connection], None]]] = (
     _owners_v7,
     _owner_turns_v8,
     _labels_v9,
-    _groups_v10,
+    _schedules_v10,
+    _groups_v11,
 )
 """Migration n (1-based) brings the schema from version n-1 to n; never edit a shipped one.
 

@@ -54,6 +54,7 @@ JOB_KEYS = {
     "reconcile",
     "history",
     "group",
+    "schedule",
 }
 RETRY_KEYS = {"next_eligible_at", "initial_s", "multiplier", "max_s", "last_failure"}
 FAILURE_KEYS = {"reason", "code", "attempt", "at", "message"}
@@ -294,6 +295,7 @@ def test_rich_job_view_values() -> None:
             },
         ],
         "group": None,
+        "schedule": None,
     }
     assert expected == view
 
