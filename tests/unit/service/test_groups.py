@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -266,3 +267,33 @@ def test_max_parallel_is_never_exceeded_whatever_happens_in_between(
                 run.result(job.job_id, job.attempt)
             assert live(world, made.group.id) <= limit
     assert world.service.groups.get(world.owner, made.group.id).done
+
+
+def test_a_fanout_to_1000_servers_is_one_request_and_one_store_write(
+    groups_world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    world = groups_world
+    for n in range(1000):
+        world.store.insert_server(
+            Server(
+                f"srv_fleet{n:04d}",
+                f"fleet-{n}",
+                (world.endpoint, world.other_endpoint)[n % 2].id,
+                world.owner.id,
+                world.clock.now(),
+                labels=(("role", "web"),),
+            )
+        )
+    inserts: list[int] = []
+    insert_jobs = world.store.insert_jobs
+
+    def counted(jobs: Any, idempotency: Any = None, group: Any = None) -> None:
+        inserts.append(len(jobs))
+        insert_jobs(jobs, idempotency, group)
+
+    monkeypatch.setattr(world.store, "insert_jobs", counted)
+    made = fan(world, max_parallel=10)
+    assert inserts == [1000]
+    assert made.group.job_count == 1000
+    assert world.store.group_counts(made.group.id) == {JobState.QUEUED: 1000}
+    assert sum(1 for job in made.jobs if not job.held) == 10
