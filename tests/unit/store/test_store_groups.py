@@ -5,7 +5,9 @@ take the oldest held jobs, as many as asked, once."""
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -162,3 +164,38 @@ def test_the_groups_with_held_jobs_are_walked_a_few_at_a_time(store: Store) -> N
     assert store.held_groups("grp_b", 2) == ["grp_c"]
     store.update_jobs(["job-grp_b-1"], lambda job: request_cancel(job, user_id="u", now=T0))
     assert store.held_groups(None, 5) == ["grp_a", "grp_c"]
+
+
+def test_releases_racing_on_many_connections_never_pass_max_parallel(
+    store_factory: StoreFactory,
+) -> None:
+    """Eight platforms' releases at once, after the group's live jobs ended: together they
+    release exactly max_parallel jobs (MySQL serialises them on the group's row)."""
+    store = store_factory.open()
+    # One store object, as one platform process: its threads are MySQL's pooled connections
+    # (and SQLite's one writer), which is where two releases could interleave.
+    others = [store] * 8
+    try:
+        store.insert_jobs(group_jobs(40, max_parallel=5), None, group(40, 5))
+        live = [f"job-{n:03d}" for n in range(5)]
+        store.update_jobs(live, lambda job: request_cancel(job, user_id="usr-1", now=T0 + 1))
+        barrier = threading.Barrier(len(others))
+
+        def release(on: Store) -> int:
+            barrier.wait()
+            done = on.release_held(
+                GROUP,
+                functools.partial(domain.to_release, 5),
+                lambda job: domain.release(job, T0 + 5),
+            )
+            return sum(1 for before, after in done.values() if after is not before)
+
+        with ThreadPoolExecutor(len(others)) as pool:
+            released = sum(pool.map(release, others))
+        assert released == 5
+        counts = store.group_counts(GROUP)
+        assert counts == {JobState.CANCELLED: 5, JobState.QUEUED: 35}
+        claimable = store.claimable_jobs(ENDPOINT, T0 + 10, 100)
+        assert len(claimable) == 5
+    finally:
+        store.close()
