@@ -795,6 +795,7 @@ JOB_VIEW_FIELDS = {
     "reconcile",
     "history",
     "group",
+    "logs_complete",
     "schedule",
 }
 

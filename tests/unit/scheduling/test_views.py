@@ -54,6 +54,7 @@ JOB_KEYS = {
     "reconcile",
     "history",
     "group",
+    "logs_complete",
     "schedule",
 }
 RETRY_KEYS = {"next_eligible_at", "initial_s", "multiplier", "max_s", "last_failure"}
@@ -295,6 +296,7 @@ def test_rich_job_view_values() -> None:
             },
         ],
         "group": None,
+        "logs_complete": False,
         "schedule": None,
     }
     assert expected == view
