@@ -12,6 +12,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from moonrun.errors import InvalidRequest
+from moonrun.scheduling.groups import MAX_PARALLEL_LIMIT
 from moonrun.scheduling.jobs import KIND_PATTERN
 from moonrun.scheduling.labels import KEY_PATTERN, MAX_LABELS, MAX_VALUE_LENGTH
 from moonrun.scheduling.time import parse_instant
@@ -216,6 +217,22 @@ class CreateJobRequest(UserRequest):
     max_attempts: int | None = None
     backoff: BackoffModel | None = None
     not_before: str | None = None
+
+
+class FanoutRequest(CreateJobRequest):
+    selector: str = Field(
+        description="The label selector the servers must match (k=v, k!=v, k in (a,b), "
+        "k notin (a,b), k, !k; a comma is AND); at least one requirement"
+    )
+    max_parallel: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_PARALLEL_LIMIT,
+        description="At most this many of the group's jobs claimed or running at once",
+    )
+    stop_on_failure: bool = Field(
+        default=False, description="Once one job fails, cancel the group's queued jobs"
+    )
 
 
 class ScheduleJobRequest(UserRequest):

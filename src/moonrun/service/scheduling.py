@@ -40,6 +40,7 @@ from moonrun.errors import (
     TooManyWaiting,
     UnknownKind,
 )
+from moonrun.scheduling import groups as groups_domain
 from moonrun.scheduling import jobs as jobs_domain
 from moonrun.scheduling import kinds as kinds_domain
 from moonrun.scheduling import messages
@@ -77,6 +78,7 @@ from moonrun.service.answers import (
 )
 from moonrun.service.config import SchedulingSettings, WaitLimits
 from moonrun.service.extensions import SessionExtensions
+from moonrun.service.groups import Groups
 from moonrun.service.schedules import Schedules
 from moonrun.service.specs import JobSpec
 from moonrun.service.waiting import CANCELS, ENDPOINT, JOB, Place, Runner, Waiting, Watch
@@ -156,6 +158,8 @@ class SchedulingService:
         self._served_last: dict[str, str] = {}
         """Per endpoint, the owner its last claim served last: the next claim's turns start
         after it. Kept here only; a restart starts the turns afresh."""
+        self.groups = Groups(store, clock, tokens, self)
+        """Fan-out groups (`service/groups.py`), whose jobs are made and ended through here."""
         self.schedules = Schedules(store, clock, tokens, self)
         """Recurring jobs (`service/schedules.py`), which make their jobs through this service."""
 
@@ -555,6 +559,7 @@ class SchedulingService:
                 self._events.job_changed(after, before)
             plan, updated = planned[job_id]
             report.add(plan, updated)
+        self._follow_ends(done.values())
         self._store.mark_session_reconciled(session.id, now)
         return report.build()
 
@@ -913,7 +918,30 @@ class SchedulingService:
                 self._events.job_changed(after, before)
             decision = decisions[job_id]
             answers.append(decision.error if decision.error is not None else decision.answer)  # type: ignore[arg-type]
+        self._follow_ends(done.values())
         return answers
+
+    def _follow_ends(self, done: Iterable[tuple[Job, Job]]) -> None:
+        """What a write that ended jobs of groups brings about (`Groups.jobs_ended`)."""
+        ended = [after for before, after in done if groups_domain.ended(before, after)]
+        if ended:
+            self.groups.jobs_ended(ended)
+
+    def job_written(self, job: Job, before: Job | None) -> None:
+        """Tell waiting claims and reads of a job write another use case made (a fan-out, a
+        group's release), once it is committed."""
+        self._events.job_changed(job, before)
+
+    def stop_jobs(self, job_ids: Sequence[str], group_id: str) -> None:
+        """Cancel those of the jobs still queued, on their stopping group's behalf."""
+        now = self._clock.now()
+
+        def decide(job: Job, _: Instant, __: float) -> Decision[bool]:
+            stopped = groups_domain.stop(job, group_id, now)
+            return Decision(stopped, stopped is not job)
+
+        for start in range(0, len(job_ids), MAX_BATCH):
+            self._apply_many(job_ids[start : start + MAX_BATCH], decide)
 
     def _apply_deadline(self, job_id: str, now: Instant) -> bool:
         """Apply a passed deadline to one job; True when this call changed it."""
@@ -928,6 +956,9 @@ class SchedulingService:
         returns how many jobs it changed."""
         now = self._clock.now()
         due = self._store.due_jobs(now, limit or self._settings.sweep_batch)
+        # Releases a lost write left undone (a crash between a job's end and its group's
+        # release); not counted, so that they never make the sweeper hurry.
+        self.groups.repair()
         if not due:
             return 0
         answers = self._apply_many([job.id for job in due], _deadline_decision(now))
@@ -1056,6 +1087,47 @@ class SchedulingService:
                     f"{where}: {error.message}",
                     fields=tuple((f"{where}.{f}" if f else where, m) for f, m in error.fields),
                 ) from None
+
+    def group_jobs(
+        self,
+        servers: Sequence[Server],
+        spec: JobSpec,
+        group_id: str,
+        job_ids: Sequence[str],
+        max_parallel: int | None,
+        now: Instant,
+    ) -> list[Job]:
+        """A fan-out's jobs, one per server with the id of the same place (ids in release
+        order), checked as a create checks them (each endpoint's kinds read once); those past
+        `max_parallel` held. Not stored."""
+        checked: set[str] = set()
+        policy = self._policy(spec.max_attempts, spec.backoff)
+        jobs = []
+        for position, (server, job_id) in enumerate(zip(servers, job_ids, strict=True)):
+            if server.endpoint_id not in checked:
+                try:
+                    self._check_kinds(server, [spec])
+                except (UnknownKind, InvalidPayload) as error:
+                    raise type(error)(
+                        f"server {server.name}: {error.message}", fields=error.fields
+                    ) from None
+                checked.add(server.endpoint_id)
+            jobs.append(
+                jobs_domain.create_job(
+                    job_id=job_id,
+                    server_id=server.id,
+                    endpoint_id=server.endpoint_id,
+                    owner_id=server.owner_id,
+                    kind=spec.kind,
+                    payload=spec.payload,
+                    policy=policy,
+                    now=now,
+                    not_before=spec.not_before,
+                    group_id=group_id,
+                    held=groups_domain.starts_held(position, max_parallel),
+                )
+            )
+        return jobs
 
     def manageable_server(self, actor: User, server_id: str) -> Server:
         """A server whose jobs the actor may manage (404 `not_found`, 403 `forbidden`)."""
@@ -1213,9 +1285,10 @@ class SchedulingService:
         cursor: str | None = None,
         kind: str | None = None,
         id_prefix: str | None = None,
+        group_id: str | None = None,
     ) -> JobPage:
         """The jobs the actor may see, newest first, a page at a time; by server, state,
-        kind and id prefix."""
+        kind, id prefix and group (a group the actor may see; not with a server)."""
         check_int("limit", limit, 1, MAX_PAGE)
         if state is not None and state not in JobState.__members__.values():
             raise InvalidRequest(f"state must be one of {', '.join(JobState)}")
@@ -1227,7 +1300,12 @@ class SchedulingService:
                 "(the start of a job id: job_ and at least 3 more)"
             )
         server_ids: list[str] | None
-        if server_id is not None:
+        if group_id is not None:
+            if server_id is not None:
+                raise InvalidRequest("group and server_id cannot be given together")
+            self.groups.accessible(actor, group_id)
+            server_ids = None
+        elif server_id is not None:
             server_ids = [self._server_for(actor, server_id).id]
         elif actor.platform_admin:
             server_ids = None
@@ -1240,6 +1318,7 @@ class SchedulingService:
             after=checks.decode_cursor(cursor),
             kind=kind,
             id_prefix=id_prefix,
+            group_id=group_id,
         )
         page = tuple(jobs[:limit])
         next_cursor = checks.encode_cursor(page[-1]) if len(jobs) > limit else None

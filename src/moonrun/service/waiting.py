@@ -37,6 +37,8 @@ T = TypeVar("T")
 
 JOB = "job"
 """Waiters on one job (keyed by its id): woken when it changes."""
+GROUP = "group"
+"""Waiters on a fan-out group (keyed by its id): woken when one of its jobs changes state."""
 ENDPOINT = "endpoint"
 """Waiters on an endpoint's work (keyed by its id): woken when one of its jobs becomes
 claimable or one of its active jobs ends (a place of its capacity frees)."""
@@ -156,8 +158,9 @@ class Watch:
         )
 
     def job_changed(self, job: Job, before: Job | None) -> None:
-        """A job write was committed: wake its readers, and its endpoint's waiting claims when
-        the job became claimable or freed a place of the endpoint's capacity."""
+        """A job write was committed: wake its readers, its endpoint's waiting claims when
+        the job became claimable or freed a place of the endpoint's capacity, and its group's
+        readers when it changed state."""
         if self._waiting == 0:
             return
         with self._lock:
@@ -174,6 +177,8 @@ class Watch:
                 and (before is None or before.cancel is None)
             ):
                 woken.extend(self._waiters.get((CANCELS, job.endpoint_id), ()))
+            if job.group_id is not None and (before is None or before.state is not job.state):
+                woken.extend(self._waiters.get((GROUP, job.group_id), ()))
             self.wakeups += len(woken)
         for waiter in woken:
             waiter.loop.call_soon_threadsafe(waiter.event.set)

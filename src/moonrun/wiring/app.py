@@ -12,7 +12,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from moonrun import __version__
-from moonrun.http import run_api, schedule_api, user_api
+from moonrun.http import group_api, run_api, schedule_api, user_api
 from moonrun.http.api import Api, openapi_paths
 from moonrun.http.platform import AnonymousBodies, BodyLimit, RequestLog, Scope, error_response
 from moonrun.http.schemas import HealthAnswer
@@ -23,7 +23,7 @@ from moonrun.wire.error_body import ErrorBody
 from moonrun.wiring.error_handlers import install_error_handlers
 from moonrun.wiring.platform import Platform
 
-API_ROUTES = (*run_api.ROUTES, *user_api.ROUTES, *schedule_api.ROUTES)
+API_ROUTES = (*run_api.ROUTES, *user_api.ROUTES, *schedule_api.ROUTES, *group_api.ROUTES)
 """The routes `Api` serves: everything under /run/ and /api/."""
 
 
