@@ -12,6 +12,8 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from moonrun.errors import InvalidRequest
+from moonrun.scheduling.concurrency import MAX_KEY_LENGTH
+from moonrun.scheduling.concurrency import MAX_LIMIT as MAX_CONCURRENCY_LIMIT
 from moonrun.scheduling.groups import MAX_PARALLEL_LIMIT
 from moonrun.scheduling.jobs import KIND_PATTERN
 from moonrun.scheduling.labels import KEY_PATTERN, MAX_LABELS, MAX_VALUE_LENGTH
@@ -211,12 +213,27 @@ class BackoffModel(UserRequest):
     max_s: float | None = None
 
 
+class ConcurrencyModel(UserRequest):
+    key: str = Field(
+        min_length=1,
+        max_length=MAX_KEY_LENGTH,
+        description="1 to 128 printable characters; keys are the owner's",
+    )
+    limit: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_CONCURRENCY_LIMIT,
+        description="At most this many of the owner's jobs with the key claimed or running",
+    )
+
+
 class CreateJobRequest(UserRequest):
     kind: str = Field(pattern=KIND_PATTERN.pattern)
     payload: dict[str, Any] | None = None
     max_attempts: int | None = None
     backoff: BackoffModel | None = None
     not_before: str | None = None
+    concurrency: ConcurrencyModel | None = None
 
 
 class FanoutRequest(CreateJobRequest):

@@ -318,7 +318,8 @@ def job_spec(body: CreateJobRequest) -> JobSpec:
     """The job a create (or a fan-out) asks for, as a value."""
     backoff = None if body.backoff is None else body.backoff.model_dump(exclude_none=True)
     not_before = None if body.not_before is None else parse_instant(body.not_before, "not_before")
-    return JobSpec(body.kind, body.payload, body.max_attempts, backoff, not_before)
+    concurrency = None if body.concurrency is None else body.concurrency.model_dump()
+    return JobSpec(body.kind, body.payload, body.max_attempts, backoff, not_before, concurrency)
 
 
 def logs_complete(platform: HttpPlatform, job: Job) -> bool:
@@ -358,6 +359,7 @@ async def create_job(call: Call) -> JsonReply[JobView]:
             backoff=spec.backoff,
             not_before=spec.not_before,
             idempotency_key=key,
+            concurrency=spec.concurrency,
         )
 
     return job_reply(call.platform, await as_caller(call, create), 201)

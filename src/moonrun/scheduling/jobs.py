@@ -267,6 +267,15 @@ class AttemptSummary:
 
 
 @dataclass(frozen=True, slots=True)
+class Concurrency:
+    """A job's concurrency key: at most `limit` jobs of its owner with this key claimed or
+    running at once (`scheduling/concurrency.py`)."""
+
+    key: str
+    limit: int = 1
+
+
+@dataclass(frozen=True, slots=True)
 class Job:
     """A job's whole scheduling record, exactly what the store persists."""
 
@@ -303,6 +312,11 @@ class Job:
     """The fan-out group the job belongs to, if one made it (`scheduling/groups.py`)."""
     held: bool = False
     """Queued but not claimable until its group releases it (the group's `max_parallel`)."""
+    concurrency: Concurrency | None = None
+    """Its concurrency key and limit, if it carries one."""
+    key_held: bool = False
+    """Queued but not claimable until its key releases it (a job with a key is made so, and
+    its key releases it while fewer than the key's limit are under way)."""
     schedule_id: str | None = None
     """The schedule whose firing made the job, if one did."""
     scheduled_for: Instant | None = None
@@ -325,7 +339,7 @@ class Job:
     def claimable_at(self) -> Instant | None:
         """When a claim may take the job: `eligible_at` while it waits without a cancel intent,
         else None. Stores index it for claims."""
-        if self.state.is_waiting and self.cancel is None and not self.held:
+        if self.state.is_waiting and self.cancel is None and not self.held and not self.key_held:
             return self.eligible_at
         return None
 
@@ -336,6 +350,32 @@ class Job:
         if self.held and self.state is JobState.QUEUED:
             return self.group_id
         return None
+
+    @property
+    def held_key(self) -> str | None:
+        """The job's concurrency key while its key holds it (queued, and no longer held by its
+        group), else None. Stores index it, with the owner, to find what a key may release."""
+        if self.key_held and not self.held and self.state is JobState.QUEUED:
+            return self.concurrency.key if self.concurrency is not None else None
+        return None
+
+    @property
+    def live_key(self) -> str | None:
+        """The job's concurrency key while the job takes one of the key's places (released
+        by its key and not ended), else None. Stores index it, with the owner, to count them."""
+        if self.concurrency is not None and not self.key_held and not self.state.is_terminal:
+            return self.concurrency.key
+        return None
+
+    def unheld_by_key(self, now: Instant) -> Job:
+        """The key-held job made claimable from `now` on (or from its `not_before`)."""
+        return _evolve(
+            self,
+            key_held=False,
+            eligible_at=max(self.eligible_at, now),
+            version=self.version + 1,
+            updated_at=now,
+        )
 
     def unheld(self, now: Instant) -> Job:
         """The held job made claimable from `now` on (or from its `not_before`)."""
@@ -403,6 +443,7 @@ def create_job(
     held: bool = False,
     schedule_id: str | None = None,
     scheduled_for: Instant | None = None,
+    concurrency: Concurrency | None = None,
 ) -> Job:
     """A new queued job, eligible at `not_before` (or now); `held` until its group releases
     it."""
@@ -431,6 +472,8 @@ def create_job(
         updated_at=now,
         group_id=group_id,
         held=held,
+        concurrency=concurrency,
+        key_held=concurrency is not None,
         schedule_id=schedule_id,
         scheduled_for=scheduled_for,
     )

@@ -133,6 +133,13 @@ def job_view(job: Job, *, logs_complete: bool = False) -> JobView:
         "schedule": None
         if job.schedule_id is None or job.scheduled_for is None
         else {"id": job.schedule_id, "scheduled_for": format_instant(job.scheduled_for)},
+        "concurrency": None
+        if job.concurrency is None
+        else {
+            "key": job.concurrency.key,
+            "limit": job.concurrency.limit,
+            "held": job.key_held and job.state is JobState.QUEUED,
+        },
     }
     return view
 

@@ -28,6 +28,7 @@ from moonrun.errors import (
     NoMatch,
     NotFound,
 )
+from moonrun.scheduling import concurrency
 from moonrun.scheduling import groups as domain
 from moonrun.scheduling.fingerprint import canonical_json
 from moonrun.scheduling.groups import Group
@@ -100,6 +101,7 @@ class Groups:
         again (whatever servers match by then); a different request is `IdempotencyConflict`.
         """
         domain.check_options(max_parallel, stop_on_failure)
+        concurrency.check(spec.concurrency)
         if not isinstance(selector, str) or not parse_selector(selector).requirements:
             raise InvalidRequest(
                 "selector must name at least one label requirement",
@@ -156,7 +158,7 @@ class Groups:
             return self._again(taken, record)
         for job in jobs:
             self._jobs.job_written(job, None)
-        return FanOut(group, jobs)
+        return FanOut(group, self._jobs.keys_declared(jobs))
 
     def _again(self, taken: IdempotencyRecord, record: IdempotencyRecord) -> FanOut:
         """The fan-out an Idempotency-Key was taken for, when the request is the same."""
@@ -269,6 +271,8 @@ class Groups:
             if after is not before:
                 released += 1
                 self._jobs.job_written(after, before)
+        # Released jobs with a key wait on their key now.
+        self._jobs.keys.follow(done.values())
         return released
 
     def repair(self, limit: int = REPAIR_BATCH) -> int:

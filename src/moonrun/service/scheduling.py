@@ -40,6 +40,7 @@ from moonrun.errors import (
     TooManyWaiting,
     UnknownKind,
 )
+from moonrun.scheduling import concurrency as concurrency_domain
 from moonrun.scheduling import groups as groups_domain
 from moonrun.scheduling import jobs as jobs_domain
 from moonrun.scheduling import kinds as kinds_domain
@@ -79,6 +80,7 @@ from moonrun.service.answers import (
 from moonrun.service.config import SchedulingSettings, WaitLimits
 from moonrun.service.extensions import SessionExtensions
 from moonrun.service.groups import Groups
+from moonrun.service.keys import ConcurrencyKeys
 from moonrun.service.schedules import Schedules
 from moonrun.service.specs import JobSpec
 from moonrun.service.waiting import CANCELS, ENDPOINT, JOB, Place, Runner, Waiting, Watch
@@ -160,6 +162,8 @@ class SchedulingService:
         after it. Kept here only; a restart starts the turns afresh."""
         self.groups = Groups(store, clock, tokens, self)
         """Fan-out groups (`service/groups.py`), whose jobs are made and ended through here."""
+        self.keys = ConcurrencyKeys(store, clock, self.job_written)
+        """Concurrency keys' releases (`service/keys.py`)."""
         self.schedules = Schedules(store, clock, tokens, self)
         """Recurring jobs (`service/schedules.py`), which make their jobs through this service."""
 
@@ -922,10 +926,13 @@ class SchedulingService:
         return answers
 
     def _follow_ends(self, done: Iterable[tuple[Job, Job]]) -> None:
-        """What a write that ended jobs of groups brings about (`Groups.jobs_ended`)."""
+        """What a write that ended jobs of groups or with keys brings about
+        (`Groups.jobs_ended`, `ConcurrencyKeys.follow`)."""
+        done = list(done)
         ended = [after for before, after in done if groups_domain.ended(before, after)]
         if ended:
             self.groups.jobs_ended(ended)
+        self.keys.follow(done)
 
     def job_written(self, job: Job, before: Job | None) -> None:
         """Tell waiting claims and reads of a job write another use case made (a fan-out, a
@@ -959,6 +966,7 @@ class SchedulingService:
         # Releases a lost write left undone (a crash between a job's end and its group's
         # release); not counted, so that they never make the sweeper hurry.
         self.groups.repair()
+        self.keys.repair()
         if not due:
             return 0
         answers = self._apply_many([job.id for job in due], _deadline_decision(now))
@@ -977,13 +985,15 @@ class SchedulingService:
         backoff: Mapping[str, float] | None = None,
         not_before: Instant | None = None,
         idempotency_key: str | None = None,
+        concurrency: object = None,
     ) -> Job:
-        """Queue a job for a server the actor may manage.
+        """Queue a job for a server the actor may manage (with a concurrency key, held by it
+        until its key's limit allows it: `service/keys.py`).
 
         With an `idempotency_key`, the same key and the same request give the same job again;
         the same key with a different request is `IdempotencyConflict`.
         """
-        spec = JobSpec(kind, payload, max_attempts, backoff, not_before)
+        spec = JobSpec(kind, payload, max_attempts, backoff, not_before, concurrency)
         return self._create(actor, server_id, [spec], idempotency_key, batch=False)[0]
 
     def create_jobs(
@@ -1025,6 +1035,7 @@ class SchedulingService:
                 policy=self._policy(spec.max_attempts, spec.backoff),
                 now=now,
                 not_before=spec.not_before,
+                concurrency=concurrency_domain.check(spec.concurrency),
             )
 
         jobs = [build(spec, self._tokens.identifier("job_")) for spec in specs]
@@ -1064,7 +1075,16 @@ class SchedulingService:
             return [found[job_id] for job_id in taken.job_ids]
         for job in jobs:
             self._events.job_changed(job, None)
-        return jobs
+        return self.keys_declared(jobs)
+
+    def keys_declared(self, jobs: Sequence[Job]) -> list[Job]:
+        """New jobs (committed) as they are once their keys released what they allow (their
+        keys' limits made theirs)."""
+        if not any(job.concurrency is not None for job in jobs):
+            return list(jobs)
+        self.keys.follow(((None, job) for job in jobs), declare=True)
+        found = self._store.get_jobs([job.id for job in jobs])
+        return [found.get(job.id, job) for job in jobs]
 
     def _check_kinds(self, server: Server, specs: Sequence[JobSpec]) -> None:
         """Refuse jobs that the server's Run said it cannot run (nothing advertised: all
@@ -1125,6 +1145,7 @@ class SchedulingService:
                     not_before=spec.not_before,
                     group_id=group_id,
                     held=groups_domain.starts_held(position, max_parallel),
+                    concurrency=concurrency_domain.check(spec.concurrency),
                 )
             )
         return jobs

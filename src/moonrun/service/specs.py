@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from moonrun.scheduling.fingerprint import JsonValue
+from moonrun.scheduling.jobs import Concurrency
 from moonrun.scheduling.time import Instant
 
 
@@ -19,6 +20,8 @@ class JobSpec:
     max_attempts: int | None = None
     backoff: Mapping[str, float] | None = None
     not_before: Instant | None = None
+    concurrency: object = None
+    """`{"key", "limit"?}` as asked, or a `Concurrency` (checked when its job is made)."""
 
     def request(self, server_id: str) -> dict[str, Any]:
         """The request as the idempotency fingerprint sees it."""
@@ -29,4 +32,12 @@ class JobSpec:
             "max_attempts": self.max_attempts,
             "backoff": dict(self.backoff) if self.backoff is not None else None,
             "not_before": self.not_before,
+            **({} if self.concurrency is None else {"concurrency": _plain(self.concurrency)}),
         }
+
+
+def _plain(concurrency: object) -> object:
+    """A `Concurrency` as the request would have said it, for fingerprints."""
+    if isinstance(concurrency, Concurrency):
+        return {"key": concurrency.key, "limit": concurrency.limit}
+    return concurrency

@@ -15,6 +15,7 @@ from moonrun.scheduling.jobs import (
     AttemptSummary,
     CancelResult,
     CancelState,
+    Concurrency,
     ErrorInfo,
     Failure,
     FailureReason,
@@ -109,6 +110,11 @@ def job_to_row(job: Job) -> dict[str, Any]:
         "held_group_id": job.held_group_id,
         "schedule_id": job.schedule_id,
         "scheduled_for": job.scheduled_for,
+        "concurrency_key": job.concurrency.key if job.concurrency else None,
+        "concurrency_limit": job.concurrency.limit if job.concurrency else None,
+        "key_held": job.key_held,
+        "held_key": job.held_key,
+        "live_key": job.live_key,
     }
 
 
@@ -199,6 +205,10 @@ def row_to_job(row: Row) -> Job:
         held=bool(row["held"]),
         schedule_id=row["schedule_id"],
         scheduled_for=row["scheduled_for"],
+        concurrency=None
+        if row["concurrency_key"] is None
+        else Concurrency(row["concurrency_key"], row["concurrency_limit"]),
+        key_held=bool(row["key_held"]),
     )
 
 

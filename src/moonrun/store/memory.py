@@ -141,6 +141,10 @@ class MemoryStore:
         self._groups: dict[str, Group] = {}
         self._group_jobs: dict[str, list[str]] = {}
         """Group id -> its jobs' ids (a group's jobs are all made with it)."""
+        self._key_jobs: dict[tuple[str, str], list[str]] = {}
+        """(owner id, concurrency key) -> the ids of its jobs."""
+        self._key_limits: dict[tuple[str, str], int] = {}
+        """(owner id, concurrency key) -> the key's limit."""
         self._schedules: dict[str, Schedule] = {}
 
     # -- jobs ----------------------------------------------------------------------------
@@ -178,6 +182,9 @@ class MemoryStore:
                 self._index.replace(None, job)
                 if job.group_id is not None:
                     self._group_jobs.setdefault(job.group_id, []).append(job.id)
+                if job.concurrency is not None:
+                    scope = (job.owner_id, job.concurrency.key)
+                    self._key_jobs.setdefault(scope, []).append(job.id)
 
     def replace_job(self, job: Job, expected: Job) -> bool:
         with self._lock:
@@ -337,6 +344,41 @@ class MemoryStore:
                 and any(self._jobs[job_id].held_group_id for job_id in ids)
             )
             return holding[:limit]
+
+    def release_key(
+        self,
+        owner_id: str,
+        key: str,
+        limit: int,
+        declare: bool,
+        how_many: Callable[[int, int, int], int],
+        release: Callable[[Job], Job],
+    ) -> dict[str, tuple[Job, Job]]:
+        with self._lock:
+            scope = (owner_id, key)
+            if declare or scope not in self._key_limits:
+                self._key_limits[scope] = limit
+            jobs = [self._jobs[job_id] for job_id in self._key_jobs.get(scope, ())]
+            held = sorted((job for job in jobs if job.held_key is not None), key=release_order)
+            live = sum(1 for job in jobs if job.live_key is not None)
+            done: dict[str, tuple[Job, Job]] = {}
+            for job in held[: how_many(self._key_limits[scope], live, len(held))]:
+                changed = release(job)
+                if changed is not job:
+                    self._jobs[job.id] = changed
+                    self._index.replace(job, changed)
+                done[job.id] = (job, changed)
+            return done
+
+    def held_keys(self, after: tuple[str, str] | None, limit: int) -> list[tuple[str, str]]:
+        with self._lock:
+            holding = sorted(
+                (key, owner_id)
+                for (owner_id, key), ids in self._key_jobs.items()
+                if (after is None or (key, owner_id) > (after[1], after[0]))
+                and any(self._jobs[job_id].held_key for job_id in ids)
+            )
+            return [(owner_id, key) for key, owner_id in holding[:limit]]
 
     # -- endpoints and sessions ------------------------------------------------------------
     def insert_endpoint(self, endpoint: Endpoint) -> None:

@@ -168,6 +168,29 @@ class Store(Protocol):
         walks them all, a few at a time, to release what a lost write left held)."""
         ...
 
+    # -- concurrency keys ------------------------------------------------------------------
+    def release_key(
+        self,
+        owner_id: str,
+        key: str,
+        limit: int,
+        declare: bool,
+        how_many: Callable[[int, int, int], int],
+        release: Callable[[Job], Job],
+    ) -> dict[str, tuple[Job, Job]]:
+        """In one write, serialised with every other release of the owner's key (on MySQL
+        and PostgreSQL by its row in `concurrency_keys`): set the key's limit to `limit` when
+        `declare` (or when the key has none yet), count its live jobs (`Job.live_key`) and its
+        held ones (`Job.held_key`), ask `how_many(key's limit, live, held)` to release, and
+        store what `release` returns for that many held jobs, oldest first (created_at, then
+        id). Answers (before, after) per job released."""
+        ...
+
+    def held_keys(self, after: tuple[str, str] | None, limit: int) -> list[tuple[str, str]]:
+        """Up to `limit` (owner id, key) with held jobs, in (key, owner id) order after
+        `after` (the sweeper walks them all, a few at a time)."""
+        ...
+
     # -- endpoints and sessions ------------------------------------------------------------
     def insert_endpoint(self, endpoint: Endpoint) -> None: ...
 

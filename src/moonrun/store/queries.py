@@ -260,6 +260,45 @@ class Queries:
             "SELECT held_group_id FROM jobs @ix_jobs_held WHERE held_group_id > :after "
             "ORDER BY held_group_id LIMIT 1"
         )
+        # Releases of one owner's key take turns on its row, made by the first (SQLite has
+        # one writer); the upsert locks the row on MySQL and PostgreSQL, the read again.
+        self.declare_key = render(
+            "INSERT INTO concurrency_keys (owner_id, concurrency_key, concurrency_limit) "
+            "VALUES (:owner_id, :key, :limit) "
+            + (
+                "ON DUPLICATE KEY UPDATE "
+                if dialect == "mysql"
+                else "ON CONFLICT (owner_id, concurrency_key) DO UPDATE SET "
+            )
+            + "concurrency_limit = CASE WHEN :declare THEN :limit "
+            "ELSE concurrency_keys.concurrency_limit END"
+        )
+        self.lock_key = render(
+            "SELECT concurrency_limit FROM concurrency_keys "
+            "WHERE owner_id = :owner_id AND concurrency_key = :key"
+            + (" FOR UPDATE" if dialect != "sqlite" else "")
+        )
+        self.key_live_count = render(
+            "SELECT COUNT(*) FROM jobs @ix_jobs_key_live WHERE live_key = :key "
+            "AND owner_id = :owner_id"
+        )
+        self.key_held_count = render(
+            "SELECT COUNT(*) FROM jobs @ix_jobs_key_held WHERE held_key = :key "
+            "AND owner_id = :owner_id"
+        )
+        self.key_held_locked = render(
+            f"SELECT {JOB} FROM jobs @ix_jobs_key_held WHERE held_key = :key "
+            "AND owner_id = :owner_id ORDER BY created_at, id LIMIT :limit"
+            + (" FOR UPDATE" if dialect != "sqlite" else "")
+        )
+        self.first_held_key = render(
+            "SELECT held_key, owner_id FROM jobs @ix_jobs_key_held WHERE held_key IS NOT NULL "
+            "ORDER BY held_key, owner_id LIMIT 1"
+        )
+        self.next_held_key = render(
+            "SELECT held_key, owner_id FROM jobs @ix_jobs_key_held WHERE held_key >= :key "
+            "AND (held_key > :key OR owner_id > :owner_id) ORDER BY held_key, owner_id LIMIT 1"
+        )
         self.delete_schedules_of_server = render(
             "DELETE FROM schedules WHERE server_id = :server_id"
         )

@@ -39,6 +39,8 @@ def _text(length: int) -> TypeEngine[str]:
 
 
 ID = _text(64)
+KEY = _text(128)
+"""A concurrency key (`scheduling/concurrency.py`)."""
 HASH = _text(64)
 SHORT = _text(64)
 
@@ -121,6 +123,11 @@ jobs = Table(
     Column("held_group_id", ID),
     Column("schedule_id", ID),
     Column("scheduled_for", BigInteger),
+    Column("concurrency_key", KEY),
+    Column("concurrency_limit", Integer),
+    Column("key_held", Boolean, nullable=False, server_default=text("false")),
+    Column("held_key", KEY),
+    Column("live_key", KEY),
     Index("ix_jobs_claim", "endpoint_id", "claimable_at", "created_at", "id"),
     Index("ix_jobs_active", "endpoint_id", "state"),
     Index("ix_jobs_due", "deadline_at", "id"),
@@ -130,8 +137,9 @@ jobs = Table(
     Index("ix_jobs_listing", "created_at", "id"),
     Index("ix_jobs_kind_listing", "kind", "created_at", "id"),
     Index("ix_jobs_server_kind_listing", "server_id", "kind", "created_at", "id"),
-    # And ix_jobs_owner_claim, made by migration 8 (OWNER_CLAIM_INDEX), and the groups'
-    # indexes, made by migration 11 (GROUP_INDEXES).
+    # And ix_jobs_owner_claim, made by migration 8 (OWNER_CLAIM_INDEX), the groups'
+    # indexes, made by migration 11 (GROUP_INDEXES), and the keys', by migration 12
+    # (KEY_INDEXES).
     **TABLE_OPTIONS,
 )
 
@@ -276,6 +284,16 @@ job_groups = Table(
 )
 """Fan-out groups (`scheduling/groups.py`); their jobs carry `group_id`. Named so, because
 GROUPS is a reserved word of MySQL."""
+concurrency_keys = Table(
+    "concurrency_keys",
+    metadata,
+    Column("owner_id", ID, primary_key=True),
+    Column("concurrency_key", KEY, primary_key=True),
+    Column("concurrency_limit", Integer, nullable=False),
+    **TABLE_OPTIONS,
+)
+"""Each owner's concurrency keys: the key's limit, and the row its releases take turns on
+(`scheduling/concurrency.py`). A key's row is made by its first release."""
 schedules = Table(
     "schedules",
     metadata,
@@ -311,6 +329,7 @@ DATA_TABLES: Final = (
     endpoint_kinds,
     job_groups,
     schedules,
+    concurrency_keys,
 )
 
 
@@ -484,6 +503,40 @@ def _groups_v11(connection: Connection) -> None:
             connection.execute(text(statement))
 
 
+KEY_INDEXES: Final = {
+    "ix_jobs_key_held": "CREATE INDEX ix_jobs_key_held ON jobs "
+    "(held_key, owner_id, created_at, id)",
+    "ix_jobs_key_live": "CREATE INDEX ix_jobs_key_live ON jobs (live_key, owner_id)",
+}
+"""A key's held jobs in release order (`held_key` is NULL but while its key holds a job), and
+its live jobs, counted (`live_key` is NULL but while a job takes one of its key's places). Not
+declared on `jobs` for the reason OWNER_CLAIM_INDEX is not."""
+
+
+def _concurrency_keys_v12(connection: Connection) -> None:
+    """Concurrency keys (docs/protocol.md, "Concurrency keys"): the keys' table, and each
+    job's key, limit and whether its key holds it; every existing job has no key."""
+    inspector = inspect(connection)
+    present = {c["name"] for c in inspector.get_columns("jobs")}
+    for column, kind in (
+        ("concurrency_key", "VARCHAR(128)"),
+        ("concurrency_limit", "INTEGER"),
+        ("key_held", "BOOLEAN NOT NULL DEFAULT false"),
+        ("held_key", "VARCHAR(128)"),
+        ("live_key", "VARCHAR(128)"),
+    ):
+        if column not in present:
+            if connection.dialect.name == "postgresql" and kind.startswith("VARCHAR"):
+                kind += ' COLLATE "C"'
+            connection.execute(text(f"ALTER TABLE jobs ADD COLUMN {column} {kind}"))
+    if "concurrency_keys" not in inspector.get_table_names():
+        concurrency_keys.create(connection)
+    indexes = {index["name"] for index in inspector.get_indexes("jobs")}
+    for name, statement in KEY_INDEXES.items():
+        if name not in indexes:
+            connection.execute(text(statement))
+
+
 MIGRATIONS: Final[Sequence[Callable[[Connection], None]]] = (
     _create_v1,
     _idempotency_keys_v2,
@@ -496,6 +549,7 @@ MIGRATIONS: Final[Sequence[Callable[[Connection], None]]] = (
     _labels_v9,
     _schedules_v10,
     _groups_v11,
+    _concurrency_keys_v12,
 )
 """Migration n (1-based) brings the schema from version n-1 to n; never edit a shipped one.
 

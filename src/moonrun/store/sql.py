@@ -497,6 +497,62 @@ class SqlStore:
 
         return self._read(work)
 
+    # -- concurrency keys ------------------------------------------------------------------
+
+    def release_key(
+        self,
+        owner_id: str,
+        key: str,
+        limit: int,
+        declare: bool,
+        how_many: Callable[[int, int, int], int],
+        release: Callable[[Job], Job],
+    ) -> dict[str, tuple[Job, Job]]:
+        sql = self._sql
+        scope = {"owner_id": owner_id, "key": key}
+
+        def work(cursor: Cursor) -> dict[str, tuple[Job, Job]]:
+            cursor.execute(sql.declare_key, {**scope, "limit": limit, "declare": declare})
+            cursor.execute(sql.lock_key, scope)
+            key_limit = int(cursor.fetchall()[0][0])
+            cursor.execute(sql.key_live_count, scope)
+            live = int(cursor.fetchall()[0][0])
+            cursor.execute(sql.key_held_count, scope)
+            held = int(cursor.fetchall()[0][0])
+            wanted = how_many(key_limit, live, held)
+            done: dict[str, tuple[Job, Job]] = {}
+            if wanted <= 0:
+                return done
+            cursor.execute(sql.key_held_locked, {**scope, "limit": wanted})
+            deltas: Counter[str] = Counter()
+            for stored, row in [_job_and_row(row) for row in cursor.fetchall()]:
+                changed = release(stored)
+                # As a group's release: a job another write changed meanwhile stays held.
+                if changed is stored or self._cas(cursor, changed, stored, deltas, row):
+                    done[stored.id] = (stored, changed)
+            self._count(cursor, deltas)
+            return done
+
+        return self._write(work)
+
+    def held_keys(self, after: tuple[str, str] | None, limit: int) -> list[tuple[str, str]]:
+        def work(cursor: Cursor) -> list[tuple[str, str]]:
+            found: list[tuple[str, str]] = []
+            last = after
+            while len(found) < limit:
+                if last is None:
+                    cursor.execute(self._sql.first_held_key, {})
+                else:
+                    cursor.execute(self._sql.next_held_key, {"owner_id": last[0], "key": last[1]})
+                row = cursor.fetchone()
+                if row is None:
+                    break
+                last = (str(row[1]), str(row[0]))
+                found.append(last)
+            return found
+
+        return self._read(work)
+
     # -- endpoints and sessions ------------------------------------------------------------
 
     def insert_endpoint(self, endpoint: Endpoint) -> None:

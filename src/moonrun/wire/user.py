@@ -85,6 +85,16 @@ class JobGroupView(TypedDict):
     them must end first."""
 
 
+class JobConcurrencyView(TypedDict):
+    """A job's concurrency key (docs/protocol.md, "Concurrency keys")."""
+
+    key: str
+    limit: int
+    held: bool
+    """Queued but not claimable yet: its owner has `limit` jobs with the key under way, and
+    one of them must end first (or its group holds it still)."""
+
+
 class JobScheduleView(TypedDict):
     """The schedule firing that made a job."""
 
@@ -117,6 +127,8 @@ class JobView(TypedDict):
     the transfer grace after its end passed (docs/protocol.md, "Reading logs")."""
     schedule: JobScheduleView | None
     """The schedule whose firing made the job, if one did."""
+    concurrency: JobConcurrencyView | None
+    """Its concurrency key, if it carries one."""
 
 
 class EndpointView(TypedDict):

@@ -56,6 +56,7 @@ JOB_KEYS = {
     "group",
     "logs_complete",
     "schedule",
+    "concurrency",
 }
 RETRY_KEYS = {"next_eligible_at", "initial_s", "multiplier", "max_s", "last_failure"}
 FAILURE_KEYS = {"reason", "code", "attempt", "at", "message"}
