@@ -90,16 +90,12 @@ def test_one_owners_key_never_holds_back_another_owners_jobs(cast: Cast) -> None
     assert theirs["concurrency"]["held"] is False
     assert read(cast, mine[1]["id"])["concurrency"]["held"] is True
     granted = claim_all([cast.run.start(), cast.other_run.start()])
-    assert sorted(grant["job_id"] for _, grant in granted) == sorted(
-        [mine[0]["id"], theirs["id"]]
-    )
+    assert sorted(grant["job_id"] for _, grant in granted) == sorted([mine[0]["id"], theirs["id"]])
 
 
 def test_a_cancelled_job_frees_its_keys_place(cast: Cast) -> None:
     first, second = (submit(cast, cast.server_id) for _ in range(2))
-    answer = cast.world.api(
-        "POST", f"/api/v1/jobs/{first['id']}/cancel", token=cast.owner[1]
-    )
+    answer = cast.world.api("POST", f"/api/v1/jobs/{first['id']}/cancel", token=cast.owner[1])
     assert answer.status_code == 200, answer.text
     assert read(cast, second["id"])["concurrency"]["held"] is False
 

@@ -53,6 +53,8 @@ class FanOutAsked:
     max_attempts: int | None
     not_before: str | None
     idempotency_key: str | None
+    concurrency_key: str | None = None
+    concurrency_limit: int | None = None
 
 
 def counts_text(counts: dict[str, int]) -> str:
@@ -109,6 +111,8 @@ def fan_out(
             max_attempts=asked.max_attempts,
             not_before=asked.not_before,
             idempotency_key=asked.idempotency_key,
+            concurrency_key=asked.concurrency_key,
+            concurrency_limit=asked.concurrency_limit,
         )
         if not wait:
             if as_json:

@@ -822,10 +822,15 @@ class Client:
         not_before: datetime | str | None = None,
         backoff: dict[str, float] | None = None,
         idempotency_key: str | None = None,
+        concurrency_key: str | None = None,
+        concurrency_limit: int | None = None,
     ) -> Job:
         """Queue a job. It always carries an Idempotency-Key (a fresh random one unless given),
-        so a retry after a lost answer answers the same job instead of making a second."""
+        so a retry after a lost answer answers the same job instead of making a second. With a
+        `concurrency_key`, at most `concurrency_limit` (default 1) of your jobs with that key
+        are claimed or running at once; the others wait their turn, oldest first."""
         body: dict[str, Any] = {"kind": kind}
+        _concurrency(body, concurrency_key, concurrency_limit)
         if payload is not None:
             body["payload"] = payload
         if max_attempts is not None:
@@ -937,11 +942,15 @@ class Client:
         not_before: datetime | str | None = None,
         backoff: dict[str, float] | None = None,
         idempotency_key: str | None = None,
+        concurrency_key: str | None = None,
+        concurrency_limit: int | None = None,
     ) -> FanOut:
         """Queue one job on each server you may submit to whose labels match `selector`, as
         one group (`NoMatch` when none does). Like `submit`, it always carries an
-        Idempotency-Key, so a retry after a lost answer answers the same group."""
+        Idempotency-Key, so a retry after a lost answer answers the same group; its jobs
+        carry the concurrency key as `submit`'s do."""
         body: dict[str, Any] = {"selector": selector, "kind": kind}
+        _concurrency(body, concurrency_key, concurrency_limit)
         if payload is not None:
             body["payload"] = payload
         if max_parallel is not None:
@@ -1075,3 +1084,12 @@ class Client:
             if complete is None and settled and not lines:
                 return
             self._sleep(next(pauses))
+
+
+def _concurrency(body: dict[str, Any], key: str | None, limit: int | None) -> None:
+    """A request's `concurrency` from a key and a limit (a limit needs a key)."""
+    if key is None:
+        if limit is not None:
+            raise ValueError("a concurrency limit needs a concurrency key")
+        return
+    body["concurrency"] = {"key": key} if limit is None else {"key": key, "limit": limit}

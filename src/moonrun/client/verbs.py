@@ -397,6 +397,19 @@ def job_submit(
             "--stop-on-failure", help="With --selector: cancel the queued jobs once one fails"
         ),
     ] = False,
+    concurrency_key: Annotated[
+        str | None,
+        typer.Option(
+            "--concurrency-key",
+            help="At most --concurrency-limit of your jobs with this key run at once",
+        ),
+    ] = None,
+    concurrency_limit: Annotated[
+        int | None,
+        typer.Option(
+            "--concurrency-limit", min=1, max=1000, help="With --concurrency-key (default 1)"
+        ),
+    ] = None,
     outage_grace: OutageGraceOption = OUTAGE_GRACE_S,
     profile: ProfileOption = profiles.DEFAULT_PROFILE,
     as_json: JsonOption = False,
@@ -415,6 +428,8 @@ def job_submit(
         raise typer.BadParameter("a SERVER (or --selector) is needed")
     elif max_parallel is not None or stop_on_failure:
         raise typer.BadParameter("--max-parallel and --stop-on-failure need --selector")
+    if concurrency_limit is not None and concurrency_key is None:
+        raise typer.BadParameter("--concurrency-limit needs --concurrency-key")
     body = read_payload(payload)
     tail: list[str] | None = ctx.meta.get(TAIL)
     if tail is not None:
@@ -433,7 +448,14 @@ def job_submit(
             ctx,
             profile,
             group_verbs.FanOutAsked(
-                selector, kind, body, max_attempts, not_before, idempotency_key
+                selector,
+                kind,
+                body,
+                max_attempts,
+                not_before,
+                idempotency_key,
+                concurrency_key,
+                concurrency_limit,
             ),
             max_parallel=max_parallel,
             stop_on_failure=stop_on_failure,
@@ -450,6 +472,8 @@ def job_submit(
             max_attempts=max_attempts,
             not_before=not_before,
             idempotency_key=idempotency_key,
+            concurrency_key=concurrency_key,
+            concurrency_limit=concurrency_limit,
         )
         if follow:
             job = _follow(ctx, profile, client, job, logs_to_stderr=as_json)

@@ -358,7 +358,8 @@ class MemoryStore:
             scope = (owner_id, key)
             if declare or scope not in self._key_limits:
                 self._key_limits[scope] = limit
-            jobs = [self._jobs[job_id] for job_id in self._key_jobs.get(scope, ())]
+            found = (self._jobs.get(job_id) for job_id in self._key_jobs.get(scope, ()))
+            jobs = [job for job in found if job is not None]
             held = sorted((job for job in jobs if job.held_key is not None), key=release_order)
             live = sum(1 for job in jobs if job.live_key is not None)
             done: dict[str, tuple[Job, Job]] = {}
@@ -376,7 +377,9 @@ class MemoryStore:
                 (key, owner_id)
                 for (owner_id, key), ids in self._key_jobs.items()
                 if (after is None or (key, owner_id) > (after[1], after[0]))
-                and any(self._jobs[job_id].held_key for job_id in ids)
+                and any(
+                    (job := self._jobs.get(job_id)) is not None and job.held_key for job_id in ids
+                )
             )
             return [(owner_id, key) for key, owner_id in holding[:limit]]
 

@@ -28,7 +28,7 @@ from typing import Any, Final
 import pytest
 
 from moonrun.scheduling.groups import Group
-from moonrun.scheduling.jobs import Job, JobState
+from moonrun.scheduling.jobs import Concurrency, Job, JobState
 from moonrun.scheduling.records import Endpoint, Session, User
 from moonrun.store.file import FileStore
 from moonrun.store.queries import Queries
@@ -56,6 +56,8 @@ OTHER_OWNER = "usr-2"
 """The owner of one queued job, on another server of the same endpoint."""
 GROUP = "grp_1"
 """A fan-out group of a few of the skewed store's queued jobs (held but one)."""
+KEY = "backup"
+"""A concurrency key of a few more queued jobs (held by it but one)."""
 SESSION = "ses-1"
 USER = "usr-1"
 API_TOKEN_HASH = "a" * 64
@@ -136,6 +138,13 @@ EXPECTED_PLANS: dict[str, list[Step]] = {
     "group_held_locked": _search("ix_jobs_held"),
     "first_held_group": _search("ix_jobs_held"),
     "next_held_group": _search("ix_jobs_held"),
+    # Concurrency keys: a key's live and held jobs are ranges of their own indexes, whatever
+    # other jobs the store holds; the sweeper finds keys with held jobs by dives.
+    "key_live_count": _search("ix_jobs_key_live"),
+    "key_held_count": _search("ix_jobs_key_held"),
+    "key_held_locked": _search("ix_jobs_key_held"),
+    "first_held_key": _search("ix_jobs_key_held"),
+    "next_held_key": _search("ix_jobs_key_held"),
 }
 """What each hot query must do, the same on SQLite and MySQL (but see MYSQL_PLANS)."""
 
@@ -231,6 +240,12 @@ def hot_queries(sql: Queries) -> dict[str, tuple[str, dict[str, Any]]]:
     queries["group_held_locked"] = (sql.group_held_locked, {"group_id": GROUP, "limit": 4})
     queries["first_held_group"] = (sql.first_held_group, {})
     queries["next_held_group"] = (sql.next_held_group, {"after": GROUP})
+    scope = {"owner_id": USER, "key": KEY}
+    queries["key_live_count"] = (sql.key_live_count, scope)
+    queries["key_held_count"] = (sql.key_held_count, scope)
+    queries["key_held_locked"] = (sql.key_held_locked, {**scope, "limit": 4})
+    queries["first_held_key"] = (sql.first_held_key, {})
+    queries["next_held_key"] = (sql.next_held_key, scope)
     return queries
 
 
@@ -292,6 +307,16 @@ def load(store: SqlStore) -> None:
         for n in range(5)
     ]
     store.insert_jobs(members, None, Group(GROUP, USER, "role=web", "deploy.web", T0, 5, 1))
+    keyed = [
+        replace(
+            queued_job(job_id=f"job-key-{n}", now=T0 + JOBS),
+            owner_id=USER,
+            concurrency=Concurrency(KEY, 1),
+            key_held=n > 0,
+        )
+        for n in range(5)
+    ]
+    store.insert_jobs(keyed)
 
 
 class Skewed:
