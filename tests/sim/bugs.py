@@ -173,6 +173,23 @@ class ReleasesEveryHeldJob(_Wrapper):
         return self._inner.release_held(group_id, lambda live, held: held, release)
 
 
+class ReleasesEveryKeyedJob(_Wrapper):
+    """A release that forgets a key's limit: every held job of the key becomes claimable."""
+
+    def release_key(
+        self,
+        owner_id: str,
+        key: str,
+        limit: int,
+        declare: bool,
+        how_many: Callable[[int, int, int], int],
+        release: Callable[[Job], Job],
+    ) -> dict[str, tuple[Job, Job]]:
+        return self._inner.release_key(
+            owner_id, key, limit, declare, lambda _, __, held: held, release
+        )
+
+
 @dataclass(frozen=True)
 class Bug:
     name: str
@@ -191,5 +208,6 @@ BUGS = {
         Bug("dropped_firing", "schedule_not_fired", wrap_store=DropsFirings),  # type: ignore[arg-type]
         Bug("double_firing", "schedule_twice", wrap_store=FiresTwice),  # type: ignore[arg-type]
         Bug("release_all", "group_parallel", wrap_store=ReleasesEveryHeldJob),  # type: ignore[arg-type]
+        Bug("key_release_all", "key_limit", wrap_store=ReleasesEveryKeyedJob),  # type: ignore[arg-type]
     )
 }

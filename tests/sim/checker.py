@@ -128,6 +128,7 @@ class Checker:
         self._liveness()
         self._schedules()
         self._groups()
+        self._keys()
         for at, cause, error in self.h.internal_errors:
             self.flag("internal_error", at, None, f"{cause.kind} from {cause.sender}: {error}")
         return self.violations
@@ -235,6 +236,8 @@ class Checker:
             self._active_change(write, b)
         elif b.held and not a.held and a.state is b.state is JobState.QUEUED:
             pass  # its group released it, after a write that ended one of its jobs
+        elif b.key_held and not a.key_held and a.state is b.state is JobState.QUEUED:
+            pass  # its key released it, after a write that made or ended one of its jobs
         elif a.state is JobState.CANCELLED and a.cancel is not None and a.group_id is not None:
             # Its group stopped (after a failure, by whatever call ended that job).
             if a.cancel.requested_by != a.group_id and (
@@ -717,6 +720,28 @@ class Checker:
                         f"{schedule_id} made no job for {t - h.started_at} ms although a "
                         "platform was up",
                     )
+
+    def _keys(self) -> None:
+        """Never more than a key's limit of an owner's jobs with the key claimed or running at
+        once (in the order the store committed their writes)."""
+        active: dict[tuple[str, str], set[str]] = defaultdict(set)
+        for write in self.h.writes:
+            job = write.after
+            if job.concurrency is None:
+                continue
+            under_way = active[job.owner_id, job.concurrency.key]
+            if job.state.is_active:
+                under_way.add(job.id)
+            else:
+                under_way.discard(job.id)
+            if len(under_way) > job.concurrency.limit:
+                self.flag(
+                    "key_limit",
+                    write.at,
+                    job.id,
+                    f"{len(under_way)} jobs of key {job.concurrency.key!r} claimed or running "
+                    f"at once, over its limit of {job.concurrency.limit}",
+                )
 
     def _groups(self) -> None:
         """Never more than a group's `max_parallel` of its jobs claimed or running at once (in

@@ -90,6 +90,21 @@ class RecordingStore:
                 self._history.wrote(self._clock.now(), before, after)
         return done
 
+    def release_key(
+        self,
+        owner_id: str,
+        key: str,
+        limit: int,
+        declare: bool,
+        how_many: Callable[[int, int, int], int],
+        release: Callable[[Job], Job],
+    ) -> dict[str, tuple[Job, Job]]:
+        done = self._inner.release_key(owner_id, key, limit, declare, how_many, release)
+        for before, after in done.values():
+            if after is not before:
+                self._history.wrote(self._clock.now(), before, after)
+        return done
+
     def insert_job(self, job: Job) -> None:
         self.insert_jobs([job])
 

@@ -81,6 +81,7 @@ class UserNode(Node):
                     "backoff": spec.backoff,
                     "not_before": spec.not_before,
                     "idempotency_key": key,
+                    "concurrency": spec.concurrency,
                 },
                 signed=False,
                 entries={"idempotency_key": key},
@@ -171,4 +172,12 @@ def spec_of(sim: Simulation) -> JobSpec:
     not_before = None
     if rng.random() < 0.15:
         not_before = sim.scheduler.now() + rng.randint(-2000, sim.max_not_before_ms)
-    return JobSpec(kind, payload, max_attempts, backoff, not_before)
+    concurrency = None
+    if rng.random() < 0.3:
+        key = rng.choice(list(KEY_LIMITS))
+        concurrency = {"key": key, "limit": KEY_LIMITS[key]}
+    return JobSpec(kind, payload, max_attempts, backoff, not_before, concurrency)
+
+
+KEY_LIMITS: dict[str, int] = {"sim-one": 1, "sim-two": 2}
+"""The concurrency keys jobs may carry, each always with its one limit."""

@@ -33,7 +33,7 @@ from tests.sim.network import CALM_LATENCY_MS, Network, NetworkFaults
 from tests.sim.platform import Platform, Request
 from tests.sim.recording import StoreKind, StoreWrapper
 from tests.sim.run import RunHost, RunProcess, RunTimings, choose_rate
-from tests.sim.users import UserNode, spec_of
+from tests.sim.users import KEY_LIMITS, UserNode, spec_of
 from tests.support.harness import public_key
 
 SETTINGS = SchedulingSettings(
@@ -408,7 +408,18 @@ class Simulation:
         for group_id, sizes in self._group_sizes().items():
             max_parallel = self.history.groups.get(group_id, (1, {}, False))[0] or sizes
             waves = max(waves, math.ceil(sizes / max_parallel))
-        worst = waves * (worst + SWEEP_INTERVAL_MS)
+        # A key's held job waits for the key's earlier jobs likewise, on every host together
+        # (and within a group's wave, for its key).
+        keyed: dict[tuple[str, str], int] = {}
+        for job in self.history.latest.values():
+            if job.concurrency is not None:
+                scope = (job.owner_id, job.concurrency.key)
+                keyed[scope] = keyed.get(scope, 0) + 1
+        key_waves = max(
+            (math.ceil(count / KEY_LIMITS.get(key, 1)) for (_, key), count in keyed.items()),
+            default=1,
+        )
+        worst = waves * key_waves * (worst + SWEEP_INTERVAL_MS)
         return math.ceil(delay + settle + expire + MAX_NOT_BEFORE_MS + worst)
 
     def _group_sizes(self) -> dict[str, int]:

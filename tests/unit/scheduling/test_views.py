@@ -299,6 +299,7 @@ def test_rich_job_view_values() -> None:
         "group": None,
         "logs_complete": False,
         "schedule": None,
+        "concurrency": None,
     }
     assert expected == view
 

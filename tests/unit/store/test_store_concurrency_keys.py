@@ -13,9 +13,14 @@ import pytest
 
 from moonrun.scheduling import concurrency as domain
 from moonrun.scheduling.jobs import Concurrency, Job, JobState, create_job, request_cancel
+from moonrun.store import open_store
 from moonrun.store.protocol import Store
-from tests.support.jobkit import ENDPOINT, POLICY, T0, claimed
+from moonrun.store.schema import SCHEMA_VERSION
+from tests.support.jobkit import ENDPOINT, POLICY, T0, claimed, queued_job
 from tests.support.stores import StoreFactory
+from tests.unit.store.test_durable_stores import _raw_sql, private_store_url
+
+__all__ = ["private_store_url"]  # a fixture: a file, or a database of its own
 
 KEY = "backup/db-1"
 SHARED = ("mysql", "postgres")
@@ -65,7 +70,8 @@ def test_keyed_jobs_are_held_until_their_key_releases_the_oldest_up_to_its_limit
     assert release(store) == ["job-usr-1-000", "job-usr-1-001"]
     assert claimable(store) == {"job-usr-1-000", "job-usr-1-001"}
     stored = store.get_job("job-usr-1-000")
-    assert stored is not None and not stored.key_held
+    assert stored is not None
+    assert not stored.key_held
     assert stored.concurrency == Concurrency(KEY, 2)
     # Two live already: releasing again changes nothing.
     assert release(store) == []
@@ -89,7 +95,8 @@ def test_a_claimed_job_keeps_its_place_and_an_ended_one_frees_it_for_the_next_ol
     )
     assert release(store) == []
     ended = store.get_job("job-usr-1-003")
-    assert ended is not None and ended.state is JobState.CANCELLED
+    assert ended is not None
+    assert ended.state is JobState.CANCELLED
 
 
 def test_a_key_is_its_owners_own(store: Store) -> None:
@@ -166,3 +173,41 @@ def test_releases_racing_on_two_platforms_never_pass_the_keys_limit(
         first.close()
         if second is not first:
             second.close()
+
+
+def test_an_older_store_gains_concurrency_keys_on_open(private_store_url: str) -> None:
+    """A store of schema 11 (no keys) opens at the current version, its jobs without a key
+    and as claimable as before, and keeps keyed jobs from then on."""
+    store = open_store(private_store_url)
+    store.insert_jobs([queued_job(job_id="job-old")])
+    store.close()
+    on_jobs = "" if private_store_url.startswith("file:") else " ON jobs"
+    _raw_sql(
+        private_store_url,
+        f"DROP INDEX ix_jobs_key_held{on_jobs}",
+        f"DROP INDEX ix_jobs_key_live{on_jobs}",
+        *(
+            f"ALTER TABLE jobs DROP COLUMN {column}"
+            for column in (
+                "concurrency_key",
+                "concurrency_limit",
+                "key_held",
+                "held_key",
+                "live_key",
+            )
+        ),
+        "DROP TABLE concurrency_keys",
+        "UPDATE schema_version SET version = 11",
+    )
+    store = open_store(private_store_url)
+    try:
+        old = store.get_job("job-old")
+        assert old is not None
+        assert old.concurrency is None
+        assert not old.key_held
+        assert claimable(store) == {"job-old"}
+        store.insert_jobs([keyed(n) for n in range(3)])
+        assert release(store) == ["job-usr-1-000", "job-usr-1-001"]
+        assert store.schema_version() == SCHEMA_VERSION  # type: ignore[attr-defined]
+    finally:
+        store.close()
