@@ -176,6 +176,15 @@ class MemoryLogStore:
         with self._lock:
             return sorted(attempt for (job, attempt) in self._logs if job == job_id)
 
+    def delete_job(self, job_id: str, attempts: int) -> None:
+        with self._lock:
+            for attempt in range(1, attempts + 1):
+                key = (job_id, attempt)
+                log = self._logs.pop(key, None)
+                if log is not None:
+                    self._bytes -= log.bytes + log.lines * LINE_RECORD_BYTES
+                    self._forget(key)
+
     @staticmethod
     def _page(
         attempt: int, log: _AttemptLog, lines: list[LogLine], last: int, more: bool

@@ -54,6 +54,10 @@ class LogStore(Protocol):
         """Attempts of the job that have lines (or had them), ascending."""
         ...
 
+    def delete_job(self, job_id: str, attempts: int) -> None:
+        """Forget every line of the job's attempts 1 to `attempts` (the job was deleted)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class LogLimits:

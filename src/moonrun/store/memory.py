@@ -38,6 +38,8 @@ class _JobIndexes:
     owners: dict[str, list[str]] = field(default_factory=dict)
     waiting_count: Counter[tuple[str, str]] = field(default_factory=Counter)
     deadlines: list[tuple[Instant, str]] = field(default_factory=list)
+    finished: list[tuple[Instant, str]] = field(default_factory=list)
+    """(terminal.at, id) of every finished job, for retention."""
     active: dict[str, set[str]] = field(default_factory=dict)
     counts: Counter[JobState] = field(default_factory=Counter)
 
@@ -57,6 +59,8 @@ class _JobIndexes:
             self._count_owner(new, 1)
         if new.deadline_at is not None:
             bisect.insort(self.deadlines, (new.deadline_at, new.id))
+        if new.terminal is not None:
+            bisect.insort(self.finished, (new.terminal.at, new.id))
         if new.state.is_active:
             self.active.setdefault(new.endpoint_id, set()).add(new.id)
 
@@ -65,12 +69,16 @@ class _JobIndexes:
             self.waiting_key.pop(job.id, None)
             self._count_owner(job, -1)
         if job.deadline_at is not None:
-            key = (job.deadline_at, job.id)
-            index = bisect.bisect_left(self.deadlines, key)
-            if index < len(self.deadlines) and self.deadlines[index] == key:
-                del self.deadlines[index]
+            _discard(self.deadlines, (job.deadline_at, job.id))
+        if job.terminal is not None:
+            _discard(self.finished, (job.terminal.at, job.id))
         if job.state.is_active:
             self.active[job.endpoint_id].discard(job.id)
+
+    def delete(self, job: Job) -> None:
+        """The job leaves the store."""
+        self._remove(job)
+        self.counts[job.state] -= 1
 
     def _count_owner(self, job: Job, delta: int) -> None:
         """One more (or one fewer) waiting job of the job's owner on its endpoint."""
@@ -121,6 +129,13 @@ class _JobIndexes:
         return heap[0][0] if heap else None
 
 
+def _discard(keys: list[tuple[Instant, str]], key: tuple[Instant, str]) -> None:
+    """Remove `key` from the sorted `keys`, if it is there."""
+    index = bisect.bisect_left(keys, key)
+    if index < len(keys) and keys[index] == key:
+        del keys[index]
+
+
 class MemoryStore:
     """Everything in dicts behind one lock; lost when the process ends."""
 
@@ -135,6 +150,8 @@ class MemoryStore:
         self._tokens: dict[str, str] = {}
         self._servers: dict[str, Server] = {}
         self._idempotency: dict[tuple[str, str], IdempotencyRecord] = {}
+        self._idempotency_of: dict[str, tuple[str, str]] = {}
+        """The idempotency record's key by the first job of its request (deleted with it)."""
         self._web_sessions: dict[str, tuple[str, Instant]] = {}
 
     # -- jobs ----------------------------------------------------------------------------
@@ -160,6 +177,8 @@ class MemoryStore:
                 if key in self._idempotency:
                     raise AlreadyExists("that Idempotency-Key was already used")
                 self._idempotency[key] = idempotency
+                if idempotency.job_ids:
+                    self._idempotency_of[idempotency.job_ids[0]] = key
             for job in jobs:
                 self._jobs[job.id] = job
                 self._index.replace(None, job)
@@ -276,6 +295,34 @@ class MemoryStore:
 
     def idempotency_record(self, user_id: str, key: str) -> IdempotencyRecord | None:
         return self._idempotency.get((user_id, key))
+
+    def finished_jobs(self, ended_by: Instant, limit: int) -> list[Job]:
+        with self._lock:
+            found: list[Job] = []
+            for ended, job_id in self._index.finished:
+                if ended > ended_by or len(found) >= limit:
+                    break
+                found.append(self._jobs[job_id])
+            return found
+
+    def delete_jobs(self, job_ids: Sequence[str], deletable: Callable[[Job], bool]) -> list[Job]:
+        with self._lock:
+            deleted: list[Job] = []
+            for job_id in dict.fromkeys(job_ids):
+                stored = self._jobs.get(job_id)
+                if stored is None or not deletable(stored):
+                    continue
+                del self._jobs[job_id]
+                self._index.delete(stored)
+                key = self._idempotency_of.pop(job_id, None)
+                if key is not None:
+                    self._idempotency.pop(key, None)
+                deleted.append(stored)
+            return deleted
+
+    def release_space(self, pages: int) -> int:
+        """Deleted records are gone at once: nothing to give back."""
+        return 0
 
     # -- endpoints and sessions ------------------------------------------------------------
     def insert_endpoint(self, endpoint: Endpoint) -> None:

@@ -116,6 +116,7 @@ jobs = Table(
     Index("ix_jobs_listing", "created_at", "id"),
     Index("ix_jobs_kind_listing", "kind", "created_at", "id"),
     Index("ix_jobs_server_kind_listing", "server_id", "kind", "created_at", "id"),
+    Index("ix_jobs_finished", "terminal_at", "id"),
     # And ix_jobs_owner_claim, made by migration 8 (OWNER_CLAIM_INDEX).
     **TABLE_OPTIONS,
 )
@@ -218,6 +219,7 @@ idempotency_keys = Table(
     Column("job_id", ID, nullable=False),
     Column("created_at", BigInteger, nullable=False),
     Column("job_ids_json", Text),
+    Index("ix_idempotency_keys_job", "job_id"),
     **TABLE_OPTIONS,
 )
 
@@ -362,6 +364,20 @@ def _owner_turns_v8(connection: Connection) -> None:
         connection.execute(text(OWNER_CLAIM_INDEX))
 
 
+def _retention_v9(connection: Connection) -> None:
+    """Retention (docs/operations.md, "Retention"): finished jobs by when they ended, and the
+    idempotency record of a job, so that deleting a batch of jobs reads only their rows."""
+    inspector = inspect(connection)
+    present = {index["name"] for index in inspector.get_indexes("jobs")}
+    for index in jobs.indexes:
+        if index.name not in present:
+            index.create(connection)
+    keyed = {index["name"] for index in inspector.get_indexes("idempotency_keys")}
+    for index in idempotency_keys.indexes:
+        if index.name not in keyed:
+            index.create(connection)
+
+
 MIGRATIONS: Final[Sequence[Callable[[Connection], None]]] = (
     _create_v1,
     _idempotency_keys_v2,
@@ -371,6 +387,7 @@ MIGRATIONS: Final[Sequence[Callable[[Connection], None]]] = (
     _kinds_v6,
     _owners_v7,
     _owner_turns_v8,
+    _retention_v9,
 )
 """Migration n (1-based) brings the schema from version n-1 to n; never edit a shipped one.
 

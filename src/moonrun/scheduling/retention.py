@@ -1,0 +1,55 @@
+"""Retention: which finished jobs may be deleted, by the sweeper (when old enough) or by a user.
+
+Pure: jobs and `now` in, answers out. Deleting a job also deletes its attempts (its history),
+its idempotency record, its log lines and its artifacts; the service and the stores carry that
+out, this module only says whether a job may go.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from moonrun.scheduling.jobs import Job
+from moonrun.scheduling.time import Instant
+
+DAY_MS: Final = 24 * 3600 * 1000
+DEFAULT_RETAIN_FINISHED_MS: Final = 30 * DAY_MS
+"""Finished jobs are kept this long after they ended (`--retain-finished`, default 30 days)."""
+PRUNE_BATCH_LIMIT: Final = 1000
+"""Never more jobs than this in one deleting transaction, whatever the settings say."""
+
+
+def ended_at(job: Job) -> Instant | None:
+    """When a finished job ended (None while it has not)."""
+    if not job.state.is_terminal:
+        return None
+    return job.terminal.at if job.terminal is not None else job.updated_at
+
+
+def still_needed(job: Job, now: Instant) -> bool:
+    """Whether something that is not over yet still needs this finished job.
+
+    The one place to say so. Nothing does yet; when they exist, a waiting job that depends on
+    it, an unfinished group it belongs to, and a schedule whose overlap check reads its last
+    firing's job each add their condition here, so that neither the sweeper nor a user's
+    DELETE removes what they still read.
+    """
+    return False
+
+
+def deletable(job: Job, now: Instant) -> bool:
+    """A user may delete the job now: it has ended and nothing still needs it."""
+    return job.state.is_terminal and not still_needed(job, now)
+
+
+def prune_before(now: Instant, retain_ms: int) -> Instant | None:
+    """Jobs that ended at or before this instant are old enough to prune; None when retention
+    is off (`retain_ms` 0 keeps finished jobs forever)."""
+    return None if retain_ms <= 0 else now - retain_ms
+
+
+def prunable(job: Job, now: Instant, retain_ms: int) -> bool:
+    """The sweeper may delete the job: deletable, and it ended at least `retain_ms` ago."""
+    before = prune_before(now, retain_ms)
+    end = ended_at(job)
+    return before is not None and end is not None and end <= before and deletable(job, now)
