@@ -24,9 +24,10 @@ T = TypeVar("T")
 
 log = logging.getLogger("moonrun.sweeper")
 
-RELEASE_PAGES = 2048
-"""Free pages a pass gives back to the file system at most (8 MiB of a FileStore's 4 KiB pages,
-a few milliseconds of its write lock); more waits for the next pass, which comes at once."""
+RELEASE_PAGES = 512
+"""Free pages a pass gives back to the file system at most: 2 MiB of a FileStore's 4 KiB pages,
+measured at 15 to 20 ms of its write lock on a loaded 2-core machine (2,048 took 65 to 80 ms);
+more waits for the next pass, which comes at once."""
 
 STALLED_AFTER_S = 10.0
 """A pass that has not come back for this long counts as a store that does not answer (a
