@@ -102,7 +102,8 @@ def test_a_batch_key_goes_with_the_first_job_of_its_request(store: Store) -> Non
     kept = store.idempotency_record("user-1", "batch")
     store.delete_jobs([first.id], is_terminal)
 
-    assert kept is not None and kept.job_ids == ids
+    assert kept is not None
+    assert kept.job_ids == ids
     assert store.idempotency_record("user-1", "batch") is None
 
 
