@@ -39,7 +39,9 @@ class _JobIndexes:
     waiting_count: Counter[tuple[str, str]] = field(default_factory=Counter)
     deadlines: list[tuple[Instant, str]] = field(default_factory=list)
     finished: list[tuple[Instant, str]] = field(default_factory=list)
-    """(terminal.at, id) of every finished job, for retention."""
+    """A heap of (terminal.at, id) of the finished jobs, for retention: pruning takes from its
+    front, where a sorted list would shift every entry. A deleted job's entry is stale, and
+    dropped when it surfaces (`first_finished`)."""
     active: dict[str, set[str]] = field(default_factory=dict)
     counts: Counter[JobState] = field(default_factory=Counter)
 
@@ -59,8 +61,8 @@ class _JobIndexes:
             self._count_owner(new, 1)
         if new.deadline_at is not None:
             bisect.insort(self.deadlines, (new.deadline_at, new.id))
-        if new.terminal is not None:
-            bisect.insort(self.finished, (new.terminal.at, new.id))
+        if new.terminal is not None and (old is None or old.terminal != new.terminal):
+            heapq.heappush(self.finished, (new.terminal.at, new.id))
         if new.state.is_active:
             self.active.setdefault(new.endpoint_id, set()).add(new.id)
 
@@ -70,10 +72,26 @@ class _JobIndexes:
             self._count_owner(job, -1)
         if job.deadline_at is not None:
             _discard(self.deadlines, (job.deadline_at, job.id))
-        if job.terminal is not None:
-            _discard(self.finished, (job.terminal.at, job.id))
         if job.state.is_active:
             self.active[job.endpoint_id].discard(job.id)
+
+    def first_finished(self, jobs: Mapping[str, Job], ended_by: Instant, limit: int) -> list[str]:
+        """Ids of up to `limit` finished jobs that ended by `ended_by`, earliest first."""
+        heap = self.finished
+        taken: list[tuple[Instant, str]] = []
+        while heap and len(taken) < limit:
+            key = heap[0]
+            job = jobs.get(key[1])
+            live = job is not None and job.terminal is not None and job.terminal.at == key[0]
+            if not live or (taken and key == taken[-1]):
+                heapq.heappop(heap)  # deleted, or a duplicate of a live key: drop it for good
+                continue
+            if key[0] > ended_by:
+                break
+            taken.append(heapq.heappop(heap))
+        for key in taken:
+            heapq.heappush(heap, key)
+        return [key[1] for key in taken]
 
     def delete(self, job: Job) -> None:
         """The job leaves the store."""
@@ -298,12 +316,8 @@ class MemoryStore:
 
     def finished_jobs(self, ended_by: Instant, limit: int) -> list[Job]:
         with self._lock:
-            found: list[Job] = []
-            for ended, job_id in self._index.finished:
-                if ended > ended_by or len(found) >= limit:
-                    break
-                found.append(self._jobs[job_id])
-            return found
+            jobs = self._jobs
+            return [jobs[i] for i in self._index.first_finished(jobs, ended_by, limit)]
 
     def delete_jobs(self, job_ids: Sequence[str], deletable: Callable[[Job], bool]) -> list[Job]:
         with self._lock:
