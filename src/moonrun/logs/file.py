@@ -112,13 +112,12 @@ class FileLogStore(MemoryLogStore):
         return super().attempts(job_id)
 
     def delete_job(self, job_id: str, attempts: int) -> None:
-        with self._lock:
-            self._load()
-        super().delete_job(job_id, attempts)  # each attempt's file goes with it (`_forget`)
-        directory = self._path((job_id, 1)).parent
         try:
+            with self._lock:
+                self._load()
+            super().delete_job(job_id, attempts)  # each attempt's file goes with it (`_forget`)
             # What is left: files of attempts the index had let go, a rewrite's temporary file.
-            shutil.rmtree(directory)
+            shutil.rmtree(self._path((job_id, 1)).parent)
         except FileNotFoundError:
             pass
         except OSError as error:

@@ -59,7 +59,7 @@ from moonrun.scheduling.messages import (
 from moonrun.scheduling.reconcile import ReconcileEntry
 from moonrun.scheduling.records import Advertisement, Endpoint, Server, Session, User
 from moonrun.scheduling.retry import RetryPolicy, check_int
-from moonrun.scheduling.time import Instant
+from moonrun.scheduling.time import Instant, seconds_to_ms
 from moonrun.scheduling.views import EndpointView, endpoint_view
 from moonrun.security.access import can_manage_jobs, require, require_platform_admin
 from moonrun.security.tokens import JOIN_PREFIX, LEASE_PREFIX, TokenSource, b64url_decode
@@ -877,6 +877,10 @@ class SchedulingService:
         record. Answers the deleted jobs (none while retention is off)."""
         now = self._clock.now()
         retain_ms = self._settings.retain_finished_ms
+        if retain_ms > 0:
+            # Never while Run may still send the job's logs and artifacts: a file written after
+            # its job was deleted would be reached by nothing.
+            retain_ms = max(retain_ms, seconds_to_ms(self._settings.transfer_grace_s) + 1)
         ended_by = retention.prune_before(now, retain_ms)
         if ended_by is None:
             return []
@@ -1153,6 +1157,9 @@ class SchedulingService:
         now = self._clock.now()
         if not retention.deletable(job, now):
             raise JobNotEnded()
+        # A log batch or artifact chunk whose evidence was checked just before this (within
+        # the transfer grace of the job's end) may still land after it: a race of milliseconds,
+        # left to the user who deletes a job at the moment it ends.
         forget(job)
         deleted = self._store.delete_jobs([job_id], lambda stored: retention.deletable(stored, now))
         if not deleted:  # another request deleted it meanwhile

@@ -18,6 +18,7 @@ import anyio
 
 from moonrun.errors import MoonrunError, StoreUnavailable
 from moonrun.scheduling.jobs import Job
+from moonrun.scheduling.retention import PRUNE_BATCH_LIMIT
 from moonrun.service.scheduling import SchedulingService
 
 T = TypeVar("T")
@@ -129,7 +130,8 @@ class Sweeper:
         if deleted:
             self.pruned += deleted
             self._on_pruned(deleted)
-        return deleted, deleted >= settings.prune_batch or released >= RELEASE_PAGES
+        whole = min(settings.prune_batch, PRUNE_BATCH_LIMIT)
+        return deleted, deleted >= whole or released >= RELEASE_PAGES
 
     def _prune_batch(self) -> int:
         deleted = len(self._service.prune(self._forget))

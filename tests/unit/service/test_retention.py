@@ -186,3 +186,22 @@ def test_a_batch_replayed_after_one_of_its_later_jobs_was_deleted_answers_those_
 
     assert [job.id for job in replayed] == [first.id]
     assert world.store.get_job(second.id) is None
+
+
+def test_a_retention_shorter_than_the_transfer_grace_waits_for_the_grace(
+    store_factory: StoreFactory,
+) -> None:
+    """Run may send an attempt's logs and artifacts for `transfer_grace_s` after it ended: no
+    job is pruned before, so no file lands for a job that is gone."""
+    settings = replace(SETTINGS, retain_finished_s=1, transfer_grace_s=60)
+    world = World(store_factory, settings=settings)
+    try:
+        job = cancelled(world, world.submit())
+        world.clock.advance(60_000)
+        early = world.service.prune(Forgotten())
+        world.clock.advance(1)
+        late = world.service.prune(Forgotten())
+    finally:
+        world.store.close()
+
+    assert (early, [gone.id for gone in late]) == ([], [job.id])
