@@ -520,19 +520,31 @@ def run_join(
         str, typer.Option("--token", envvar="MOONRUN_JOIN_TOKEN", help="The one-time join token")
     ],
     data_dir: DataDirOption,
+    label: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--label",
+            help="KEY=VALUE: a label this Run proposes for its endpoint (repeatable); labels "
+            "an admin set win, and an admin may change them later",
+        ),
+    ] = None,
 ) -> None:
     """Join a platform once: create the identity key (0600) and burn the join token (tried
     again with backoff when no answer comes; the same token and key again are the same join)."""
     import asyncio
 
+    from moonrun.client.labelargs import parse_pairs
     from moonrun.run import client, identity
+    from moonrun.scheduling.labels import check_labels
     from moonrun.security.tokens import b64url
 
     url = _check_url(platform)
+    # Checked here too, so a bad label is said before a key is made or a token is sent.
+    labels = dict(check_labels(parse_pairs(label or [], "--label"))) if label else None
     key = identity.join_key(data_dir)
     public = key.public_key().public_bytes_raw()
     try:
-        endpoint_id = asyncio.run(client.join(url, token, b64url(public)))
+        endpoint_id = asyncio.run(client.join(url, token, b64url(public), labels=labels))
     except JoinUnconfirmed:
         raise  # the key stays: the same command again re-presents it (the same join)
     except BaseException:

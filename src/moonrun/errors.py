@@ -46,6 +46,16 @@ class MoonrunError(Exception):
 class InvalidRequest(MoonrunError):
     """The request is missing a required field or a field has a bad value."""
 
+    def __init__(
+        self, message: str | None = None, *, fields: tuple[tuple[str, str], ...] = ()
+    ) -> None:
+        super().__init__(message)
+        self._fields = fields
+
+    @property
+    def fields(self) -> tuple[tuple[str, str], ...]:
+        return self._fields
+
 
 class MalformedRequest(InvalidRequest):
     """The request is not valid HTTP/1.1 (its framing, say a negative Content-Length)."""
@@ -58,15 +68,25 @@ class UnknownKind(InvalidRequest):
 class InvalidPayload(InvalidRequest):
     """The payload does not fit the schema its kind's Run advertised."""
 
-    def __init__(
-        self, message: str | None = None, *, fields: tuple[tuple[str, str], ...] = ()
-    ) -> None:
-        super().__init__(message)
-        self._fields = fields
 
-    @property
-    def fields(self) -> tuple[tuple[str, str], ...]:
-        return self._fields
+class InvalidLabels(InvalidRequest):
+    """The labels are not a map of at most 32 keys (each a short lower-case name) to values of
+    at most 128 characters without control characters."""
+
+
+class InvalidSelector(InvalidRequest):
+    """The label selector does not parse."""
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        fields: tuple[tuple[str, str], ...] = (),
+        position: int | None = None,
+    ) -> None:
+        super().__init__(message, fields=fields)
+        self.position = position
+        """Where in the selector's text (counting from 0) parsing stopped, when known."""
 
 
 class TooLarge(MoonrunError):
@@ -286,6 +306,8 @@ ERROR_TABLE: Final[Mapping[type[MoonrunError], tuple[int, str]]] = {
     MalformedRequest: (400, "invalid_request"),
     UnknownKind: (422, "unknown_kind"),
     InvalidPayload: (422, "invalid_payload"),
+    InvalidLabels: (422, "invalid_labels"),
+    InvalidSelector: (422, "invalid_selector"),
     TooLarge: (413, "too_large"),
     HeadersTooLarge: (431, "headers_too_large"),
     UriTooLong: (414, "uri_too_long"),

@@ -348,6 +348,14 @@ def access_lifecycle(c: Canary, endpoint_id: str, other: str) -> None:
             token=other,
             endpoint_id=endpoint_id,
         )
+    for caller in (ADMIN_TOKEN, other):
+        c.call(
+            "PUT",
+            "/api/v1/endpoints/{endpoint_id}/labels",
+            token=caller,
+            endpoint_id=endpoint_id,
+            json={"labels": {"zone": "eu"}},
+        )
     password = "pw-canary-leaver-new-4f8a1c2e9b60"
     c.secret("new password of leaver", password)
     for caller in (token, other):
@@ -447,6 +455,16 @@ def refused_and_invalid(c: Canary, server_id: str, job_id: str, owner: str, stra
     c.call("GET", "/api/v1/servers/{server_id}", token=stranger, server_id=server_id)
     c.call("GET", "/api/v1/servers/{server_id}/kinds", token=stranger, server_id=server_id)
     c.call("GET", "/api/v1/servers/{server_id}/kinds", token=owner, server_id=server_id)
+    for caller, labels in ((owner, {"role": "web"}), (stranger, {}), (owner, {"role": lease * 9})):
+        c.call(
+            "PUT",
+            "/api/v1/servers/{server_id}/labels",
+            token=caller,
+            server_id=server_id,
+            json={"labels": labels},
+        )
+    for selector in ("role%3Dweb", "role%20in%20web"):
+        c.call("GET", "/api/v1/servers", token=owner, query=f"selector={selector}")
     for misfit in (
         {"kind": "noop", "payload": {"secret_ref": [SECRET_REF]}},  # 422 invalid_payload
         {"kind": "nope", "payload": PAYLOAD},  # 422 unknown_kind

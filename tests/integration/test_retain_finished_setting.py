@@ -12,8 +12,16 @@ from moonrun.wiring.settings import parse_retention
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("30d", 30 * 86400.0), ("12h", 43200.0), ("90m", 5400.0), ("45s", 45.0), ("3600", 3600.0)]
-    + [("0", 0.0), ("1.5d", 129600.0), (" 2D ", 172800.0)],
+    [
+        ("30d", 30 * 86400.0),
+        ("12h", 43200.0),
+        ("90m", 5400.0),
+        ("45s", 45.0),
+        ("3600", 3600.0),
+        ("0", 0.0),
+        ("1.5d", 129600.0),
+        (" 2D ", 172800.0),
+    ],
 )
 def test_retain_finished_reads_a_duration_with_its_unit(text: str, seconds: float) -> None:
     assert parse_retention(text) == seconds

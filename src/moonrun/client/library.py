@@ -19,7 +19,7 @@ import os
 import secrets
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
@@ -33,7 +33,7 @@ from moonrun.client import profiles
 from moonrun.errors import (
     ERROR_TABLE,
     AlreadyExists,
-    InvalidPayload,
+    InvalidRequest,
     MoonrunError,
     NotFound,
     Unauthenticated,
@@ -191,6 +191,7 @@ class Endpoint:
     run_version: str | None
     data: dict[str, Any]
     draining: bool = False
+    labels: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def of(cls, data: dict[str, Any]) -> Endpoint:
@@ -204,6 +205,7 @@ class Endpoint:
             run_version=data.get("run_version"),
             data=data,
             draining=bool(data.get("draining", False)),
+            labels=dict(data.get("labels") or {}),  # an older platform sends none
         )
 
 
@@ -217,6 +219,8 @@ class Server:
     created_at: datetime
     endpoint_online: bool
     data: dict[str, Any]
+    labels: dict[str, str] = field(default_factory=dict)
+    """The server's own labels (selectors match them over its endpoint's)."""
 
     @classmethod
     def of(cls, data: dict[str, Any]) -> Server:
@@ -229,6 +233,7 @@ class Server:
             created_at=_instant(data["created_at"]),
             endpoint_online=data["endpoint_online"],
             data=data,
+            labels=dict(data.get("labels") or {}),  # an older platform sends none
         )
 
 
@@ -303,13 +308,14 @@ def _error_named(status: int, error: Any) -> MoonrunError:
     known = _BY_CODE.get(code)
     if known is None:
         return PlatformError(status, code, message)
-    if known is InvalidPayload:
-        return InvalidPayload(message, fields=_fields_of(error))
+    if issubclass(known, InvalidRequest):
+        return known(message, fields=_fields_of(error))
     return known(message)
 
 
 def _fields_of(error: dict[str, Any]) -> tuple[tuple[str, str], ...]:
-    """The (field, message) pairs of an `invalid_payload` answer, those that are well formed."""
+    """The (field, message) pairs of a 422 answer (`invalid_payload`, `invalid_labels`,
+    `invalid_selector`), those that are well formed."""
     fields = error.get("fields")
     if not isinstance(fields, list):
         return ()
@@ -599,6 +605,12 @@ class Client:
         """Grant the endpoint claims again (platform admins)."""
         return Endpoint.of(self._request("POST", f"/api/v1/endpoints/{endpoint_id}/undrain"))
 
+    def set_endpoint_labels(self, endpoint_id: str, labels: Mapping[str, str]) -> Endpoint:
+        """Replace the endpoint's labels with `labels` (platform admins); `InvalidLabels` names
+        each bad entry."""
+        path = f"/api/v1/endpoints/{endpoint_id}/labels"
+        return Endpoint.of(self._request("PUT", path, json={"labels": dict(labels)}))
+
     def remove_endpoint(self, endpoint_id: str) -> Endpoint:
         """Remove an endpoint no server points at (platform admins); its Run is refused from
         then on. `EndpointInUse` while servers point at it."""
@@ -606,17 +618,35 @@ class Client:
 
     # -- servers -------------------------------------------------------------------------------
 
-    def servers(self) -> list[Server]:
-        """The servers the caller owns or administers (all of them for platform admins)."""
-        return [Server.of(s) for s in self._request("GET", "/api/v1/servers")["servers"]]
+    def servers(self, selector: str | None = None) -> list[Server]:
+        """The servers the caller owns or administers (all of them for platform admins); with a
+        label `selector` (`role=web,env in (prod,staging)`), those whose labels over their
+        endpoint's match it. `InvalidSelector` says where a selector stops parsing."""
+        params = {} if selector is None else {"selector": selector}
+        answer = self._request("GET", "/api/v1/servers", params=params)
+        return [Server.of(s) for s in answer["servers"]]
 
     def server(self, server_id: str) -> Server:
         return Server.of(self._request("GET", f"/api/v1/servers/{server_id}"))
 
-    def create_server(self, name: str, endpoint_id: str, owner_id: str) -> Server:
-        """Create a server on an endpoint, owned by a user (platform admins)."""
-        body = {"name": name, "endpoint_id": endpoint_id, "owner_id": owner_id}
+    def create_server(
+        self,
+        name: str,
+        endpoint_id: str,
+        owner_id: str,
+        labels: Mapping[str, str] | None = None,
+    ) -> Server:
+        """Create a server on an endpoint, owned by a user, with labels (platform admins)."""
+        body: dict[str, Any] = {"name": name, "endpoint_id": endpoint_id, "owner_id": owner_id}
+        if labels is not None:
+            body["labels"] = dict(labels)
         return Server.of(self._request("POST", "/api/v1/servers", json=body))
+
+    def set_server_labels(self, server_id: str, labels: Mapping[str, str]) -> Server:
+        """Replace the server's labels with `labels` (its owner, its administrators or a
+        platform admin); `InvalidLabels` names each bad entry."""
+        path = f"/api/v1/servers/{server_id}/labels"
+        return Server.of(self._request("PUT", path, json={"labels": dict(labels)}))
 
     def add_server_admin(self, server_id: str, user_id: str) -> None:
         path = f"/api/v1/servers/{server_id}/admins"

@@ -27,8 +27,9 @@ from rich.table import Table
 from rich.text import Text
 
 from moonrun.client import profiles
+from moonrun.client.labelargs import apply_changes, labels_text, parse_pairs
 from moonrun.client.library import OUTAGE_GRACE_S, Client, Job, WaitTimedOut
-from moonrun.errors import InvalidRequest, MoonrunError, Unauthenticated
+from moonrun.errors import InvalidRequest, MoonrunError, NotFound, Unauthenticated
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -155,6 +156,8 @@ def text(value: Any) -> Text:
         return Text("yes" if value else "no")
     if isinstance(value, list):
         return Text(", ".join(str(item) for item in value) or "-")
+    if isinstance(value, dict):
+        return Text(labels_text(value))
     return Text(str(value))
 
 
@@ -825,12 +828,59 @@ def endpoint_list(
         print_json([endpoint.data for endpoint in endpoints])
     else:
         print_table(
-            ("id", "name", "online", "draining", "generation", "capacity", "last_seen_at"),
+            (
+                "id",
+                "name",
+                "online",
+                "draining",
+                "generation",
+                "capacity",
+                "last_seen_at",
+                "labels",
+            ),
             (endpoint.data for endpoint in endpoints),
         )
 
 
 EndpointIdArgument = Annotated[str, typer.Argument(help="The endpoint's id")]
+
+
+LabelChanges = Annotated[
+    list[str] | None,
+    typer.Argument(
+        help="KEY=VALUE sets a label, KEY- removes one; the others are kept unless --replace",
+        show_default=False,
+    ),
+]
+ReplaceOption = Annotated[
+    bool,
+    typer.Option("--replace", help="Set exactly the labels given (none given: clear them)"),
+]
+
+
+@endpoint_app.command("label")
+@user_errors
+def endpoint_label(
+    ctx: typer.Context,
+    endpoint_id: EndpointIdArgument,
+    changes: LabelChanges = None,
+    replace: ReplaceOption = False,
+    profile: ProfileOption = profiles.DEFAULT_PROFILE,
+    as_json: JsonOption = False,
+) -> None:
+    """Set or remove the endpoint's labels; with no change, print them (platform admins)."""
+    with connect(ctx, profile) as client:
+        current = next((e for e in client.endpoints() if e.id == endpoint_id), None)
+        if current is None:
+            raise NotFound(f"no endpoint {endpoint_id}")
+        endpoint = current
+        if changes or replace:
+            labels = apply_changes(current.labels, changes or [], replace=replace)
+            endpoint = client.set_endpoint_labels(endpoint_id, labels)
+    if as_json:
+        print_json(endpoint.data)
+    else:
+        typer.echo(labels_text(endpoint.labels))
 
 
 @endpoint_app.command("drain")
@@ -987,6 +1037,7 @@ SERVER_FIELDS: Final = (
     "owner_id",
     "admin_ids",
     "created_at",
+    "labels",
 )
 
 
@@ -997,12 +1048,17 @@ def server_create(
     name: Annotated[str, typer.Argument(help="The server's name")],
     endpoint: Annotated[str, typer.Option("--endpoint", help="The endpoint's id")],
     owner: Annotated[str, typer.Option("--owner", help="The owning user's id")],
+    label: Annotated[
+        list[str] | None,
+        typer.Option("--label", help="KEY=VALUE: a label of the server (repeatable)"),
+    ] = None,
     profile: ProfileOption = profiles.DEFAULT_PROFILE,
     as_json: JsonOption = False,
 ) -> None:
     """Create a server on an endpoint, owned by a user (platform admins)."""
+    labels = parse_pairs(label or [], "--label")
     with connect(ctx, profile) as client:
-        server = client.create_server(name, endpoint, owner)
+        server = client.create_server(name, endpoint, owner, labels or None)
     if as_json:
         print_json(server.data)
     else:
@@ -1013,12 +1069,21 @@ def server_create(
 @user_errors
 def server_list(
     ctx: typer.Context,
+    selector: Annotated[
+        str | None,
+        typer.Option(
+            "--selector",
+            "-l",
+            help="Only servers whose labels (over their endpoint's) match, e.g. "
+            "'role=web,env in (prod,staging),!canary'",
+        ),
+    ] = None,
     profile: ProfileOption = profiles.DEFAULT_PROFILE,
     as_json: JsonOption = False,
 ) -> None:
     """The servers you own or administer (every server for platform admins)."""
     with connect(ctx, profile) as client:
-        servers = client.servers()
+        servers = client.servers(selector)
     if as_json:
         print_json([server.data for server in servers])
     else:
@@ -1058,6 +1123,29 @@ def server_show(
         print_json(server.data)
     else:
         print_fields(server.data, SERVER_FIELDS)
+
+
+@server_app.command("label")
+@user_errors
+def server_label(
+    ctx: typer.Context,
+    server_id: ServerIdArgument,
+    changes: LabelChanges = None,
+    replace: ReplaceOption = False,
+    profile: ProfileOption = profiles.DEFAULT_PROFILE,
+    as_json: JsonOption = False,
+) -> None:
+    """Set or remove the server's labels; with no change, print them (its owner, its
+    administrators or a platform admin)."""
+    with connect(ctx, profile) as client:
+        server = client.server(server_id)
+        if changes or replace:
+            labels = apply_changes(server.labels, changes or [], replace=replace)
+            server = client.set_server_labels(server_id, labels)
+    if as_json:
+        print_json(server.data)
+    else:
+        typer.echo(labels_text(server.labels))
 
 
 @server_app.command("kinds")

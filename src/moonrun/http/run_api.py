@@ -102,7 +102,7 @@ async def join(call: Call) -> JoinAnswer:
     service = call.platform.service
     body: JoinRequest = call.body
     endpoint = await call.channel.run(
-        service.join_endpoint, body.join_token, body.identity_public_key
+        service.join_endpoint, body.join_token, body.identity_public_key, body.labels
     )
     return {"endpoint_id": endpoint.id}
 

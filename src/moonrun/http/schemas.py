@@ -13,6 +13,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from moonrun.errors import InvalidRequest
 from moonrun.scheduling.jobs import KIND_PATTERN
+from moonrun.scheduling.labels import KEY_PATTERN, MAX_LABELS, MAX_VALUE_LENGTH
 from moonrun.scheduling.time import parse_instant
 from moonrun.service.checks import NAME_PATTERN
 
@@ -40,6 +41,8 @@ class UserRequest(BaseModel):
 class JoinRequest(Strict):
     join_token: str
     identity_public_key: str
+    labels: dict[str, str] | None = None
+    """Labels Run proposes for its endpoint (`moonrun run join --label`); an admin's win."""
 
 
 class RegisterRequest(Strict):
@@ -157,10 +160,31 @@ class SetPasswordRequest(UserRequest):
     password: str
 
 
+LABELS_DESCRIPTION = (
+    "At most 32 labels; each key matches [a-z0-9]([a-z0-9._/-]{0,61}[a-z0-9])?, each value is "
+    "at most 128 characters without control characters (else 422 invalid_labels)"
+)
+"""The checks themselves are the domain's (`scheduling/labels.py`), so every door keeps them;
+the document states them too (`LABELS_SCHEMA`)."""
+LABELS_SCHEMA: dict[str, Any] = {
+    "maxProperties": MAX_LABELS,
+    "propertyNames": {"pattern": f"^{KEY_PATTERN.pattern}$"},
+    "additionalProperties": {"type": "string", "maxLength": MAX_VALUE_LENGTH},
+}
+
+
 class CreateServerRequest(UserRequest):
     name: str = NAME
     endpoint_id: str
     owner_id: str
+    labels: dict[str, str] | None = Field(
+        default=None, description=LABELS_DESCRIPTION, json_schema_extra=LABELS_SCHEMA
+    )
+
+
+class SetLabelsRequest(UserRequest):
+    labels: dict[str, str] = Field(description=LABELS_DESCRIPTION, json_schema_extra=LABELS_SCHEMA)
+    """The whole new map: it replaces the old one."""
 
 
 class AddAdminRequest(UserRequest):

@@ -27,6 +27,7 @@ from moonrun.http.schemas import (
     CreateJobsRequest,
     CreateServerRequest,
     CreateUserRequest,
+    SetLabelsRequest,
     SetPasswordRequest,
 )
 from moonrun.logs.protocol import LogPage
@@ -96,6 +97,14 @@ class JobsQuery(_Query):
     id_prefix: str | None = None
     limit: int = Field(default=50, ge=1, le=200)
     cursor: str | None = None
+
+
+class ServersQuery(_Query):
+    selector: str | None = Field(
+        default=None,
+        description="Only the servers whose labels, over their endpoint's, match this "
+        "label selector (k=v, k!=v, k in (a,b), k notin (a,b), k, !k; a comma is AND)",
+    )
 
 
 class JobReadQuery(_Query):
@@ -201,14 +210,25 @@ async def create_server(call: Call) -> ServerView:
         body.name,
         endpoint_id=body.endpoint_id,
         owner_id=body.owner_id,
+        labels=body.labels,
     )
     return await one_server_view(call, server)
 
 
 async def list_servers(call: Call) -> ServersAnswer:
-    """The servers the caller owns or administers (every server for platform admins)."""
-    servers = await as_caller(call, call.platform.directory.list_servers)
+    """The servers the caller owns or administers (every server for platform admins), those
+    matching `selector` when one is given."""
+    query: ServersQuery = call.query
+    servers = await as_caller(call, call.platform.directory.list_servers, query.selector)
     return {"servers": await server_views(call, servers)}
+
+
+async def set_server_labels(call: Call) -> ServerView:
+    """Replace the server's labels (its owner, its administrators or a platform admin)."""
+    body: SetLabelsRequest = call.body
+    directory, server_id = call.platform.directory, call.params["server_id"]
+    server = await as_caller(call, directory.set_server_labels, server_id, body.labels)
+    return await one_server_view(call, server)
 
 
 async def get_server(call: Call) -> ServerView:
@@ -275,6 +295,13 @@ async def undrain_endpoint(call: Call) -> EndpointView:
     """Grant the endpoint claims again (platform admins)."""
     service, endpoint_id = call.platform.service, call.params["endpoint_id"]
     return await as_caller(call, service.set_draining, endpoint_id, False)
+
+
+async def set_endpoint_labels(call: Call) -> EndpointView:
+    """Replace the endpoint's labels, whatever its Run proposed at join (platform admins)."""
+    body: SetLabelsRequest = call.body
+    service, endpoint_id = call.platform.service, call.params["endpoint_id"]
+    return await as_caller(call, service.set_endpoint_labels, endpoint_id, body.labels)
 
 
 async def remove_endpoint(call: Call) -> EndpointView:
@@ -633,7 +660,7 @@ ROUTES: tuple[Route, ...] = (
     ),
     Route(
         method="GET", path="/api/v1/servers", channel="user", auth="user", answer=ServersAnswer,
-        status=200, handler=list_servers,
+        status=200, handler=list_servers, query=ServersQuery,
     ),
     Route(
         method="GET", path="/api/v1/servers/{server_id}", channel="user", auth="user",
@@ -642,6 +669,10 @@ ROUTES: tuple[Route, ...] = (
     Route(
         method="DELETE", path="/api/v1/servers/{server_id}", channel="user", auth="user",
         answer=ServerView, status=200, handler=remove_server,
+    ),
+    Route(
+        method="PUT", path="/api/v1/servers/{server_id}/labels", channel="user", auth="user",
+        body=SetLabelsRequest, answer=ServerView, status=200, handler=set_server_labels,
     ),
     Route(
         method="POST", path="/api/v1/servers/{server_id}/admins", channel="user", auth="user",
@@ -667,6 +698,10 @@ ROUTES: tuple[Route, ...] = (
     Route(
         method="POST", path="/api/v1/endpoints/{endpoint_id}/undrain", channel="user", auth="user",
         answer=EndpointView, status=200, handler=undrain_endpoint,
+    ),
+    Route(
+        method="PUT", path="/api/v1/endpoints/{endpoint_id}/labels", channel="user", auth="user",
+        body=SetLabelsRequest, answer=EndpointView, status=200, handler=set_endpoint_labels,
     ),
     Route(
         method="DELETE", path="/api/v1/endpoints/{endpoint_id}", channel="user", auth="user",

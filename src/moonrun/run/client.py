@@ -453,15 +453,19 @@ async def join(
     timeout_s: float = 10,
     tries: int = JOIN_TRIES,
     backoff: Backoff = JOIN_BACKOFF,
+    labels: Mapping[str, str] | None = None,
 ) -> str:
-    """Burn a join token; returns the endpoint id.
+    """Burn a join token, proposing `labels` for the endpoint; returns the endpoint id.
 
     A try that got no answer is tried again with the same key: the platform takes the same
     token and key again as the same join (its answer may have been lost). When no try got an
     answer, `JoinUnconfirmed` if one may have reached the platform (the caller keeps the key
     for the next try), `Unreachable` if none did (nothing was ever connected).
     """
-    body = json.dumps({"join_token": token, "identity_public_key": public_key}).encode()
+    fields: dict[str, object] = {"join_token": token, "identity_public_key": public_key}
+    if labels:
+        fields["labels"] = dict(labels)
+    body = json.dumps(fields).encode()
     url = base_url.rstrip("/") + "/run/v1/join"
     delays = backoff.delays()
     delivered = False

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from moonrun.scheduling.labels import NO_LABELS, Labels
 from moonrun.scheduling.time import Instant
 
 
@@ -25,6 +26,8 @@ class Endpoint:
     current_session_id: str | None = None
     draining: bool = False
     """No new claims are granted to it; its running attempts finish."""
+    labels: Labels = NO_LABELS
+    """Set by platform admins, or proposed by its Run's join (`scheduling/labels.py`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,3 +82,5 @@ class Server:
     created_at: Instant
     admin_ids: tuple[str, ...] = ()
     version: int = 1
+    labels: Labels = NO_LABELS
+    """Set by its owner or a platform admin; they win over its endpoint's (`effective_labels`)."""

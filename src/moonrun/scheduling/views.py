@@ -120,6 +120,7 @@ def endpoint_view(endpoint: Endpoint, session: Session | None, now: Instant) -> 
         "capacity": live.capacity if live else None,
         "run_version": live.run_version if live else None,
         "draining": endpoint.draining,
+        "labels": dict(endpoint.labels),
     }
 
 
@@ -132,6 +133,7 @@ def server_view(server: Server, endpoint_online: bool) -> ServerView:
         "admin_ids": list(server.admin_ids),
         "created_at": format_instant(server.created_at),
         "endpoint_online": endpoint_online,
+        "labels": dict(server.labels),
     }
 
 

@@ -8,7 +8,9 @@ from enum import Enum
 from moonrun.clock import Clock
 from moonrun.errors import Contention, InvalidRequest, NotFound, ServerBusy, Unauthenticated
 from moonrun.scheduling.fingerprint import token_hash
+from moonrun.scheduling.labels import NO_LABELS, Labels, check_labels, effective_labels
 from moonrun.scheduling.records import Server, User
+from moonrun.scheduling.selectors import parse_selector
 from moonrun.security.access import (
     can_manage_admins,
     can_manage_jobs,
@@ -20,6 +22,8 @@ from moonrun.security.tokens import API_PREFIX, TokenSource
 from moonrun.service.checks import NAME_PATTERN
 from moonrun.store.protocol import Store
 
+ENDPOINT_READS = 8
+"""A selector reads its servers' endpoints one by one up to this many, else all at once."""
 BOOTSTRAP_ADMIN_NAME = "admin"
 BOOTSTRAP_TOKEN_MIN_LENGTH = 32
 """Characters a bootstrap token needs after its optional `mra_` prefix (a guessable admin
@@ -194,16 +198,52 @@ class Directory:
         self._store.set_user_disabled(user.id, disabled)
         return replace(user, disabled=disabled)
 
-    def list_servers(self, actor: User) -> list[Server]:
-        """The servers the actor may see: all for platform admins, else owned or administered."""
-        if actor.platform_admin:
-            return self._store.list_servers()
-        return self._store.servers_of_user(actor.id)
+    def list_servers(self, actor: User, selector: str | None = None) -> list[Server]:
+        """The servers the actor may see (all for platform admins, else owned or administered),
+        only those whose labels over their endpoint's match `selector` when one is given."""
+        chosen = None if selector is None else parse_selector(selector)
+        servers = (
+            self._store.list_servers()
+            if actor.platform_admin
+            else self._store.servers_of_user(actor.id)
+        )
+        if chosen is None or not chosen.requirements:
+            return servers
+        hosts = self._endpoint_labels({server.endpoint_id for server in servers})
 
-    def create_server(self, actor: User, name: str, *, endpoint_id: str, owner_id: str) -> Server:
-        """A platform admin creates a server on an endpoint, owned by a user."""
+        def labels_of(server: Server) -> dict[str, str]:
+            return effective_labels(hosts.get(server.endpoint_id, NO_LABELS), server.labels)
+
+        return [server for server in servers if chosen.matches(labels_of(server))]
+
+    def _endpoint_labels(self, endpoint_ids: set[str]) -> dict[str, Labels]:
+        # Past a few endpoints, one read of them all costs less than a read per endpoint (a
+        # platform admin's selector over a fleet).
+        many = len(endpoint_ids) > ENDPOINT_READS
+        found = (
+            self._store.list_endpoints()
+            if many
+            else [self._store.get_endpoint(endpoint_id) for endpoint_id in endpoint_ids]
+        )
+        return {
+            endpoint.id: endpoint.labels
+            for endpoint in found
+            if endpoint is not None and endpoint.id in endpoint_ids
+        }
+
+    def create_server(
+        self,
+        actor: User,
+        name: str,
+        *,
+        endpoint_id: str,
+        owner_id: str,
+        labels: object = None,
+    ) -> Server:
+        """A platform admin creates a server on an endpoint, owned by a user, with labels."""
         require_platform_admin(actor)
         _check_name(name)
+        checked = NO_LABELS if labels is None else check_labels(labels)
         if not isinstance(endpoint_id, str) or self._store.get_endpoint(endpoint_id) is None:
             raise NotFound("no such endpoint")
         if not isinstance(owner_id, str) or self._store.get_user(owner_id) is None:
@@ -214,9 +254,26 @@ class Directory:
             endpoint_id=endpoint_id,
             owner_id=owner_id,
             created_at=self._clock.now(),
+            labels=checked,
         )
         self._store.insert_server(server)
         return server
+
+    def set_server_labels(self, actor: User, server_id: str, labels: object) -> Server:
+        """Replace the server's labels (its owner, its administrators or a platform admin: those
+        who manage its jobs say what it is)."""
+        checked = check_labels(labels)
+        for _ in range(self._cas_retries):
+            server = self._store.get_server(server_id) if isinstance(server_id, str) else None
+            if server is None:
+                raise NotFound("no such server")
+            require(can_manage_jobs(actor, server))
+            if server.labels == checked:
+                return server
+            updated = replace(server, labels=checked, version=server.version + 1)
+            if self._store.replace_server(updated, server.version):
+                return updated
+        raise Contention()
 
     def get_server(self, actor: User, server_id: str) -> Server:
         server = self._store.get_server(server_id)

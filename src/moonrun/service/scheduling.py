@@ -47,6 +47,7 @@ from moonrun.scheduling import messages, retention
 from moonrun.scheduling import reconcile as reconcile_domain
 from moonrun.scheduling.fingerprint import JsonValue, canonical_json, token_hash
 from moonrun.scheduling.jobs import Job, JobState, RunResult
+from moonrun.scheduling.labels import NO_LABELS, check_labels, merge_proposed
 from moonrun.scheduling.messages import (
     AckAnswer,
     Caller,
@@ -203,14 +204,18 @@ class SchedulingService:
         self._store.insert_endpoint(endpoint)
         return EnrolledEndpoint(endpoint, join_token, expires_at)
 
-    def join_endpoint(self, join_token: str, identity_public_key: str) -> Endpoint:
-        """Run burns its join token and records its Ed25519 public key.
+    def join_endpoint(
+        self, join_token: str, identity_public_key: str, labels: object = None
+    ) -> Endpoint:
+        """Run burns its join token and records its Ed25519 public key, and the labels it
+        proposes under those an admin already set (`merge_proposed`).
 
         The same token with the same key again, within `join_replay_s` of the join, is the
         same join (its answer may have been lost): the same endpoint, nothing changed. Any
         other key is refused, as is everything once that window has passed.
         """
         key = checks.decode_public_key(identity_public_key)
+        proposed = NO_LABELS if labels is None else check_labels(labels)
         if not isinstance(join_token, str) or not join_token:
             raise JoinTokenInvalid()
         for _ in range(self._settings.cas_retries):
@@ -226,7 +231,11 @@ class SchedulingService:
             if endpoint is None or now >= endpoint.join_token_expires_at:
                 raise JoinTokenInvalid()
             joined = replace(
-                endpoint, identity_public_key=key, joined_at=now, version=endpoint.version + 1
+                endpoint,
+                identity_public_key=key,
+                joined_at=now,
+                version=endpoint.version + 1,
+                labels=merge_proposed(endpoint.labels, proposed),
             )
             if self._store.replace_endpoint(joined, endpoint.version):
                 return joined
@@ -454,6 +463,24 @@ class SchedulingService:
             updated = endpoint
             if endpoint.draining != draining:
                 updated = replace(endpoint, draining=draining, version=endpoint.version + 1)
+                if not self._store.replace_endpoint(updated, endpoint.version):
+                    continue
+            sid = updated.current_session_id
+            session = self._store.get_session(sid) if sid else None
+            return endpoint_view(updated, session, self._clock.now())
+        raise Contention()
+
+    def set_endpoint_labels(self, actor: User, endpoint_id: str, labels: object) -> EndpointView:
+        """A platform admin replaces an endpoint's labels (whatever its Run proposed)."""
+        require_platform_admin(actor)
+        checked = check_labels(labels)
+        for _ in range(self._settings.cas_retries):
+            endpoint = self._store.get_endpoint(endpoint_id)
+            if endpoint is None:
+                raise NotFound("no such endpoint")
+            updated = endpoint
+            if endpoint.labels != checked:
+                updated = replace(endpoint, labels=checked, version=endpoint.version + 1)
                 if not self._store.replace_endpoint(updated, endpoint.version):
                     continue
             sid = updated.current_session_id

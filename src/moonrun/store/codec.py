@@ -27,6 +27,7 @@ from moonrun.scheduling.jobs import (
     RunResult,
     Terminal,
 )
+from moonrun.scheduling.labels import NO_LABELS, Labels
 from moonrun.scheduling.records import Endpoint, Server, Session, User
 from moonrun.scheduling.retry import RetryPolicy
 from moonrun.store import schema
@@ -205,20 +206,38 @@ class FlatCodec(Generic[R]):
 
     def __init__(self, record: Callable[..., R], table: Table, *, extra: tuple[str, ...] = ()):
         self.columns = tuple(column.name for column in table.columns)
+        # A `labels` field is its `labels_json` column: the map as a JSON object (NULL: none).
+        self.labelled = "labels_json" in self.columns
+        self.plain = tuple(name for name in self.columns if name != "labels_json")
+        named = {*self.plain, "labels"} if self.labelled else set(self.columns)
         fields = {field.name for field in dataclasses.fields(record)}  # type: ignore[arg-type]
-        if fields - set(extra) != set(self.columns):
+        if fields - set(extra) != named:
             raise TypeError(f"{table.name} columns {self.columns} do not match {sorted(fields)}")
         # The SQL drivers answer booleans as 0/1.
         self.booleans = frozenset(c.name for c in table.columns if isinstance(c.type, Boolean))
         self.record = record
 
     def to_row(self, value: R) -> dict[str, Any]:
-        return {name: getattr(value, name) for name in self.columns}
+        row = {name: getattr(value, name) for name in self.plain}
+        if self.labelled:
+            row["labels_json"] = labels_to_json(value.labels)  # type: ignore[attr-defined]
+        return row
 
     def from_row(self, row: Row, **extra: Any) -> R:
         booleans = self.booleans
-        fields = {name: bool(row[name]) if name in booleans else row[name] for name in self.columns}
+        fields = {name: bool(row[name]) if name in booleans else row[name] for name in self.plain}
+        if self.labelled:
+            fields["labels"] = labels_from_json(row["labels_json"])
         return self.record(**fields, **extra)
+
+
+def labels_to_json(labels: Labels) -> str | None:
+    return None if not labels else json.dumps(dict(labels), separators=(",", ":"))
+
+
+def labels_from_json(text: str | None) -> Labels:
+    # Stored labels were checked when they were set: only their order is restored.
+    return NO_LABELS if not text else tuple(sorted(json.loads(text).items()))
 
 
 _endpoints = FlatCodec(Endpoint, schema.endpoints)

@@ -135,6 +135,7 @@ endpoints = Table(
     Column("generation", BigInteger, nullable=False),
     Column("current_session_id", ID),
     Column("draining", Boolean, nullable=False, server_default=text("0")),
+    Column("labels_json", Text),
     **TABLE_OPTIONS,
 )
 
@@ -196,6 +197,7 @@ servers = Table(
     Column("owner_id", ID, nullable=False),
     Column("created_at", BigInteger, nullable=False),
     Column("version", BigInteger, nullable=False),
+    Column("labels_json", Text),
     Index("ix_servers_owner", "owner_id"),
     **TABLE_OPTIONS,
 )
@@ -364,7 +366,17 @@ def _owner_turns_v8(connection: Connection) -> None:
         connection.execute(text(OWNER_CLAIM_INDEX))
 
 
-def _retention_v9(connection: Connection) -> None:
+def _labels_v9(connection: Connection) -> None:
+    """Labels on endpoints and servers (docs/protocol.md, "Labels"): a JSON object each, NULL
+    (no labels) for every existing row. Selectors are matched in the service, over the few
+    servers a caller may see, so no index is needed."""
+    inspector = inspect(connection)
+    for table in ("endpoints", "servers"):
+        if "labels_json" not in {c["name"] for c in inspector.get_columns(table)}:
+            connection.execute(text(f"ALTER TABLE {table} ADD COLUMN labels_json TEXT"))
+
+
+def _retention_v10(connection: Connection) -> None:
     """Retention (docs/operations.md, "Retention"): finished jobs by when they ended, and the
     idempotency record of a job, so that deleting a batch of jobs reads only their rows."""
     inspector = inspect(connection)
@@ -387,7 +399,8 @@ MIGRATIONS: Final[Sequence[Callable[[Connection], None]]] = (
     _kinds_v6,
     _owners_v7,
     _owner_turns_v8,
-    _retention_v9,
+    _labels_v9,
+    _retention_v10,
 )
 """Migration n (1-based) brings the schema from version n-1 to n; never edit a shipped one.
 

@@ -7,7 +7,7 @@ from urllib.parse import quote
 from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 
-from moonrun.errors import MoonrunError, NotFound
+from moonrun.errors import InvalidSelector, MoonrunError, NotFound
 from moonrun.scheduling.records import User
 from moonrun.scheduling.views import server_view, user_view
 from moonrun.security.access import can_manage_admins, require
@@ -27,18 +27,29 @@ router = APIRouter(include_in_schema=False)
 
 
 @router.get("/servers")
-async def servers_page(request: Request, done: str | None = None) -> Response:
+async def servers_page(
+    request: Request, done: str | None = None, selector: str | None = None
+) -> Response:
     user = await signed_in(request)
-    return await _servers(request, user, notice=notice_of(done))
+    return await _servers(request, user, notice=notice_of(done), selector=selector or "")
 
 
 async def _servers(
-    request: Request, user: User, *, notice: str = "", problem: MoonrunError | None = None
+    request: Request,
+    user: User,
+    *,
+    notice: str = "",
+    problem: MoonrunError | None = None,
+    selector: str = "",
 ) -> Response:
-    """The servers page, with what a form did or why it did not."""
+    """The servers page (those matching `selector`), with what a form did or why it did not."""
     platform = platform_of(request)
     directory, service = platform.directory, platform.service
-    servers = await on_user_channel(request, directory.list_servers, user)
+    try:
+        servers = await on_user_channel(request, directory.list_servers, user, selector or None)
+    except InvalidSelector as error:
+        # Said on the page, above the form holding the selector to correct.
+        servers, problem = [], error
     ids = {s.owner_id for s in servers} | {a for s in servers for a in s.admin_ids}
     names = await on_user_channel(request, directory.names_of, ids)
     online = await on_user_channel(
@@ -65,6 +76,7 @@ async def _servers(
         servers=rows,
         endpoints=endpoints,
         people=people,
+        selector=selector,
     )
 
 

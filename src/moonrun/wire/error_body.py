@@ -19,7 +19,7 @@ class ErrorDetail(TypedDict):
     message: str
     """For people; not API."""
     fields: NotRequired[list[FieldProblem]]
-    """With `invalid_payload`: each field that does not fit the kind's schema."""
+    """With `invalid_payload`, `invalid_labels` and `invalid_selector`: each bad field."""
 
 
 class ErrorBody(TypedDict):

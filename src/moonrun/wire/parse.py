@@ -8,8 +8,9 @@ name are left alone (a newer platform may send more); a `NotRequired` key may be
 Hand-written, not pydantic: Run must not load pydantic (its start-up time,
 tests/project/test_layers.py), and the shapes keep to a small grammar that a check compiled
 once per shape covers: `str`, `int`, `float` (an integer too), `bool`, `None`, `X | None`,
-`list[X]`, `Any`, and TypedDicts of these. A declaration outside it fails when its check is
-compiled (`TypeError`), which the tests do for every shape.
+`list[X]`, `dict[str, X]` (a map such as labels), `Any`, and TypedDicts of these. A
+declaration outside it fails when its check is compiled (`TypeError`), which the tests do for
+every shape.
 """
 
 from __future__ import annotations
@@ -60,6 +61,8 @@ def _compile(annotation: object) -> Check:
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin is list and len(args) == 1:
         return _list_check(check_of(args[0]))
+    if origin is dict and len(args) == 2 and args[0] is str:
+        return _map_check(check_of(args[1]))
     if origin in (types.UnionType, typing.Union) and type(None) in args and len(args) == 2:
         (inner,) = (arg for arg in args if arg is not type(None))
         return _optional_check(check_of(inner))
@@ -107,6 +110,20 @@ def _list_check(item: Check) -> Check:
             problem = item(element)
             if problem is not None:
                 return f"[{index}]{problem[0]}", problem[1]
+        return None
+
+    return check
+
+
+def _map_check(item: Check) -> Check:
+    # JSON object keys are always strings: only the values need checking.
+    def check(value: object) -> Problem | None:
+        if type(value) is not dict:
+            return "", f"expected an object, got {_kind(value)}"
+        for key, element in value.items():
+            problem = item(element)
+            if problem is not None:
+                return f".{key}{problem[0]}", problem[1]
         return None
 
     return check

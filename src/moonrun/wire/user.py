@@ -105,6 +105,8 @@ class EndpointView(TypedDict):
     run_version: str | None
     draining: bool
     """No new claims are granted to it (docs/protocol.md, "Endpoints")."""
+    labels: dict[str, str]
+    """Set by platform admins, or proposed by its Run at join (docs/protocol.md, "Labels")."""
 
 
 class ServerView(TypedDict):
@@ -116,6 +118,9 @@ class ServerView(TypedDict):
     created_at: str
     endpoint_online: bool
     """Whether the Run of the server's endpoint holds a live session now."""
+    labels: dict[str, str]
+    """The server's own labels; selectors match them over its endpoint's (docs/protocol.md,
+    "Labels")."""
 
 
 class UserView(TypedDict):

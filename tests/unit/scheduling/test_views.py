@@ -71,6 +71,7 @@ ENDPOINT_KEYS = {
     "last_seen_at",
     "capacity",
     "run_version",
+    "labels",
 }
 
 GENERATION_MARKER = 918_273_645
@@ -366,6 +367,7 @@ def test_endpoint_with_a_live_current_session_is_online() -> None:
         "last_seen_at": "2026-05-28T20:26:42.500Z",
         "capacity": 8,
         "run_version": "0.1.0",
+        "labels": {},
     }
     assert expected == endpoint_view(endpoint(), session(), T0 + 49_999)
 
@@ -430,5 +432,6 @@ def test_server_view_lists_its_admins() -> None:
         "admin_ids": ["u-2", "u-3"],
         "created_at": "2026-05-28T20:26:40.000Z",
         "endpoint_online": True,
+        "labels": {},
     }
     assert expected == server_view(server, endpoint_online=True)

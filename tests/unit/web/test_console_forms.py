@@ -489,7 +489,7 @@ def test_a_platform_admin_creates_a_server_from_the_servers_page(con: Console) -
 def test_only_platform_admins_see_the_create_server_form(con: Console) -> None:
     """An owner's servers page has no create form; posting it anyway is the 403 page."""
     olive = con.client("olive")
-    assert 'action="/servers"' not in olive.get("/servers").text
+    assert 'method="post" action="/servers"' not in olive.get("/servers").text
     fields = {"name": "x-1", "endpoint_id": con.run.endpoint_id, "owner_id": user_id(con, "olive")}
     refused = post(olive, "/servers", "/servers", **fields)
     assert error_page(refused)[3] == "403"
