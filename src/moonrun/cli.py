@@ -362,11 +362,11 @@ def platform_serve(
     from moonrun.wiring.app import create_app
     from moonrun.wiring.settings import PlatformConfig, build_platform, parse_retention
 
-    jsonlog.configure(log_level)
-    try:
+    try:  # before the logs are configured: a usage error changes nothing
         retain_finished_s = parse_retention(retain_finished)
     except ValueError as error:
         raise usage_error(str(error)) from None
+    jsonlog.configure(log_level)
     bootstrap_token = os.environ.get("MOONRUN_BOOTSTRAP_ADMIN_TOKEN") or None
     if bootstrap_token is not None:
         try:
