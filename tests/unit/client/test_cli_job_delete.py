@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 from typer.testing import CliRunner, Result
 
@@ -90,3 +91,20 @@ def test_the_client_deletes_a_finished_job_and_raises_typed_errors(terminal: Ter
             client.delete(job_id)
 
     assert (deleted.id, deleted.state) == (job_id, "cancelled")
+
+
+def test_a_delete_retried_after_a_lost_answer_says_the_first_try_may_have_deleted_it() -> None:
+    """A 404 to a retried delete is raised, saying the first try may have deleted the job."""
+    answers = iter([(503, "store_unavailable"), (404, "not_found")])
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        status, code = next(answers)
+        return httpx.Response(status, json={"error": {"code": code, "message": "no such job"}})
+
+    client = Client(
+        "http://platform", "t", transport=httpx.MockTransport(answer), sleep=lambda _: None
+    )
+    with client, pytest.raises(NotFound) as raised:
+        client.delete("job_1")
+
+    assert "the first try may have deleted it" in raised.value.message
