@@ -83,6 +83,21 @@ class Scene:
         assert response.status_code == 200, response.text
         return self.other_job_id
 
+    def schedule_of(self, server_id: str, token: str) -> str:
+        """A new schedule of that server, made by `token`'s user."""
+        body = {"name": unique_name("nightly"), "cron": "@daily", "job": {"kind": "noop"}}
+        path = f"/api/v1/servers/{server_id}/schedules"
+        response = self.cast.world.api("POST", path, token=token, json=body)
+        assert response.status_code == 201, response.text
+        schedule_id: str = response.json()["id"]
+        return schedule_id
+
+    def web1_schedule(self) -> str:
+        return self.schedule_of(self.cast.server_id, self.cast.owner[1])
+
+    def db1_schedule(self) -> str:
+        return self.schedule_of(self.cast.other_server_id, self.cast.stranger[1])
+
     def job_with_artifact(self) -> str:
         """The scene's job, now running with a complete artifact `result.txt`."""
         job_id = self.running_job_id()
@@ -747,6 +762,186 @@ ROWS: tuple[Row, ...] = (
         "/api/v1/jobs/{job_id}/artifacts/{name}",
         lambda s: f"/api/v1/jobs/{MISSING_JOB}/artifacts/result.txt",
         (NOT_FOUND, NOT_FOUND, NOT_FOUND, NOT_FOUND, UNAUTH, UNAUTH),
+    ),
+    # -- schedules: the server's owner and administrators, platform admins -------------------
+    Row(
+        "create schedule on web-1",
+        "POST",
+        "/api/v1/servers/{server_id}/schedules",
+        lambda s: f"/api/v1/servers/{web1(s)}/schedules",
+        (CREATED, CREATED, CREATED, FORBIDDEN, UNAUTH, UNAUTH),
+        body=lambda s: {"name": unique_name("s"), "cron": "@hourly", "job": {"kind": "noop"}},
+        writes=True,
+    ),
+    Row(
+        "create schedule on missing server",
+        "POST",
+        "/api/v1/servers/{server_id}/schedules",
+        lambda s: f"/api/v1/servers/{MISSING_SERVER}/schedules",
+        (NOT_FOUND, NOT_FOUND, NOT_FOUND, NOT_FOUND, UNAUTH, UNAUTH),
+        body=lambda s: {"name": unique_name("s"), "cron": "@hourly", "job": {"kind": "noop"}},
+        writes=True,
+    ),
+    Row(
+        "list schedules",
+        "GET",
+        "/api/v1/schedules",
+        lambda s: "/api/v1/schedules",
+        (OK, OK, OK, OK, UNAUTH, UNAUTH),
+    ),
+    Row(
+        "list schedules of web-1",
+        "GET",
+        "/api/v1/schedules",
+        lambda s: f"/api/v1/schedules?server={web1(s)}",
+        (OK, OK, OK, FORBIDDEN, UNAUTH, UNAUTH),
+    ),
+    Row(
+        "read schedule of web-1",
+        "GET",
+        "/api/v1/schedules/{schedule_id}",
+        lambda s: f"/api/v1/schedules/{s.web1_schedule()}",
+        (OK, OK, OK, FORBIDDEN, UNAUTH, UNAUTH),
+        writes=True,
+    ),
+    Row(
+        "read schedule of db-1",
+        "GET",
+        "/api/v1/schedules/{schedule_id}",
+        lambda s: f"/api/v1/schedules/{s.db1_schedule()}",
+        (OK, FORBIDDEN, FORBIDDEN, OK, UNAUTH, UNAUTH),
+        writes=True,
+    ),
+    Row(
+        "read missing schedule",
+        "GET",
+        "/api/v1/schedules/{schedule_id}",
+        lambda s: "/api/v1/schedules/sch_doesnotexist0000",
+        (NOT_FOUND, NOT_FOUND, NOT_FOUND, NOT_FOUND, UNAUTH, UNAUTH),
+        writes=True,
+    ),
+    Row(
+        "change schedule of web-1",
+        "PATCH",
+        "/api/v1/schedules/{schedule_id}",
+        lambda s: f"/api/v1/schedules/{s.web1_schedule()}",
+        (OK, OK, OK, FORBIDDEN, UNAUTH, UNAUTH),
+        body=lambda s: {"name": "renamed"},
+        writes=True,
+    ),
+    Row(
+        "change schedule of db-1",
+        "PATCH",
+        "/api/v1/schedules/{schedule_id}",
+        lambda s: f"/api/v1/schedules/{s.db1_schedule()}",
+        (OK, FORBIDDEN, FORBIDDEN, OK, UNAUTH, UNAUTH),
+        body=lambda s: {"name": "renamed"},
+        writes=True,
+    ),
+    Row(
+        "change missing schedule",
+        "PATCH",
+        "/api/v1/schedules/{schedule_id}",
+        lambda s: "/api/v1/schedules/sch_doesnotexist0000",
+        (NOT_FOUND, NOT_FOUND, NOT_FOUND, NOT_FOUND, UNAUTH, UNAUTH),
+        body=lambda s: {"name": "renamed"},
+        writes=True,
+    ),
+    Row(
+        "delete schedule of web-1",
+        "DELETE",
+        "/api/v1/schedules/{schedule_id}",
+        lambda s: f"/api/v1/schedules/{s.web1_schedule()}",
+        (OK, OK, OK, FORBIDDEN, UNAUTH, UNAUTH),
+        writes=True,
+    ),
+    Row(
+        "delete schedule of db-1",
+        "DELETE",
+        "/api/v1/schedules/{schedule_id}",
+        lambda s: f"/api/v1/schedules/{s.db1_schedule()}",
+        (OK, FORBIDDEN, FORBIDDEN, OK, UNAUTH, UNAUTH),
+        writes=True,
+    ),
+    Row(
+        "delete missing schedule",
+        "DELETE",
+        "/api/v1/schedules/{schedule_id}",
+        lambda s: "/api/v1/schedules/sch_doesnotexist0000",
+        (NOT_FOUND, NOT_FOUND, NOT_FOUND, NOT_FOUND, UNAUTH, UNAUTH),
+        writes=True,
+    ),
+    Row(
+        "pause schedule of web-1",
+        "POST",
+        "/api/v1/schedules/{schedule_id}/pause",
+        lambda s: f"/api/v1/schedules/{s.web1_schedule()}/pause",
+        (OK, OK, OK, FORBIDDEN, UNAUTH, UNAUTH),
+        writes=True,
+    ),
+    Row(
+        "pause schedule of db-1",
+        "POST",
+        "/api/v1/schedules/{schedule_id}/pause",
+        lambda s: f"/api/v1/schedules/{s.db1_schedule()}/pause",
+        (OK, FORBIDDEN, FORBIDDEN, OK, UNAUTH, UNAUTH),
+        writes=True,
+    ),
+    Row(
+        "pause missing schedule",
+        "POST",
+        "/api/v1/schedules/{schedule_id}/pause",
+        lambda s: "/api/v1/schedules/sch_doesnotexist0000/pause",
+        (NOT_FOUND, NOT_FOUND, NOT_FOUND, NOT_FOUND, UNAUTH, UNAUTH),
+        writes=True,
+    ),
+    Row(
+        "resume schedule of web-1",
+        "POST",
+        "/api/v1/schedules/{schedule_id}/resume",
+        lambda s: f"/api/v1/schedules/{s.web1_schedule()}/resume",
+        (OK, OK, OK, FORBIDDEN, UNAUTH, UNAUTH),
+        writes=True,
+    ),
+    Row(
+        "resume schedule of db-1",
+        "POST",
+        "/api/v1/schedules/{schedule_id}/resume",
+        lambda s: f"/api/v1/schedules/{s.db1_schedule()}/resume",
+        (OK, FORBIDDEN, FORBIDDEN, OK, UNAUTH, UNAUTH),
+        writes=True,
+    ),
+    Row(
+        "resume missing schedule",
+        "POST",
+        "/api/v1/schedules/{schedule_id}/resume",
+        lambda s: "/api/v1/schedules/sch_doesnotexist0000/resume",
+        (NOT_FOUND, NOT_FOUND, NOT_FOUND, NOT_FOUND, UNAUTH, UNAUTH),
+        writes=True,
+    ),
+    Row(
+        "trigger schedule of web-1",
+        "POST",
+        "/api/v1/schedules/{schedule_id}/trigger",
+        lambda s: f"/api/v1/schedules/{s.web1_schedule()}/trigger",
+        (OK, OK, OK, FORBIDDEN, UNAUTH, UNAUTH),
+        writes=True,
+    ),
+    Row(
+        "trigger schedule of db-1",
+        "POST",
+        "/api/v1/schedules/{schedule_id}/trigger",
+        lambda s: f"/api/v1/schedules/{s.db1_schedule()}/trigger",
+        (OK, FORBIDDEN, FORBIDDEN, OK, UNAUTH, UNAUTH),
+        writes=True,
+    ),
+    Row(
+        "trigger missing schedule",
+        "POST",
+        "/api/v1/schedules/{schedule_id}/trigger",
+        lambda s: "/api/v1/schedules/sch_doesnotexist0000/trigger",
+        (NOT_FOUND, NOT_FOUND, NOT_FOUND, NOT_FOUND, UNAUTH, UNAUTH),
+        writes=True,
     ),
 )
 

@@ -105,7 +105,7 @@ class Canary:
         ids = {
             key: kwargs.pop(key)
             for key in list(kwargs)
-            if key in ("server_id", "job_id", "user_id", "endpoint_id", "name")
+            if key in ("server_id", "job_id", "user_id", "endpoint_id", "name", "schedule_id")
         }
         path = route.format(**ids) + (f"?{query}" if query else "")
         response = self.world.api(method, path, token=token, **kwargs)
@@ -327,6 +327,7 @@ def build_canary(world: HttpWorld) -> Canary:
     rerun = c.call("POST", "/api/v1/jobs/{job_id}/rerun", token=owner, job_id=timeout)
     assert rerun.status_code == 201, rerun.text
     read_everything(c, jobs, web1, (owner,))
+    schedules(c, web1, owner)
     access_lifecycle(c, host_a, owner)
     removals(c, (web1, web2.json()["id"]), (host_a, host_c), helper)
 
@@ -334,6 +335,33 @@ def build_canary(world: HttpWorld) -> Canary:
         response = world.client.get(path)
         c.seen.append(Seen(f"GET {path} (no token) -> {response.status_code}", response))
     return c
+
+
+def schedules(c: Canary, server_id: str, owner: str) -> None:
+    """A schedule whose job carries the marked payload, through every schedule route: its view
+    shows the job's kind and options, never the payload."""
+    body = {"name": "canary nightly", "cron": "@daily", "job": {"kind": "noop", "payload": PAYLOAD}}
+    made = c.call(
+        "POST", "/api/v1/servers/{server_id}/schedules", token=owner, server_id=server_id, json=body
+    )
+    assert made.status_code == 201, made.text
+    schedule_id = made.json()["id"]
+    c.call("GET", "/api/v1/schedules", token=owner)
+    c.call("GET", "/api/v1/schedules/{schedule_id}", token=owner, schedule_id=schedule_id)
+    c.call(
+        "PATCH",
+        "/api/v1/schedules/{schedule_id}",
+        token=owner,
+        schedule_id=schedule_id,
+        json={"job": {"kind": "noop", "payload": PAYLOAD}},
+    )
+    for action in ("pause", "resume", "trigger"):
+        answer = c.call(
+            "POST", f"/api/v1/schedules/{{schedule_id}}/{action}", token=owner,
+            schedule_id=schedule_id,
+        )  # fmt: skip
+        assert answer.status_code == 200, answer.text
+    c.call("DELETE", "/api/v1/schedules/{schedule_id}", token=owner, schedule_id=schedule_id)
 
 
 def access_lifecycle(c: Canary, endpoint_id: str, other: str) -> None:

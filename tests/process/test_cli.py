@@ -389,3 +389,36 @@ def test_job_rerun_waits_for_the_new_job_and_list_finds_it_by_kind(
     assert (rerun.code, again["state"], again["kind"]) == (0, "succeeded", "command")
     assert {first["id"], again["id"]} <= by_kind
     assert by_prefix == [again["id"]]
+
+
+def test_schedule_verbs_create_list_trigger_pause_resume_and_delete(
+    shell: Shell, server_id: str
+) -> None:
+    """`schedule create` shows the next times; `trigger` fires a job that runs; a bad cron is
+    one line naming the token; pause, resume and delete answer the schedule."""
+    made = shell.json(
+        "schedule", "create", server_id, "--name", "nightly", "--cron", "30 2 * * *",
+        "--timezone", "Europe/Berlin", "--kind", "noop",
+    )  # fmt: skip
+    bad = shell(
+        "schedule", "create", server_id, "--name", "x", "--cron", "61 * * * *", "--kind", "noop"
+    )
+    listed = shell.json("schedule", "list", "--server", server_id)
+    table = shell.ok("schedule", "list").out
+    triggered = shell.json("schedule", "trigger", made["id"])
+    ended = shell.json("job", "wait", triggered["job_id"])
+    paused = shell.json("schedule", "pause", made["id"])
+    resumed = shell.json("schedule", "resume", made["id"])
+    shown = shell.ok("schedule", "show", made["id"]).out
+    shell.ok("schedule", "delete", made["id"])
+    gone = shell("schedule", "show", made["id"])
+
+    assert len(made["next_times"]) == 5
+    assert "cron minute: '61'" in one_error_line(bad, "invalid_request")
+    assert [s["id"] for s in listed] == [made["id"]]
+    assert "nightly" in table
+    assert ended["state"] == "succeeded"
+    assert ended["schedule"]["id"] == made["id"]
+    assert (paused["paused"], resumed["paused"]) == (True, False)
+    assert triggered["job_id"] in shown
+    one_error_line(gone, "not_found")

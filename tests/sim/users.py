@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from moonrun.errors import MoonrunError
 from moonrun.run.client import TRANSIENT
 from moonrun.scheduling.records import Server, User
-from moonrun.service.scheduling import JobSpec
+from moonrun.service.specs import JobSpec
 from tests.sim.kernel import Body, Call, LocalClock, Node, Resume, Sleep
 
 if TYPE_CHECKING:

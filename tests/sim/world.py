@@ -22,7 +22,8 @@ from typing import Any
 from moonrun.clock import ManualClock
 from moonrun.errors import PlatformUnreachable
 from moonrun.service.config import SchedulingSettings
-from moonrun.service.scheduling import JobSpec, SchedulingService
+from moonrun.service.scheduling import SchedulingService
+from moonrun.service.specs import JobSpec
 from tests.sim.checker import Violation, check
 from tests.sim.history import History
 from tests.sim.kernel import Call, Node, Resume, Scheduler

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import threading
+import time
 from functools import partial
 
 from moonrun.clock import SystemClock
@@ -162,6 +163,40 @@ def race(url: str, session_id: str) -> None:
     store.close()
 
 
+class FastClock:
+    """Wall time `speed` times faster, from `start` at wall second `origin_s`: every child of
+    one test reads the same clock, so it never goes back across kills."""
+
+    def __init__(self, origin_s: float, start: int, speed: float) -> None:
+        self._origin_s, self._start, self._speed = origin_s, start, speed
+
+    def now(self) -> int:
+        return self._start + int((time.time() - self._origin_s) * 1000 * self._speed)
+
+
+def fire_schedules(url: str, origin_s: str, start: str, speed: str, threads: str = "2") -> None:
+    """Decide due schedules forever from `threads` threads (firing passes racing as on two
+    platforms), on a clock `speed` times faster than the wall's."""
+    store = open_store(url)
+    clock = FastClock(float(origin_s), int(start), float(speed))
+    service = SchedulingService(store, clock, SystemTokenSource(), SETTINGS)
+
+    def fire() -> None:
+        while True:
+            service.schedules.fire_due()
+
+    firers = [threading.Thread(target=fire, daemon=True) for _ in range(int(threads))]
+    print("ready", flush=True)
+    for firer in firers:
+        firer.start()
+    threading.Event().wait()
+
+
 if __name__ == "__main__":
     command, *args = sys.argv[1:]
-    {"crash": crash, "crash-loop": crash_loop, "race": race}[command](*args)
+    {
+        "crash": crash,
+        "crash-loop": crash_loop,
+        "race": race,
+        "fire-schedules": fire_schedules,
+    }[command](*args)

@@ -2,7 +2,8 @@
 
 `library.py` is the client (httpx; imports only `moonrun.errors`, `moonrun.backoff` and the
 profiles),
-`verbs.py` the `login`, `job`, `endpoint`, `user` and `server` verbs built on it, and
+`verbs.py` the `login`, `job`, `endpoint`, `user` and `server` verbs built on it,
+`schedule_verbs.py` the `schedule` verbs, and
 `profiles.py` the profiles `moonrun login` saves. `moonrun.cli` only wires the verbs in.
 """
 
@@ -15,6 +16,7 @@ from moonrun.client.library import (
     Kinds,
     LogLine,
     PlatformError,
+    Schedule,
     Server,
     Unreachable,
     User,
@@ -30,6 +32,7 @@ __all__ = [
     "Kinds",
     "LogLine",
     "PlatformError",
+    "Schedule",
     "Server",
     "Unreachable",
     "User",

@@ -238,6 +238,44 @@ class Server:
 
 
 @dataclass(frozen=True)
+class Schedule:
+    """A server's recurring job: its calendar, what each firing creates, and how it went."""
+
+    id: str
+    server_id: str
+    name: str
+    cron: str
+    timezone: str
+    kind: str
+    overlap: str
+    paused: bool
+    next_times: tuple[datetime, ...]
+    skipped: int
+    missed: int
+    last_job_id: str | None
+    data: dict[str, Any]
+
+    @classmethod
+    def of(cls, data: dict[str, Any]) -> Schedule:
+        last = data.get("last_firing")
+        return cls(
+            id=data["id"],
+            server_id=data["server_id"],
+            name=data["name"],
+            cron=data["cron"],
+            timezone=data["timezone"],
+            kind=data["job"]["kind"],
+            overlap=data["overlap"],
+            paused=data["paused"],
+            next_times=tuple(_instant(t) for t in data["next_times"]),
+            skipped=data["skipped"],
+            missed=data["missed"],
+            last_job_id=last["job_id"] if last else None,
+            data=data,
+        )
+
+
+@dataclass(frozen=True)
 class LogLine:
     """One line of an attempt's log; `ts` is the RFC 3339 text Run wrote."""
 
@@ -659,6 +697,76 @@ class Client:
         """Remove a server (its owner or a platform admin); `ServerBusy` while any of its jobs
         has not ended: cancel them first."""
         return Server.of(self._request("DELETE", f"/api/v1/servers/{server_id}"))
+
+    # -- schedules -----------------------------------------------------------------------------
+
+    def create_schedule(
+        self,
+        server_id: str,
+        name: str,
+        cron: str,
+        kind: str,
+        payload: dict[str, Any] | None = None,
+        *,
+        timezone: str = "UTC",
+        overlap: str = "skip",
+        catchup_window_s: int = 60,
+        paused: bool = False,
+        max_attempts: int | None = None,
+        backoff: dict[str, float] | None = None,
+    ) -> Schedule:
+        """A schedule that creates a `kind` job at every time of `cron` (5 fields or a macro
+        such as `@daily`) in `timezone`; `overlap` is `skip`, `allow` or `cancel_previous`."""
+        job: dict[str, Any] = {"kind": kind}
+        for name_, value in (("payload", payload), ("max_attempts", max_attempts)):
+            if value is not None:
+                job[name_] = value
+        if backoff is not None:
+            job["backoff"] = backoff
+        body = {
+            "name": name,
+            "cron": cron,
+            "timezone": timezone,
+            "job": job,
+            "overlap": overlap,
+            "catchup_window_s": catchup_window_s,
+            "paused": paused,
+        }
+        path = f"/api/v1/servers/{server_id}/schedules"
+        return Schedule.of(self._request("POST", path, json=body))
+
+    def schedules(self, server_id: str | None = None) -> list[Schedule]:
+        """The schedules of the servers whose jobs you manage (or of one server)."""
+        params = {} if server_id is None else {"server": server_id}
+        answer = self._request("GET", "/api/v1/schedules", params=params)
+        return [Schedule.of(s) for s in answer["schedules"]]
+
+    def schedule(self, schedule_id: str) -> Schedule:
+        return Schedule.of(self._request("GET", f"/api/v1/schedules/{schedule_id}"))
+
+    def change_schedule(self, schedule_id: str, **changes: Any) -> Schedule:
+        """Change some of `name`, `cron`, `timezone`, `job`, `overlap`, `catchup_window_s`,
+        `paused`; a new calendar starts after now."""
+        path = f"/api/v1/schedules/{schedule_id}"
+        return Schedule.of(self._request("PATCH", path, json=changes))
+
+    def pause_schedule(self, schedule_id: str) -> Schedule:
+        return Schedule.of(self._request("POST", f"/api/v1/schedules/{schedule_id}/pause"))
+
+    def resume_schedule(self, schedule_id: str) -> Schedule:
+        """Fire again: at most one catch-up firing, for the latest time missed while paused
+        if it lies within the catch-up window."""
+        return Schedule.of(self._request("POST", f"/api/v1/schedules/{schedule_id}/resume"))
+
+    def trigger_schedule(self, schedule_id: str) -> tuple[Schedule, str | None]:
+        """Fire now, outside the calendar, under the overlap policy: the schedule and the job
+        made (None when the policy skipped it)."""
+        answer = self._request("POST", f"/api/v1/schedules/{schedule_id}/trigger")
+        return Schedule.of(answer["schedule"]), answer["job_id"]
+
+    def delete_schedule(self, schedule_id: str) -> Schedule:
+        """Delete a schedule; its jobs stay."""
+        return Schedule.of(self._request("DELETE", f"/api/v1/schedules/{schedule_id}"))
 
     # -- jobs ----------------------------------------------------------------------------------
 

@@ -333,7 +333,7 @@ class CommandTail(typer.core.TyperCommand):
         return super().parse_args(ctx, args)
 
 
-def _payload(text_or_file: str | None) -> dict[str, Any] | None:
+def read_payload(text_or_file: str | None) -> dict[str, Any] | None:
     if text_or_file is None:
         return None
     try:
@@ -385,7 +385,7 @@ def job_submit(
     """Queue a job on a server: `submit SERVER KIND`, or `submit SERVER -- CMD ARG...` for a
     `command` job whose payload is {"argv": [CMD, ARG...]}. With --wait or --follow, a
     platform restart of up to --outage-grace seconds is ridden through."""
-    body = _payload(payload)
+    body = read_payload(payload)
     tail: list[str] | None = ctx.meta.get(TAIL)
     if tail is not None:
         if kind is not None:

@@ -209,6 +209,37 @@ class CreateJobRequest(UserRequest):
     not_before: str | None = None
 
 
+class ScheduleJobRequest(UserRequest):
+    """The job each firing of a schedule creates: a create's fields but `not_before`."""
+
+    kind: str = Field(pattern=KIND_PATTERN.pattern)
+    payload: dict[str, Any] | None = None
+    max_attempts: int | None = None
+    backoff: BackoffModel | None = None
+
+
+class CreateScheduleRequest(UserRequest):
+    name: str
+    cron: str
+    timezone: str = "UTC"
+    job: ScheduleJobRequest
+    overlap: str = "skip"
+    catchup_window_s: int = 60
+    paused: bool = False
+
+
+class ChangeScheduleRequest(UserRequest):
+    """Only the fields given change; a new `cron` or `timezone` starts the calendar after now."""
+
+    name: str | None = None
+    cron: str | None = None
+    timezone: str | None = None
+    job: ScheduleJobRequest | None = None
+    overlap: str | None = None
+    catchup_window_s: int | None = None
+    paused: bool | None = None
+
+
 class CreateJobsRequest(UserRequest):
     jobs: list[CreateJobRequest] = Field(min_length=1, max_length=1000)
 

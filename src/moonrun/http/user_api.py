@@ -38,7 +38,7 @@ from moonrun.scheduling.time import format_instant, parse_instant
 from moonrun.scheduling.views import endpoint_view, job_view, server_view, user_view
 from moonrun.service.answers import CancelOutcome
 from moonrun.service.retention import job_data
-from moonrun.service.scheduling import JobSpec
+from moonrun.service.specs import JobSpec
 from moonrun.wire.user import (
     ArtifactsAnswer,
     CancelEntry,

@@ -299,6 +299,10 @@ class Job:
     terminal: Terminal | None = None
     reconcile: ReconcileMark | None = None
     history: tuple[AttemptSummary, ...] = ()
+    schedule_id: str | None = None
+    """The schedule whose firing made the job, if one did."""
+    scheduled_for: Instant | None = None
+    """The calendar time (or trigger time) of that firing."""
 
     @property
     def max_attempts(self) -> int:
@@ -373,6 +377,8 @@ def create_job(
     policy: RetryPolicy,
     now: Instant,
     not_before: Instant | None = None,
+    schedule_id: str | None = None,
+    scheduled_for: Instant | None = None,
 ) -> Job:
     """A new queued job, eligible at `not_before` (or now)."""
     if not isinstance(kind, str) or not KIND_PATTERN.match(kind):
@@ -398,6 +404,8 @@ def create_job(
         eligible_at=eligible_at,
         created_at=now,
         updated_at=now,
+        schedule_id=schedule_id,
+        scheduled_for=scheduled_for,
     )
 
 

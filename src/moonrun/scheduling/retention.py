@@ -29,10 +29,12 @@ def ended_at(job: Job) -> Instant | None:
 def still_needed(job: Job, now: Instant) -> bool:
     """Whether something that is not over yet still needs this finished job.
 
-    The one place to say so. Nothing does yet; when they exist, a waiting job that depends on
-    it, an unfinished group it belongs to, and a schedule whose overlap check reads its last
-    firing's job each add their condition here, so that neither the sweeper nor a user's
-    DELETE removes what they still read.
+    The one place to say so, so that neither the sweeper nor a user's DELETE removes what
+    something still reads: a waiting job that depends on it and an unfinished group it belongs
+    to add their condition here once they exist. A schedule needs none: its overlap check
+    reads its last firing's job only to ask whether it is still running (a finished job, or
+    a deleted one, is not), each time fires once by the schedule's own compare-and-swap
+    whatever became of the job, and its view shows no `job_state` once the job is gone.
     """
     return False
 

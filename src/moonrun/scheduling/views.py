@@ -8,20 +8,24 @@ so a field added to a record never leaks by accident. The views' shapes are decl
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 from moonrun.scheduling.fingerprint import JsonValue
 from moonrun.scheduling.jobs import Job
 from moonrun.scheduling.records import Endpoint, Server, Session, User
+from moonrun.scheduling.schedules import Schedule
 from moonrun.scheduling.time import Instant, format_instant, format_optional
-from moonrun.wire.user import EndpointView, JobView, ServerView, UserView
+from moonrun.wire.user import EndpointView, JobView, ScheduleView, ServerView, UserView
 
 __all__ = [
     "EndpointView",
     "JobView",
+    "ScheduleView",
     "ServerView",
     "UserView",
     "endpoint_view",
     "job_view",
+    "schedule_view",
     "server_view",
     "user_view",
 ]
@@ -95,8 +99,51 @@ def job_view(job: Job) -> JobView:
             }
             for past in job.history
         ],
+        "schedule": None
+        if job.schedule_id is None or job.scheduled_for is None
+        else {"id": job.schedule_id, "scheduled_for": format_instant(job.scheduled_for)},
     }
     return view
+
+
+def schedule_view(
+    schedule: Schedule,
+    last_job: Job | None,
+    *,
+    owner_disabled: bool,
+    next_times: Sequence[Instant],
+) -> ScheduleView:
+    """A schedule as its server's owner and admins see it: its job's kind and options, never
+    its payload."""
+    template = json.loads(schedule.job_json)
+    last = schedule.last_job_id
+    return {
+        "id": schedule.id,
+        "server_id": schedule.server_id,
+        "name": schedule.name,
+        "cron": schedule.cron,
+        "timezone": schedule.timezone,
+        "job": {
+            "kind": template["kind"],
+            "max_attempts": template.get("max_attempts"),
+            "backoff": template.get("backoff"),
+        },
+        "overlap": schedule.overlap.value,
+        "catchup_window_s": schedule.catchup_window_s,
+        "paused": schedule.paused,
+        "owner_disabled": owner_disabled,
+        "next_times": [format_instant(t) for t in next_times],
+        "last_firing": None
+        if last is None or schedule.last_scheduled_for is None
+        else {
+            "scheduled_for": format_instant(schedule.last_scheduled_for),
+            "job_id": last,
+            "job_state": None if last_job is None else last_job.state.value,
+        },
+        "skipped": schedule.skipped,
+        "missed": schedule.missed,
+        "created_at": format_instant(schedule.created_at),
+    }
 
 
 def _terminal_result(job: Job) -> JsonValue:

@@ -77,6 +77,8 @@ from moonrun.service.answers import (
 )
 from moonrun.service.config import SchedulingSettings, WaitLimits
 from moonrun.service.extensions import SessionExtensions
+from moonrun.service.schedules import Schedules
+from moonrun.service.specs import JobSpec
 from moonrun.service.waiting import ENDPOINT, JOB, Place, Runner, Waiting, Watch
 from moonrun.store.protocol import IdempotencyRecord, Store
 
@@ -112,28 +114,6 @@ class _Committed:
 
     def job_changed(self, job: Job, before: Job | None) -> None:
         self._store.after_commit(functools.partial(self.listener.job_changed, job, before))
-
-
-@dataclass(frozen=True, slots=True)
-class JobSpec:
-    """One job a user asks for: what `create_job` takes, as a value (for batches)."""
-
-    kind: str
-    payload: JsonValue | None = None
-    max_attempts: int | None = None
-    backoff: Mapping[str, float] | None = None
-    not_before: Instant | None = None
-
-    def request(self, server_id: str) -> dict[str, Any]:
-        """The request as the idempotency fingerprint sees it."""
-        return {
-            "server_id": server_id,
-            "kind": self.kind,
-            "payload": self.payload,
-            "max_attempts": self.max_attempts,
-            "backoff": dict(self.backoff) if self.backoff is not None else None,
-            "not_before": self.not_before,
-        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +156,8 @@ class SchedulingService:
         self._served_last: dict[str, str] = {}
         """Per endpoint, the owner its last claim served last: the next claim's turns start
         after it. Kept here only; a restart starts the turns afresh."""
+        self.schedules = Schedules(store, clock, tokens, self)
+        """Recurring jobs (`service/schedules.py`), which make their jobs through this service."""
 
     def listen(self, events: JobEvents) -> None:
         """Tell `events` too about every committed job write from now on."""
@@ -1052,6 +1034,39 @@ class SchedulingService:
                     f"{where}: {error.message}",
                     fields=tuple((f"{where}.{f}" if f else where, m) for f, m in error.fields),
                 ) from None
+
+    def manageable_server(self, actor: User, server_id: str) -> Server:
+        """A server whose jobs the actor may manage (404 `not_found`, 403 `forbidden`)."""
+        return self._server_for(actor, server_id)
+
+    def scheduled_job(
+        self,
+        server: Server,
+        spec: JobSpec,
+        *,
+        job_id: str,
+        schedule_id: str,
+        scheduled_for: Instant,
+    ) -> Job:
+        """The job a schedule's firing makes, checked as a create checks it; not stored."""
+        self._check_kinds(server, [spec])
+        return jobs_domain.create_job(
+            job_id=job_id,
+            server_id=server.id,
+            endpoint_id=server.endpoint_id,
+            owner_id=server.owner_id,
+            kind=spec.kind,
+            payload=spec.payload,
+            policy=self._policy(spec.max_attempts, spec.backoff),
+            now=self._clock.now(),
+            schedule_id=schedule_id,
+            scheduled_for=scheduled_for,
+        )
+
+    def job_stored(self, job: Job) -> None:
+        """Tell waiting claims and reads of a new job stored by another use case (a schedule's
+        firing), once it is committed."""
+        self._events.job_changed(job, None)
 
     def server_kinds(self, actor: User, server_id: str) -> Advertisement | None:
         """What the Run of a server the actor may manage advertised it runs, if anything."""

@@ -30,6 +30,7 @@ from moonrun.scheduling.jobs import (
 from moonrun.scheduling.labels import NO_LABELS, Labels
 from moonrun.scheduling.records import Endpoint, Server, Session, User
 from moonrun.scheduling.retry import RetryPolicy
+from moonrun.scheduling.schedules import Overlap, Schedule
 from moonrun.store import schema
 
 Row = Mapping[str, Any]
@@ -102,6 +103,8 @@ def job_to_row(job: Job) -> dict[str, Any]:
             ],
             separators=(",", ":"),
         ),
+        "schedule_id": job.schedule_id,
+        "scheduled_for": job.scheduled_for,
     }
 
 
@@ -188,6 +191,8 @@ def row_to_job(row: Row) -> Job:
             AttemptSummary(attempt, claimed_at, ended_at, outcome, code)
             for attempt, claimed_at, ended_at, outcome, code in json.loads(row["history_json"])
         ),
+        schedule_id=row["schedule_id"],
+        scheduled_for=row["scheduled_for"],
     )
 
 
@@ -257,3 +262,12 @@ server_to_row = _servers.to_row
 
 def row_to_server(row: Row, admin_ids: tuple[str, ...]) -> Server:
     return _servers.from_row(row, admin_ids=admin_ids)
+
+
+_schedules = FlatCodec(Schedule, schema.schedules)
+schedule_to_row = _schedules.to_row
+
+
+def row_to_schedule(row: Row) -> Schedule:
+    schedule = _schedules.from_row(row)
+    return dataclasses.replace(schedule, overlap=Overlap(schedule.overlap))

@@ -13,6 +13,7 @@ from moonrun.errors import AlreadyExists
 from moonrun.scheduling.fairness import take_turns
 from moonrun.scheduling.jobs import Job, JobState
 from moonrun.scheduling.records import Advertisement, Endpoint, Server, Session, User
+from moonrun.scheduling.schedules import Schedule
 from moonrun.scheduling.time import Instant
 from moonrun.store.protocol import IdempotencyRecord, JobCursor
 
@@ -171,6 +172,7 @@ class MemoryStore:
         self._idempotency_of: dict[str, tuple[str, str]] = {}
         """The idempotency record's key by the first job of its request (deleted with it)."""
         self._web_sessions: dict[str, tuple[str, Instant]] = {}
+        self._schedules: dict[str, Schedule] = {}
 
     # -- jobs ----------------------------------------------------------------------------
     def get_job(self, job_id: str) -> Job | None:
@@ -529,7 +531,52 @@ class MemoryStore:
             )
             if live == 0:
                 self._servers.pop(server_id, None)
+                for schedule in list(self._schedules.values()):
+                    if schedule.server_id == server_id:
+                        del self._schedules[schedule.id]
             return live
+
+    # -- schedules -------------------------------------------------------------------------
+    def insert_schedule(self, schedule: Schedule) -> None:
+        with self._lock:
+            if schedule.id in self._schedules:
+                raise AlreadyExists(f"schedule {schedule.id} already exists")
+            self._schedules[schedule.id] = schedule
+
+    def get_schedule(self, schedule_id: str) -> Schedule | None:
+        return self._schedules.get(schedule_id)
+
+    def replace_schedule(self, schedule: Schedule, expected_version: int) -> bool:
+        return self.fire_schedule(schedule, expected_version, None)
+
+    def fire_schedule(self, schedule: Schedule, expected_version: int, job: Job | None) -> bool:
+        with self._lock:
+            stored = self._schedules.get(schedule.id)
+            if stored is None or stored.version != expected_version:
+                return False
+            self._schedules[schedule.id] = schedule
+            if job is not None and job.id not in self._jobs:
+                self._jobs[job.id] = job
+                self._index.replace(None, job)
+            return True
+
+    def delete_schedule(self, schedule_id: str) -> bool:
+        with self._lock:
+            return self._schedules.pop(schedule_id, None) is not None
+
+    def list_schedules(self, server_id: str | None = None) -> list[Schedule]:
+        with self._lock:
+            found = [s for s in self._schedules.values() if server_id in (None, s.server_id)]
+        return sorted(found, key=lambda s: (s.created_at, s.id))
+
+    def due_schedules(self, now: Instant, limit: int) -> list[Schedule]:
+        with self._lock:
+            due = [
+                s
+                for s in self._schedules.values()
+                if not s.paused and s.next_at is not None and s.next_at <= now
+            ]
+        return sorted(due, key=lambda s: (s.next_at or 0, s.id))[:limit]
 
     def after_commit(self, action: Callable[[], None]) -> None:
         """Every write here is applied when its method returns."""

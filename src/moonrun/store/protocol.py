@@ -16,6 +16,7 @@ from typing import Protocol
 
 from moonrun.scheduling.jobs import Job, JobState
 from moonrun.scheduling.records import Advertisement, Endpoint, Server, Session, User
+from moonrun.scheduling.schedules import Schedule
 from moonrun.scheduling.time import Instant
 
 JobCursor = tuple[Instant, str]
@@ -233,8 +234,36 @@ class Store(Protocol):
         ...
 
     def delete_server(self, server_id: str) -> int:
-        """Delete the server and its administrators, unless any of its jobs is not terminal:
-        answers how many are not (0: it was deleted, or never existed). Its jobs stay."""
+        """Delete the server, its administrators and its schedules, unless any of its jobs is
+        not terminal: answers how many are not (0: it was deleted, or never existed). Its jobs
+        stay."""
+        ...
+
+    # -- schedules -------------------------------------------------------------------------
+    def insert_schedule(self, schedule: Schedule) -> None: ...
+
+    def get_schedule(self, schedule_id: str) -> Schedule | None: ...
+
+    def replace_schedule(self, schedule: Schedule, expected_version: int) -> bool:
+        """Store `schedule` if the stored one still has `expected_version`; False otherwise."""
+        ...
+
+    def fire_schedule(self, schedule: Schedule, expected_version: int, job: Job | None) -> bool:
+        """`replace_schedule`, and in the same commit insert `job` unless a job with its id
+        exists already (a firing's id is derived from its schedule and time, so this is what
+        makes each firing happen at most once). False, and nothing stored, on conflict."""
+        ...
+
+    def delete_schedule(self, schedule_id: str) -> bool:
+        """Delete it; False when there was none."""
+        ...
+
+    def list_schedules(self, server_id: str | None = None) -> list[Schedule]:
+        """Every schedule, or one server's, oldest first."""
+        ...
+
+    def due_schedules(self, now: Instant, limit: int) -> list[Schedule]:
+        """Schedules not paused whose cursor `next_at` is `<= now`, earliest first."""
         ...
 
     def after_commit(self, action: Callable[[], None]) -> None:

@@ -13,7 +13,7 @@ import functools
 import re
 from typing import Final, Literal
 
-from moonrun.store.schema import endpoints, jobs, servers, sessions, users
+from moonrun.store.schema import endpoints, jobs, schedules, servers, sessions, users
 
 Dialect = Literal["sqlite", "mysql"]
 
@@ -22,6 +22,7 @@ ENDPOINT_COLUMNS: Final = tuple(column.name for column in endpoints.columns)
 SESSION_COLUMNS: Final = tuple(column.name for column in sessions.columns)
 USER_COLUMNS: Final = tuple(column.name for column in users.columns)
 SERVER_COLUMNS: Final = tuple(column.name for column in servers.columns)
+SCHEDULE_COLUMNS: Final = tuple(column.name for column in schedules.columns)
 
 COUNT_SHARDS: Final = 16
 """MySQL spreads the per-state job counts over this many rows, so that concurrent writers on
@@ -38,6 +39,7 @@ _ENDPOINT: Final = _columns("endpoints", ENDPOINT_COLUMNS)
 _SESSION: Final = _columns("sessions", SESSION_COLUMNS)
 _USER: Final = _columns("users", USER_COLUMNS)
 _SERVER: Final = _columns("servers", SERVER_COLUMNS)
+_SCHEDULE: Final = _columns("schedules", SCHEDULE_COLUMNS)
 
 _AFTER: Final = (
     " AND created_at <= :after_created AND (created_at < :after_created OR id < :after_id)"
@@ -234,6 +236,27 @@ class Queries:
             "INSERT INTO server_admins (server_id, user_id, position) "
             "VALUES (:server_id, :user_id, :position)"
         )
+        self.delete_schedules_of_server = render(
+            "DELETE FROM schedules WHERE server_id = :server_id"
+        )
+        self.insert_schedule = self._insert("schedules", SCHEDULE_COLUMNS)
+        self.get_schedule = render(f"SELECT {_SCHEDULE} FROM schedules WHERE id = :id")
+        self.replace_schedule = render(
+            "UPDATE schedules SET "
+            + ", ".join(f"{name} = :{name}" for name in SCHEDULE_COLUMNS if name != "id")
+            + " WHERE id = :id AND version = :expected_version"
+        )
+        self.delete_schedule = render("DELETE FROM schedules WHERE id = :id")
+        self.list_schedules = render(f"SELECT {_SCHEDULE} FROM schedules ORDER BY created_at, id")
+        self.schedules_of_server = render(
+            f"SELECT {_SCHEDULE} FROM schedules @ix_schedules_server "
+            "WHERE server_id = :server_id ORDER BY created_at, id"
+        )
+        self.due_schedules = render(
+            f"SELECT {_SCHEDULE} FROM schedules @ix_schedules_due "
+            "WHERE paused = :paused AND next_at <= :now ORDER BY next_at, id LIMIT :limit"
+        )
+        self.job_exists = render("SELECT COUNT(*) FROM jobs WHERE id = :id")
         self.schema_version = render("SELECT version FROM schema_version")
 
     def render(self, text: str) -> str:

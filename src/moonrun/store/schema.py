@@ -107,6 +107,8 @@ jobs = Table(
     Column("reconcile_at", BigInteger),
     Column("reconcile_generation", BigInteger),
     Column("history_json", Text, nullable=False),
+    Column("schedule_id", ID),
+    Column("scheduled_for", BigInteger),
     Index("ix_jobs_claim", "endpoint_id", "claimable_at", "created_at", "id"),
     Index("ix_jobs_active", "endpoint_id", "state"),
     Index("ix_jobs_due", "deadline_at", "id"),
@@ -247,8 +249,41 @@ job_counts = Table(
 """How many jobs are in each state: the sum of `n` over a state's shards. Kept by the stores in
 the transaction of every job write, so `/metrics` never counts the jobs table itself."""
 
+schedules = Table(
+    "schedules",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("server_id", ID, nullable=False),
+    Column("owner_id", ID, nullable=False),
+    Column("name", SHORT, nullable=False),
+    Column("cron", String(200), nullable=False),
+    Column("timezone", SHORT, nullable=False),
+    Column("job_json", Text, nullable=False),
+    Column("overlap", String(16), nullable=False),
+    Column("catchup_window_s", Integer, nullable=False),
+    Column("paused", Boolean, nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    Column("next_at", BigInteger),
+    Column("version", BigInteger, nullable=False),
+    Column("last_scheduled_for", BigInteger),
+    Column("last_job_id", ID),
+    Column("skipped", BigInteger, nullable=False),
+    Column("missed", BigInteger, nullable=False),
+    Index("ix_schedules_due", "paused", "next_at", "id"),
+    Index("ix_schedules_server", "server_id", "created_at", "id"),
+    **TABLE_OPTIONS,
+)
+"""Recurring schedules (`scheduling/schedules.py`); `next_at` is the cursor the due index finds."""
+
 V1_TABLES: Final = (jobs, endpoints, sessions, users, api_tokens, servers, server_admins)
-DATA_TABLES: Final = (*V1_TABLES, idempotency_keys, web_sessions, job_counts, endpoint_kinds)
+DATA_TABLES: Final = (
+    *V1_TABLES,
+    idempotency_keys,
+    web_sessions,
+    job_counts,
+    endpoint_kinds,
+    schedules,
+)
 
 
 def _create_v1(connection: Connection) -> None:
@@ -376,7 +411,20 @@ def _labels_v9(connection: Connection) -> None:
             connection.execute(text(f"ALTER TABLE {table} ADD COLUMN labels_json TEXT"))
 
 
-def _retention_v10(connection: Connection) -> None:
+def _schedules_v10(connection: Connection) -> None:
+    """Recurring schedules, and the schedule and calendar time of each job a firing made
+    (docs/protocol.md, "Schedules")."""
+    inspector = inspect(connection)
+    present = {c["name"] for c in inspector.get_columns("jobs")}
+    if "schedule_id" not in present:
+        connection.execute(text("ALTER TABLE jobs ADD COLUMN schedule_id VARCHAR(64)"))
+    if "scheduled_for" not in present:
+        connection.execute(text("ALTER TABLE jobs ADD COLUMN scheduled_for BIGINT"))
+    if "schedules" not in inspector.get_table_names():
+        schedules.create(connection)
+
+
+def _retention_v11(connection: Connection) -> None:
     """Retention (docs/operations.md, "Retention"): finished jobs by when they ended, and the
     idempotency record of a job, so that deleting a batch of jobs reads only their rows."""
     inspector = inspect(connection)
@@ -400,7 +448,8 @@ MIGRATIONS: Final[Sequence[Callable[[Connection], None]]] = (
     _owners_v7,
     _owner_turns_v8,
     _labels_v9,
-    _retention_v10,
+    _schedules_v10,
+    _retention_v11,
 )
 """Migration n (1-based) brings the schema from version n-1 to n; never edit a shipped one.
 

@@ -23,12 +23,14 @@ from moonrun.errors import AlreadyExists, SchemaTooNew, StoreUnavailable
 from moonrun.scheduling.fairness import take_turns
 from moonrun.scheduling.jobs import Job, JobState
 from moonrun.scheduling.records import Advertisement, Endpoint, Server, Session, User
+from moonrun.scheduling.schedules import Schedule
 from moonrun.scheduling.time import Instant
 from moonrun.store import codec
 from moonrun.store.protocol import IdempotencyRecord, JobCursor
 from moonrun.store.queries import (
     ENDPOINT_COLUMNS,
     JOB_COLUMNS,
+    SCHEDULE_COLUMNS,
     SERVER_COLUMNS,
     SESSION_COLUMNS,
     USER_COLUMNS,
@@ -665,10 +667,62 @@ class SqlStore:
             live = int(cursor.fetchall()[0][0])
             if live == 0:
                 cursor.execute(self._sql.delete_admins, parameters)
+                cursor.execute(self._sql.delete_schedules_of_server, parameters)
                 cursor.execute(self._sql.delete_server, parameters)
             return live
 
         return self._write(work)
+
+    # -- schedules -------------------------------------------------------------------------
+
+    def _schedules(self, sql: str, parameters: dict[str, Any]) -> list[Schedule]:
+        rows = self._rows(sql, parameters)
+        return [
+            codec.row_to_schedule(dict(zip(SCHEDULE_COLUMNS, row, strict=True))) for row in rows
+        ]
+
+    def insert_schedule(self, schedule: Schedule) -> None:
+        row = codec.schedule_to_row(schedule)
+        self._write(lambda cursor: cursor.execute(self._sql.insert_schedule, row))
+
+    def get_schedule(self, schedule_id: str) -> Schedule | None:
+        found = self._schedules(self._sql.get_schedule, {"id": schedule_id})
+        return found[0] if found else None
+
+    def replace_schedule(self, schedule: Schedule, expected_version: int) -> bool:
+        return self.fire_schedule(schedule, expected_version, None)
+
+    def fire_schedule(self, schedule: Schedule, expected_version: int, job: Job | None) -> bool:
+        parameters = {**codec.schedule_to_row(schedule), "expected_version": expected_version}
+
+        def work(cursor: Cursor) -> bool:
+            cursor.execute(self._sql.replace_schedule, parameters)
+            if cursor.rowcount != 1:
+                return False
+            if job is not None:
+                cursor.execute(self._sql.job_exists, {"id": job.id})
+                if int(cursor.fetchall()[0][0]) == 0:
+                    cursor.execute(self._sql.insert_job, codec.job_to_row(job))
+                    self._count(cursor, Counter([job.state.value]))
+            return True
+
+        return self._write(work)
+
+    def delete_schedule(self, schedule_id: str) -> bool:
+        def work(cursor: Cursor) -> bool:
+            cursor.execute(self._sql.delete_schedule, {"id": schedule_id})
+            return bool(cursor.rowcount == 1)
+
+        return self._write(work)
+
+    def list_schedules(self, server_id: str | None = None) -> list[Schedule]:
+        if server_id is None:
+            return self._schedules(self._sql.list_schedules, {})
+        return self._schedules(self._sql.schedules_of_server, {"server_id": server_id})
+
+    def due_schedules(self, now: Instant, limit: int) -> list[Schedule]:
+        parameters = {"paused": False, "now": now, "limit": limit}
+        return self._schedules(self._sql.due_schedules, parameters)
 
 
 def _idempotency_row(record: IdempotencyRecord) -> dict[str, Any]:

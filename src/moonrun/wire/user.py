@@ -76,6 +76,14 @@ class PastAttemptView(TypedDict):
     code: str | None
 
 
+class JobScheduleView(TypedDict):
+    """The schedule firing that made a job."""
+
+    id: str
+    scheduled_for: str
+    """The calendar time it fired for (or the time of a trigger)."""
+
+
 class JobView(TypedDict):
     """A job as users see it: its scheduling status, without credentials or payload."""
 
@@ -93,6 +101,8 @@ class JobView(TypedDict):
     terminal: TerminalView | None
     reconcile: ReconcileView
     history: list[PastAttemptView]
+    schedule: JobScheduleView | None
+    """The schedule whose firing made the job, if one did."""
 
 
 class EndpointView(TypedDict):
@@ -123,6 +133,52 @@ class ServerView(TypedDict):
     "Labels")."""
 
 
+class BackoffAsked(TypedDict):
+    """The backoff a create asked for (the fields it gave)."""
+
+    initial_s: NotRequired[float]
+    multiplier: NotRequired[float]
+    max_s: NotRequired[float]
+
+
+class ScheduleJobView(TypedDict):
+    """What each firing creates, without the payload (no user projection shows one)."""
+
+    kind: str
+    max_attempts: int | None
+    backoff: BackoffAsked | None
+
+
+class LastFiringView(TypedDict):
+    scheduled_for: str
+    job_id: str
+    job_state: str | None
+    """None once the job is gone (deleted by retention)."""
+
+
+class ScheduleView(TypedDict):
+    id: str
+    server_id: str
+    name: str
+    cron: str
+    timezone: str
+    job: ScheduleJobView
+    overlap: str
+    catchup_window_s: int
+    paused: bool
+    owner_disabled: bool
+    """The server's owner is disabled: no time fires (each is counted missed) until enabled."""
+    next_times: list[str]
+    """The next 5 calendar times that may fire (RFC 3339, UTC)."""
+    last_firing: LastFiringView | None
+    skipped: int
+    """Times not fired because the previous firing's job had not ended (`overlap: skip`)."""
+    missed: int
+    """Times not fired because no platform was up, the schedule was paused, the owner was
+    disabled, or the job could not be made; at most one catch-up firing comes after a gap."""
+    created_at: str
+
+
 class UserView(TypedDict):
     id: str
     name: str
@@ -149,6 +205,16 @@ class RotatedTokenAnswer(TypedDict):
 
 class UsersAnswer(TypedDict):
     users: list[UserView]
+
+
+class SchedulesAnswer(TypedDict):
+    schedules: list[ScheduleView]
+
+
+class TriggeredAnswer(TypedDict):
+    schedule: ScheduleView
+    job_id: str | None
+    """The job the trigger made; None when the overlap policy skipped it."""
 
 
 class ServersAnswer(TypedDict):

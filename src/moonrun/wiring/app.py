@@ -12,10 +12,11 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from moonrun import __version__
-from moonrun.http import run_api, user_api
+from moonrun.http import run_api, schedule_api, user_api
 from moonrun.http.api import Api, openapi_paths
 from moonrun.http.platform import AnonymousBodies, BodyLimit, RequestLog, Scope, error_response
 from moonrun.http.schemas import HealthAnswer
+from moonrun.service.firing import Firer
 from moonrun.service.retention import job_data
 from moonrun.service.sweeper import Sweeper
 from moonrun.web import console
@@ -23,7 +24,7 @@ from moonrun.wire.error_body import ErrorBody
 from moonrun.wiring.error_handlers import install_error_handlers
 from moonrun.wiring.platform import Platform
 
-API_ROUTES = (*run_api.ROUTES, *user_api.ROUTES)
+API_ROUTES = (*run_api.ROUTES, *user_api.ROUTES, *schedule_api.ROUTES)
 """The routes `Api` serves: everything under /run/ and /api/."""
 
 
@@ -52,7 +53,8 @@ class PlatformApp(FastAPI):
 
 
 def create_app(platform: Platform, *, sweep: bool = True, api_docs: bool = False) -> FastAPI:
-    """The platform's HTTP service over `platform`; `sweep=False` leaves sweeping to the caller
+    """The platform's HTTP service over `platform`; `sweep=False` leaves sweeping and firing
+    schedules to the caller
     (tests drive it with a manual clock). `api_docs` serves /docs and /redoc, whose pages load
     scripts from a CDN: off unless the operator asks (/openapi.json is always served)."""
 
@@ -70,6 +72,7 @@ def create_app(platform: Platform, *, sweep: bool = True, api_docs: bool = False
         async with anyio.create_task_group() as tasks:
             if sweep:
                 tasks.start_soon(sweeper.run, stop)
+                tasks.start_soon(Firer(platform.service.schedules, platform.channels.ops).run, stop)
             tasks.start_soon(platform.lag.run, stop.is_set)
             try:
                 yield

@@ -53,6 +53,7 @@ JOB_KEYS = {
     "terminal",
     "reconcile",
     "history",
+    "schedule",
 }
 RETRY_KEYS = {"next_eligible_at", "initial_s", "multiplier", "max_s", "last_failure"}
 FAILURE_KEYS = {"reason", "code", "attempt", "at", "message"}
@@ -292,6 +293,7 @@ def test_rich_job_view_values() -> None:
                 "code": None,
             },
         ],
+        "schedule": None,
     }
     assert expected == view
 

@@ -1,0 +1,32 @@
+"""What a user asks of one job, as a value: shared by creates, batches and schedules."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from moonrun.scheduling.fingerprint import JsonValue
+from moonrun.scheduling.time import Instant
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """One job a user asks for: what `create_job` takes, as a value (for batches)."""
+
+    kind: str
+    payload: JsonValue | None = None
+    max_attempts: int | None = None
+    backoff: Mapping[str, float] | None = None
+    not_before: Instant | None = None
+
+    def request(self, server_id: str) -> dict[str, Any]:
+        """The request as the idempotency fingerprint sees it."""
+        return {
+            "server_id": server_id,
+            "kind": self.kind,
+            "payload": self.payload,
+            "max_attempts": self.max_attempts,
+            "backoff": dict(self.backoff) if self.backoff is not None else None,
+            "not_before": self.not_before,
+        }
