@@ -78,13 +78,15 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python bench/http_bench.py
 	$(BIN)/python bench/heartbeat_bench.py
 	$(BIN)/python bench/create_bench.py
+	$(BIN)/python bench/schedule_bench.py
 	$(BIN)/python bench/peer_bench.py
 	$(BIN)/python bench/scale_bench.py
 	$(BIN)/python bench/retention_bench.py
 	$(BIN)/python bench/fleet_bench.py --steps $(FLEET_STEPS)
 
 # Longer runs of the property, crash (KILLS: the store's and the serving platform's) and race
-# tests and of the simulation, e.g.
+# tests, of the simulation, and of one Run through RUN_ATTEMPTS attempts (it must stay the same
+# size), e.g.
 # `make soak EXAMPLES=5000 STEPS=100 KILLS=2000 RACE_JOBS=20000 FUZZ=2000 SIM_SEEDS=20000`.
 EXAMPLES ?= 2000
 FUZZ ?= 1000
@@ -92,12 +94,14 @@ STEPS ?= 80
 KILLS ?= 500
 RACE_JOBS ?= 10000
 SIM_SEEDS ?= 10000
+RUN_ATTEMPTS ?= 100000
 soak: $(DEV_STAMP)
 	MOONRUN_STATEFUL_EXAMPLES=$(EXAMPLES) MOONRUN_STATEFUL_STEPS=$(STEPS) \
 	MOONRUN_CRASH_KILLS=$(KILLS) MOONRUN_RACE_JOBS=$(RACE_JOBS) MOONRUN_FUZZ_EXAMPLES=$(FUZZ) \
-	MOONRUN_SIM_SEEDS=$(SIM_SEEDS) \
+	MOONRUN_SIM_SEEDS=$(SIM_SEEDS) MOONRUN_RUN_ATTEMPTS=$(RUN_ATTEMPTS) \
 		$(BIN)/pytest -p no:cacheprovider -x tests/unit/service/test_stateful.py tests/process/test_crash_and_race.py \
 		tests/unit/http/test_fuzz_hostile.py tests/sim/test_simulation.py \
+		tests/unit/run/test_run_holds_nothing_per_attempt.py \
 		tests/process/test_platform_process.py::test_sigkill_while_serving_loses_no_acknowledged_job
 
 # The whole-system simulation alone (docs/simulation.md): the seeds `make test` runs (or

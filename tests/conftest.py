@@ -18,12 +18,15 @@ from tests.support import needs
 from tests.support.harness import World
 from tests.support.stores import (
     DEFAULT_MYSQL_URL,
+    DEFAULT_POSTGRES_URL,
     STORE_NAMES,
     StoreFactory,
     file_factory,
     memory_factory,
     mysql_factory,
     mysql_test_database,
+    postgres_factory,
+    postgres_test_database,
 )
 
 # Every Hypothesis failure prints the `@reproduce_failure` blob that replays it, whatever the
@@ -52,6 +55,20 @@ def mysql_url() -> Iterator[str]:
     databases.close()
 
 
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    try:
+        import psycopg
+
+        databases = postgres_test_database()
+        url = next(databases)
+    except (ImportError, psycopg.Error) as error:
+        where = os.environ.get("MOONRUN_TEST_POSTGRES_URL", DEFAULT_POSTGRES_URL)
+        needs.missing(f"PostgreSQL unreachable at {where}: {error}")
+    yield url
+    databases.close()
+
+
 def build_factory(
     name: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> StoreFactory:
@@ -59,6 +76,8 @@ def build_factory(
         return memory_factory()
     if name == "file":
         return file_factory(lambda: tmp_path_factory.mktemp("store"))
+    if name == "postgres":
+        return postgres_factory(request.getfixturevalue("postgres_url"))
     if name == "mysql+mysqldb" and importlib.util.find_spec("MySQLdb") is None:
         needs.missing(
             "mysqlclient is not installed (it needs libmariadb-dev and pkg-config to build)"
@@ -80,7 +99,7 @@ def store_factory(
     return build_factory(request.param, request, tmp_path_factory)
 
 
-@pytest.fixture(params=chosen_stores(["file", "mysql"]))
+@pytest.fixture(params=chosen_stores(["file", "mysql", "postgres"]))
 def durable_factory(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> StoreFactory:

@@ -794,6 +794,7 @@ JOB_VIEW_FIELDS = {
     "terminal",
     "reconcile",
     "history",
+    "logs_complete",
     "schedule",
 }
 

@@ -36,7 +36,7 @@ from tests.support.stores import StoreFactory, file_factory
 pytestmark = pytest.mark.processes
 
 ROOT = Path(__file__).resolve().parents[2]
-KILLS = {"file": 20, "mysql": 10}
+KILLS = {"file": 20, "mysql": 10, "postgres": 10}
 """Kills in `make test`; `make soak` runs hundreds (KILLS)."""
 RACE_JOBS = int(os.environ.get("MOONRUN_RACE_JOBS", "2000"))
 

@@ -16,7 +16,7 @@ from moonrun.scheduling.fingerprint import token_hash
 from moonrun.scheduling.jobs import Job, JobState, RunResult
 from moonrun.scheduling.messages import Decision, Evidence, ResultAnswer
 from moonrun.service.scheduling import SchedulingService
-from moonrun.store.protocol import Store
+from moonrun.store.protocol import ScheduleWrite, Store
 
 
 class _Wrapper:
@@ -130,6 +130,36 @@ class AcceptsStaleResults(SchedulingService):
         return self._apply_many(list(reported), decide)
 
 
+class DropsFirings(_Wrapper):
+    """A firing pass that moves a schedule's cursor but makes no job, every other time."""
+
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner)
+        self.firings = 0
+
+    def fire_schedules(self, writes: Sequence[ScheduleWrite]) -> list[bool]:
+        kept = []
+        for write in writes:
+            if write.job is not None:
+                self.firings += 1
+                if self.firings % 2 == 0:
+                    write = replace(write, job=None)
+            kept.append(write)
+        return self._inner.fire_schedules(kept)
+
+
+class FiresTwice(_Wrapper):
+    """A firing whose job id is not derived from its schedule and time: the same time's job
+    is made again under another id."""
+
+    def fire_schedules(self, writes: Sequence[ScheduleWrite]) -> list[bool]:
+        stored = self._inner.fire_schedules(writes)
+        for write, won in zip(writes, stored, strict=True):
+            if won and write.job is not None:
+                self._inner.insert_jobs([replace(write.job, id=write.job.id + "x")])
+        return stored
+
+
 @dataclass(frozen=True)
 class Bug:
     name: str
@@ -145,5 +175,7 @@ BUGS = {
         Bug("double_grant", "lease_overlap", wrap_store=GrantsActiveJobs),  # type: ignore[arg-type]
         Bug("stale_result", "stale_result", service_class=AcceptsStaleResults),
         Bug("lost_commit", "lost_commit", wrap_store=LosesWrites),  # type: ignore[arg-type]
+        Bug("dropped_firing", "schedule_not_fired", wrap_store=DropsFirings),  # type: ignore[arg-type]
+        Bug("double_firing", "schedule_twice", wrap_store=FiresTwice),  # type: ignore[arg-type]
     )
 }

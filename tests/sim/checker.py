@@ -30,6 +30,9 @@ acknowledged; from each Run it knows what was worked on and when. The rules:
   was recorded (or answered).
 - `idempotency`: a create sent again with its Idempotency-Key answers other jobs than the first.
 - `liveness`: once faults stop and Runs stay up, a job has not ended within the stated bound.
+- `schedule_twice`, `schedule_off_calendar`, `schedule_not_fired`: a (schedule, time) with two
+  jobs; a firing for a time its calendar does not have; a time with no job although a
+  platform was up from it through the firing's slack (schedules with `overlap: allow`).
 - `internal_error`: the platform failed with a 500 (an `IllegalTransition` or an exception).
 """
 
@@ -48,6 +51,10 @@ from moonrun.scheduling.reconcile import ReconcileEntry
 from moonrun.scheduling.time import seconds_to_ms
 from moonrun.service.answers import CancelOutcome, ClaimedJob, ReconcileReport, Registration
 from tests.sim.history import Cause, History, Work, Write
+
+MINUTE_MS = 60_000
+ON_TIME_SLACK_MS = 2_000
+"""A platform up this long past a calendar time has run several firing passes (every 500 ms)."""
 
 WAITING = (JobState.QUEUED, JobState.RETRYING)
 
@@ -119,6 +126,7 @@ class Checker:
         self._cancels()
         self._idempotency()
         self._liveness()
+        self._schedules()
         for at, cause, error in self.h.internal_errors:
             self.flag("internal_error", at, None, f"{cause.kind} from {cause.sender}: {error}")
         return self.violations
@@ -208,7 +216,7 @@ class Checker:
         a, at, cause = write.after, write.at, write.cause
         job_id = a.id
         if b is None:
-            if cause is None or cause.kind not in ("create_job", "create_jobs"):
+            if cause is None or cause.kind not in ("create_job", "create_jobs", "fire_due"):
                 self.flag("illegal_write", at, job_id, "a job was inserted outside a create")
             return
         if b.state.is_terminal:
@@ -224,7 +232,8 @@ class Checker:
         elif b.state.is_active:
             self._active_change(write, b)
         elif a.state is JobState.CANCELLED:
-            if cause is None or cause.kind != "cancel_job" or a.cancel is None:
+            # A user's cancel, or a schedule's `cancel_previous` before its next firing.
+            if cause is None or cause.kind not in ("cancel_job", "fire_due") or a.cancel is None:
                 self.flag(
                     "terminal_cause",
                     at,
@@ -656,6 +665,42 @@ class Checker:
                     f"ended {ended - start} ms after faults stopped, over the bound of "
                     f"{h.liveness_bound_ms} ms",
                 )
+
+    def _schedules(self) -> None:
+        """At most one job per (schedule, time), only at the calendar's times (every minute),
+        and, for `overlap: allow`, one for every minute while an instance was up through the
+        firing's on-time slack."""
+        h = self.h
+        made: dict[tuple[str, int], str] = {}
+        for job_id, writes in self.writes.items():
+            job = writes[0].after
+            if job.schedule_id is None or job.scheduled_for is None:
+                continue
+            key = (job.schedule_id, job.scheduled_for)
+            if key in made:
+                self.flag("schedule_twice", writes[0].at, job_id, f"{key} also made {made[key]}")
+            made[key] = job_id
+            if job.scheduled_for % MINUTE_MS:
+                self.flag("schedule_off_calendar", writes[0].at, job_id, f"{key} is no minute")
+        end = h.ended_at or h.started_at
+        first = (h.started_at // MINUTE_MS + 1) * MINUTE_MS
+        for schedule_id, overlap in h.schedules.items():
+            if overlap != "allow":
+                continue
+            for t in range(first, end - ON_TIME_SLACK_MS + 1, MINUTE_MS):
+                up = any(
+                    since <= t and (until is None or t + ON_TIME_SLACK_MS <= until)
+                    for spans in h.up.values()
+                    for since, until in spans
+                )
+                if up and (schedule_id, t) not in made:
+                    self.flag(
+                        "schedule_not_fired",
+                        t,
+                        None,
+                        f"{schedule_id} made no job for {t - h.started_at} ms although a "
+                        "platform was up",
+                    )
 
 
 def _covered(intervals: list[tuple[int, int]], start: int, end: int) -> bool:

@@ -21,7 +21,7 @@ class Cause:
     kind: str
     """The service method: `claim`, `ack_many`, `progress`, `cancel_poll`, `result_many`,
     `reconcile`, `register_session`, `heartbeat`, `create_job`, `create_jobs`, `cancel_job`,
-    `get_job`, `sweep`."""
+    `get_job`, `sweep`, `fire_due` (a firing pass of the schedules)."""
     instance: int
     sender: str
     session_id: str | None = None
@@ -120,6 +120,10 @@ class History:
     """The call being handled right now (set by the platform around each service call)."""
     latest: dict[str, Job] = field(default_factory=dict)
     """Each job's last committed record."""
+    schedules: dict[str, str] = field(default_factory=dict)
+    """Schedule id -> its overlap policy (every schedule is `* * * * *`, made at the start)."""
+    up: dict[int, list[tuple[int, int | None]]] = field(default_factory=dict)
+    """Per platform instance, the times it was up: (since, until or None while it still is)."""
 
     def wrote(self, at: int, before: Job | None, after: Job) -> None:
         self.writes.append(Write(at, self.cause, before, after))

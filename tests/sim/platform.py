@@ -35,6 +35,8 @@ SIGNATURE_WINDOW_MS = 300_000
 ABOUT_ONE_JOB = ("progress", "cancel_poll", "cancel_job", "get_job", "ack_many", "result_many")
 """Calls whose `entries` name the one job their answer (or whole refusal) is about."""
 ServiceFactory = Callable[..., SchedulingService]
+FIRE_INTERVAL_MS = 500
+"""How often each instance runs a firing pass of the schedules (the app's is 250 ms)."""
 
 
 @dataclass
@@ -99,6 +101,8 @@ class Platform:
         self.instances = [self._start(index, store_kind.open()) for index in range(instances)]
         for instance in self.instances:
             self._scheduler.after(sweep_interval_ms, lambda i=instance.index: self._sweep(i))
+            self._scheduler.after(FIRE_INTERVAL_MS, lambda i=instance.index: self._fire(i))
+            history.up[instance.index] = [(clock.now(), None)]
 
     def _start(self, index: int, raw: Store) -> Instance:
         store = RecordingStore(self._wrap(raw), self._history, self._clock)
@@ -201,6 +205,15 @@ class Platform:
                     break
         self._scheduler.after(self.sweep_interval_ms, lambda: self._sweep(index))
 
+    def _fire(self, index: int) -> None:
+        """A firing pass of the schedules, as the app's firing loop runs it."""
+        instance = self.instances[index]
+        if instance.up:
+            self._calls += 1
+            cause = Cause(self._calls, "fire_due", index, f"platform:{index}")
+            self._call(cause, instance.service.schedules.fire_due)
+        self._scheduler.after(FIRE_INTERVAL_MS, lambda: self._fire(index))
+
     def pause_sweeper(self, index: int, ms: int) -> None:
         """The sweeper of instance `index` runs late: nothing is swept there for `ms`."""
         instance = self.instances[index]
@@ -215,6 +228,8 @@ class Platform:
         if instance.up:
             instance.up = False
             self._history.faults["platform_crashes"] += 1
+            since, _ = self._history.up[index][-1]
+            self._history.up[index][-1] = (since, self._clock.now())
 
     def restart(self, index: int, *, final: bool = False) -> None:
         """A new process for instance `index`: the store reopened, new services over it, no
@@ -224,6 +239,8 @@ class Platform:
         fresh = self._start(index, raw)
         fresh.sweeper_paused_until = old.sweeper_paused_until
         self.instances[index] = fresh
+        if not old.up:
+            self._history.up[index].append((self._clock.now(), None))
         ids = self._history.job_ids()
         found = raw.get_jobs(ids)
         jobs = {job_id: found.get(job_id) for job_id in ids}

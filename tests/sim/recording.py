@@ -13,7 +13,7 @@ from moonrun.clock import Clock
 from moonrun.scheduling.jobs import Job
 from moonrun.store.file import FileStore
 from moonrun.store.memory import MemoryStore
-from moonrun.store.protocol import IdempotencyRecord, Store
+from moonrun.store.protocol import IdempotencyRecord, ScheduleWrite, Store
 from tests.sim.history import History
 
 StoreWrapper = Callable[[Store], Store]
@@ -81,6 +81,17 @@ class RecordingStore:
         stored = self._inner.replace_job(job, expected)
         if stored:
             self._history.wrote(self._clock.now(), expected, job)
+        return stored
+
+    def fire_schedules(self, writes: Sequence[ScheduleWrite]) -> list[bool]:
+        stored = self._inner.fire_schedules(writes)
+        made = [w.job for w, won in zip(writes, stored, strict=True) if won and w.job is not None]
+        # Only the jobs the store holds now: a firing answered but not made must not be
+        # recorded as made (the checker's `schedule_not_fired` would never see it).
+        found = self._inner.get_jobs([job.id for job in made]) if made else {}
+        for job in made:
+            if job.id in found and job.id not in self._history.latest:
+                self._history.wrote(self._clock.now(), None, found[job.id])
         return stored
 
     def active_jobs(self, endpoint_id: str) -> list[Job]:

@@ -22,6 +22,8 @@ PLANTED = [
     ("lost_commit", "memory"),
     ("lost_commit", "file"),
     ("stale_result", "memory"),  # a service bug: the store does not matter, and file is slower
+    ("dropped_firing", "memory"),
+    ("double_firing", "file"),
 ]
 
 

@@ -22,6 +22,7 @@ from typing import Any
 from moonrun.clock import ManualClock
 from moonrun.errors import PlatformUnreachable
 from moonrun.service.config import SchedulingSettings
+from moonrun.service.schedules import ScheduleSpec
 from moonrun.service.scheduling import SchedulingService
 from moonrun.service.specs import JobSpec
 from tests.sim.checker import Violation, check
@@ -224,6 +225,12 @@ class Simulation:
             )
             self.hosts.append(RunHost(name, endpoint.id, capacity, rate, polls))
         self.user = UserNode(self, owner, servers)
+        for n in range(self.rng.randint(1, 3)):
+            overlap = self.rng.choice(["allow", "allow", "skip", "cancel_previous"])
+            work = JobSpec("sim.work", {"ms": self.rng.randint(20, 2000)})
+            spec = ScheduleSpec(f"every minute {n}", "* * * * *", work, overlap=overlap)
+            made = service.schedules.create(owner, self.rng.choice(servers).id, spec)
+            self.history.schedules[made.schedule.id] = overlap
 
     def job_spec(self) -> JobSpec:
         return spec_of(self)

@@ -196,9 +196,19 @@ class SignedRun:
 
     # -- logs and artifacts --------------------------------------------------------------------
 
-    def send_logs(self, job_id: str, attempt: int, seq: int, *texts: str) -> httpx.Response:
+    def send_logs(
+        self, job_id: str, attempt: int, seq: int, *texts: str, final: bool = False
+    ) -> httpx.Response:
+        """A batch of `texts`; `final`: the attempt's last (its logs are then complete)."""
         lines = [{"ts": "2026-11-30T00:00:00.000Z", "stream": "stdout", "text": t} for t in texts]
-        body = {"job_id": job_id, **self.evidence(job_id, attempt), "seq": seq, "lines": lines}
+        body: dict[str, Any] = {
+            "job_id": job_id,
+            **self.evidence(job_id, attempt),
+            "seq": seq,
+            "lines": lines,
+        }
+        if final:
+            body["final"] = True
         return self.post("/run/v1/logs", body)
 
     def put_chunk(

@@ -1,6 +1,7 @@
-"""What Run's own tests share: one fake of Run's platform client on its transfer channels, one
-fake of what Run hands a handler (a `JobContext` and where its lines, uploads and process
-records go), and probes of a command's process group."""
+"""What Run's own tests share: one fake of Run's platform client (its transfer channels, and
+with `jobs` a platform that hands out jobs), one fake of what Run hands a handler (a
+`JobContext` and where its lines, uploads and process records go), and probes of a command's
+process group."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from moonrun.errors import PlatformUnreachable
+from moonrun.run.client import SessionInfo
 from moonrun.run.handlers import HandlerResult, JobContext
 
 HANG_GUARD_S = 30.0
@@ -23,7 +26,15 @@ class FakeRunClient:
 
     `errors` are raised, in order, by the next calls of either kind; `chunk_errors` once by the
     chunk of that index. With `keep_bytes=False` a chunk is recorded by its size only (the
-    artifact tests stream gigabytes). With `lease`, every call must carry that lease.
+    artifact tests stream gigabytes). With `lease`, every call must carry that lease. With
+    `record=False` a log batch is only counted (a long run keeps nothing per batch).
+
+    For an `Agent`, `jobs` makes it a platform too: registration, reconciliation and heartbeats
+    succeed, a claim hands out `noop` jobs from what `offer` made available (and otherwise
+    waits until more is offered, or the claim is abandoned), every ack and result is accepted.
+    Job number N (from 0) is of kind `kind_of(N)`. With `renewals=False` no lease renewal is
+    ever answered (`progress` is unreachable), so an attempt still at work self-fences. Only
+    counts are kept (`acked`, `reported`, `log_lines`), never a record per job.
     """
 
     def __init__(
@@ -32,8 +43,20 @@ class FakeRunClient:
         lease: str | None = None,
         chunk_errors: dict[int, Exception] | None = None,
         keep_bytes: bool = True,
+        record: bool = True,
+        jobs: bool = False,
+        lease_ttl_s: float = 120.0,
+        kind_of: Callable[[int], str] = lambda number: "noop",
+        renewals: bool = True,
     ) -> None:
-        self.session: object | None = object()
+        self.session: Any = object() if not jobs else None
+        self.record = record
+        self.lease_ttl_s = lease_ttl_s
+        self.kind_of = kind_of
+        self.renewals = renewals
+        self.offered = self.granted = self.acked = self.reported = self.log_lines = 0
+        self.generation = 0
+        self._more = asyncio.Event()
         self.lease = lease
         self.errors: list[Exception] = []
         self.chunk_errors = dict(chunk_errors or {})
@@ -43,16 +66,32 @@ class FakeRunClient:
         self.chunk_calls: list[tuple[str, int, str, int, bytes | int, bool]] = []
         """(job, attempt, name, index, the bytes or their size, final) per chunk."""
         self.first_seqs: dict[tuple[str, int], int] = {}
+        self.finals = 0
+        self.final_calls: list[tuple[str, int, int]] = []
 
     async def send_logs(
-        self, job_id: str, attempt: int, lease: str, seq: int, lines: list[dict[str, str]]
+        self,
+        job_id: str,
+        attempt: int,
+        lease: str,
+        seq: int,
+        lines: list[dict[str, str]],
+        *,
+        final: bool = False,
     ) -> Any:
         """Records seqs relative to the attempt's first (1, 2, ...): absolute seqs start from
-        the wall clock so that a restarted Run never reuses one."""
+        the wall clock so that a restarted Run never reuses one. A `final` batch is counted
+        in `finals` (and its attempt noted in `final_calls`: (job, attempt, seq from 1))."""
         assert self.lease is None or lease == self.lease
         assert all(set(line) == {"ts", "stream", "text"} for line in lines)
+        self.log_lines += len(lines)
+        self.finals += final
+        if not self.record:
+            return {"accepted_through_seq": seq}
         first = self.first_seqs.setdefault((job_id, attempt), seq)
         self.log_calls.append((job_id, attempt, seq - first + 1, [line["text"] for line in lines]))
+        if final:
+            self.final_calls.append((job_id, attempt, seq - first + 1))
         if self.errors:
             raise self.errors.pop(0)
         return {"accepted_through_seq": seq}
@@ -76,6 +115,77 @@ class FakeRunClient:
         if self.errors:
             raise self.errors.pop(0)
         return {"chunk_index": index, "final": final}
+
+    # -- the control and jobs channels (with `jobs`) ---------------------------------------------
+
+    async def __aenter__(self) -> FakeRunClient:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        pass
+
+    def offer(self, count: int) -> None:
+        """Make `count` more jobs claimable."""
+        self.offered += count
+        self._more.set()
+
+    async def register(self, boot_id: str, capacity: int, kinds: Any = None) -> SessionInfo:
+        self.generation += 1
+        self.session = SessionInfo(
+            session_id=f"session_{self.generation}",
+            key=bytes(32),
+            generation=self.generation,
+            heartbeat_interval_s=10.0,
+            session_ttl_s=60.0,
+            ack_timeout_s=30.0,
+            lease_ttl_s=self.lease_ttl_s,
+        )
+        return self.session
+
+    async def reconcile(self, entries: list[dict[str, Any]]) -> Any:
+        confirmed = [{**entry, "state": "accepted", "cancel_requested": False} for entry in entries]
+        return {"confirmed": confirmed, "discard": [], "lost": []}
+
+    async def heartbeat(self) -> Any:
+        return {"session_expires_at": "2026-01-01T00:00:00Z", "server_time": "2026-01-01T00:00:00Z"}
+
+    async def end_session(self, timeout_s: float) -> None:
+        self.session = None
+
+    async def claim(self, max_jobs: int, wait_s: float | None = None) -> list[Any]:
+        while self.granted >= self.offered:
+            self._more.clear()
+            await self._more.wait()
+        count = min(max_jobs, self.offered - self.granted)
+        first, self.granted = self.granted, self.granted + count
+        return [
+            {
+                "job_id": f"job_{number}",
+                "attempt": 1,
+                "lease": f"lease_{number}",
+                "kind": self.kind_of(number),
+                "payload": {},
+                "server_id": "server_1",
+                "owner_id": "owner_1",
+            }
+            for number in range(first, first + count)
+        ]
+
+    async def acks(self, acks: list[dict[str, Any]]) -> list[Any]:
+        self.acked += len(acks)
+        return [{"cancel_requested": False} for _ in acks]
+
+    async def results(self, results: list[dict[str, Any]]) -> list[Any]:
+        self.reported += len(results)
+        return [{"state": "succeeded"} for _ in results]
+
+    async def progress(self, job_id: str, attempt: int, lease: str, seq: int, *_: Any) -> Any:
+        if not self.renewals:
+            raise PlatformUnreachable("the fake platform answers no renewal")
+        return {"cancel_requested": False}
+
+    async def cancel_poll(self, job_id: str, attempt: int, lease: str) -> Any:
+        return {"cancel_requested": False}
 
     @property
     def chunks(self) -> list[tuple[str, int, int, bool]]:

@@ -19,14 +19,15 @@ from moonrun.store.mysql import MySQLStore
 from moonrun.store.protocol import Store
 from moonrun.store.schema import DATA_TABLES
 
-STORE_NAMES = ["memory", "file", "mysql"]
+STORE_NAMES = ["memory", "file", "mysql", "postgres"]
 """The stores every contract and scenario suite runs against."""
 
-CONTRACT_STORE_NAMES = ["memory", "file", "mysql+pymysql", "mysql+mysqldb"]
+CONTRACT_STORE_NAMES = ["memory", "file", "mysql+pymysql", "mysql+mysqldb", "postgres"]
 """The store contract runs MySQLStore on each driver; the other suites on the default one
 (mysqlclient where it is installed, else PyMySQL)."""
 
 DEFAULT_MYSQL_URL = "mysql://root@127.0.0.1:3306/"
+DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 
 @dataclass
@@ -117,3 +118,49 @@ def mysql_test_database() -> Iterator[str]:
         with admin.cursor() as cursor:
             cursor.execute(f"DROP DATABASE IF EXISTS {name}")
         admin.close()
+
+
+def postgres_factory(url: str) -> StoreFactory:
+    from moonrun.store.postgres import PostgresStore
+
+    def open_fresh() -> Store:
+        wipe_postgres(url)
+        return PostgresStore(url)
+
+    def reopen(store: Store) -> Store:
+        store.close()
+        return PostgresStore(url)
+
+    return StoreFactory("postgres", open_fresh, reopen, lambda: url)
+
+
+def wipe_postgres(url: str) -> None:
+    """Empty every moonrun table of the test database (tables may not exist yet)."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as connection:
+        present = {
+            row[0]
+            for row in connection.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
+            )
+        }
+        names = [table.name for table in DATA_TABLES if table.name in present]
+        if names:
+            connection.execute(f"TRUNCATE {', '.join(names)}")
+
+
+def postgres_test_database() -> Iterator[str]:
+    """A fresh `moonrun_test_<random>` database for one test session, dropped at its end."""
+    import psycopg
+
+    base = os.environ.get("MOONRUN_TEST_POSTGRES_URL", DEFAULT_POSTGRES_URL)
+    name = f"moonrun_test_{secrets.token_hex(4)}"
+    with psycopg.connect(base, autocommit=True, connect_timeout=3) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    parts = urlsplit(base)
+    try:
+        yield f"{parts.scheme}://{parts.netloc}/{name}"
+    finally:
+        with psycopg.connect(base, autocommit=True, connect_timeout=3) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")

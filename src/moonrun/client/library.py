@@ -158,6 +158,13 @@ class Job:
         """What the ending attempt's handler returned (docs/kinds.md); None until it ends."""
         return None if self.terminal is None else self.terminal.get("result")
 
+    @property
+    def logs_complete(self) -> bool:
+        """Whether its latest attempt's log lines are all in (a platform older than that
+        says nothing: then whether the job has ended)."""
+        complete = self.data.get("logs_complete")
+        return self.ended if complete is None else bool(complete)
+
 
 @dataclass(frozen=True)
 class User:
@@ -865,17 +872,21 @@ class Client:
         job the caller may not manage, as for one that does not exist."""
         return Job.of(self._request("DELETE", f"/api/v1/jobs/{job_id}"))
 
-    def wait(self, job_id: str, timeout_s: float | None = None) -> Job:
+    def wait(self, job_id: str, timeout_s: float | None = None, *, logs: bool = False) -> Job:
         """The job once it has ended, by blocking reads; `WaitTimedOut` after `timeout_s`.
-        A platform that stops answering for up to `outage_grace_s` is waited out."""
+        With `logs`, also until its last attempt's log lines are all in (`logs_complete`), so
+        that `logs()` then gives every line. A platform that stops answering for up to
+        `outage_grace_s` is waited out."""
         deadline = None if timeout_s is None else self._clock() + timeout_s
         job = self._through_outages(lambda: self.job(job_id))
-        while not job.ended:
+        while not (job.ended and (job.logs_complete or not logs)):
             left = WAIT_CHUNK_S if deadline is None else deadline - self._clock()
             if left <= 0:
-                raise WaitTimedOut(f"job {job_id} is still {job.state} after {timeout_s} s")
+                still = job.state if not job.ended else f"{job.state}, its logs not all in,"
+                raise WaitTimedOut(f"job {job_id} is still {still} after {timeout_s} s")
             wait_s = max(0.001, min(left, WAIT_CHUNK_S))
-            params = {"wait_s": round(wait_s, 3), "until": "terminal"}
+            until = "logs_complete" if logs else "terminal"
+            params = {"wait_s": round(wait_s, 3), "until": until}
             path = f"/api/v1/jobs/{job_id}"
             read = functools.partial(self._request, "GET", path, params=params, wait_s=wait_s)
             job = Job.of(self._through_outages(read))
@@ -929,7 +940,9 @@ class Client:
     ) -> Iterator[LogLine]:
         """The log lines of one attempt (the latest that has logs unless given), page after
         page. With `follow`, keep reading (about every 0.2 s, slowing to 2 s while nothing comes)
-        until the job has ended and no line came for `settle_s`; without `attempt`, follow
+        until the attempt's lines are all in (`logs_complete`: at once for a finished job)
+        and, without `attempt`, it is the job's last; from a platform that does not say
+        so, until the job has ended and no line came for `settle_s`. Without `attempt`, follow
         moves on to each new attempt, and rides through a platform that stops answering for up
         to `outage_grace_s`, resuming after the last line it printed."""
         patient: Callable[[Callable[[], Any]], Any] = (
@@ -954,13 +967,19 @@ class Client:
                 return
             if lines:
                 pauses = FOLLOW_POLL.delays()
-            if ended_at is None:
+            complete = page.get("logs_complete")  # None: a platform that does not say
+            if complete and attempt is not None:
+                return  # the attempt asked for has all its lines in
+            if ended_at is None or complete:
                 job = patient(lambda: self.job(job_id))
                 if attempt is None and current is not None and job.attempt > current:
                     current, after_seq = job.attempt, -1  # a retry: follow its attempt
                     continue
+                if complete and job.ended:
+                    return  # the job's last attempt, and its lines are all in
                 if job.ended:
                     ended_at = self._clock()
-            if ended_at is not None and not lines and self._clock() - ended_at >= settle_s:
+            settled = ended_at is not None and self._clock() - ended_at >= settle_s
+            if complete is None and settled and not lines:
                 return
             self._sleep(next(pauses))

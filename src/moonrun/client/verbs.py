@@ -409,7 +409,7 @@ def job_submit(
         elif wait:
             if not as_json:
                 typer.echo(f"job {job.id} {job.state}; waiting for it to end")
-            job = client.wait(job.id)
+            job = client.wait(job.id, logs=True)
     if not (wait or follow):
         show_job(job, as_json)
         return
@@ -472,7 +472,7 @@ def _follow(
         finally:
             stop.set()
             watcher.join()
-    ended = client.wait(job.id)
+    ended = client.wait(job.id, logs=True)
     typer.echo(ending(ended), err=True)
     return ended
 
@@ -579,17 +579,25 @@ def job_wait(
     timeout: Annotated[
         float | None, typer.Option("--timeout", min=0, help="Give up after this many seconds")
     ] = None,
+    logs: Annotated[
+        bool,
+        typer.Option(
+            "--logs/--no-logs",
+            help="Also wait until the job's log lines are all in (job logs then shows them all)",
+        ),
+    ] = True,
     outage_grace: OutageGraceOption = OUTAGE_GRACE_S,
     profile: ProfileOption = profiles.DEFAULT_PROFILE,
     as_json: JsonOption = False,
 ) -> None:
-    """Wait until the job ends. Exit 0 succeeded, 3 failed, 4 cancelled, 5 timed out.
+    """Wait until the job ends, and its log lines are all in. Exit 0 succeeded, 3 failed, 4
+    cancelled, 5 timed out.
 
     A platform that does not answer for up to --outage-grace seconds (a restart) is waited
     out; longer, exit 1 `unreachable`."""
     with connect(ctx, profile, outage_grace_s=outage_grace) as client:
         try:
-            job = client.wait(job_id, timeout)
+            job = client.wait(job_id, timeout, logs=logs)
         except WaitTimedOut:
             job = client.job(job_id)
             if job.state not in EXIT_OF_STATE:

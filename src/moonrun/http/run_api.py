@@ -9,6 +9,7 @@ shapes `moonrun.wire.run` declares (the same Run parses).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -322,14 +323,18 @@ async def result_batch(call: Call) -> ResultBatchAnswer:
 
 
 async def append_logs(call: Call) -> LogBatchAnswer:
-    """Store a batch of log lines, once per (job, attempt, seq)."""
+    """Store a batch of log lines, once per (job, attempt, seq). A `final` batch completes the
+    attempt's logs: the job's readers waiting for that are woken."""
     platform, body = call.platform, call.body
     evidence = Evidence(body.attempt, body.lease)
     await call.channel.run(platform.service.check_transfer, call.subject, body.job_id, evidence)
     lines = [LogLine(body.seq, line.ts, line.stream, line.text) for line in body.lines]
     # A durable log store waits for an fsync: on the logs channel's threads, not the event loop.
     work = call.channel.thread if platform.logs.on_threads else call.channel.run
-    through = await work(platform.logs.append, body.job_id, body.attempt, body.seq, lines)
+    append = functools.partial(platform.logs.append, final=body.final)
+    through = await work(append, body.job_id, body.attempt, body.seq, lines)
+    if body.final:
+        platform.service.waiters.job_touched(body.job_id)
     return {"accepted_through_seq": through}
 
 

@@ -55,7 +55,7 @@ async def create_schedule(call: Call) -> ScheduleView:
 async def list_schedules(call: Call) -> SchedulesAnswer:
     """The schedules of the servers whose jobs the caller manages (`?server=` one of them)."""
     query: SchedulesQuery = call.query
-    states = await as_caller(call, call.platform.service.schedules.list, query.server)
+    states = await as_caller(call, call.platform.service.schedules.list_schedules, query.server)
     return {"schedules": [view(state) for state in states]}
 
 

@@ -142,6 +142,8 @@ class LogBatchRequest(Strict):
     lease: str
     seq: int = Field(ge=0, le=SEQ_MAX)
     lines: list[LogLineModel]
+    final: bool = False
+    """The attempt's last batch: it has ended and Run has nothing more of it to send."""
 
 
 # -- users ---------------------------------------------------------------------------------------

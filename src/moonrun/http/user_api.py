@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from moonrun.artifacts.protocol import NAME_PATTERN, ArtifactInfo, ArtifactStore
 from moonrun.errors import ArtifactIncomplete, InvalidRequest, MoonrunError, NotFound
 from moonrun.http.api import Call, JsonReply, Route, Stream, error_body
+from moonrun.http.platform import HttpPlatform
 from moonrun.http.schemas import (
     SEQ_MAX,
     AddAdminRequest,
@@ -109,7 +110,7 @@ class ServersQuery(_Query):
 
 class JobReadQuery(_Query):
     wait_s: float | None = Field(default=None, gt=0, le=3600)
-    until: Literal["terminal"] | None = None
+    until: Literal["terminal", "logs_complete"] | None = None
 
 
 class LogsQuery(_Query):
@@ -319,14 +320,24 @@ def _spec(body: CreateJobRequest) -> JobSpec:
     return JobSpec(body.kind, body.payload, body.max_attempts, backoff, not_before)
 
 
-def etag(job: Job) -> str:
-    """The job's entity tag: it changes whenever the job does."""
-    return f'"{job.version}"'
+def logs_complete(platform: HttpPlatform, job: Job) -> bool:
+    """Whether the job's latest attempt has all its log lines in."""
+    return platform.service.logs_complete(job, None, platform.logs.complete)
 
 
-def job_reply(job: Job, status: int = 200) -> JsonReply[JobView]:
+def view(platform: HttpPlatform, job: Job) -> JobView:
+    return job_view(job, logs_complete=logs_complete(platform, job))
+
+
+def etag(job: Job, complete: bool) -> str:
+    """The job's entity tag: it changes whenever the job does, and when its logs complete."""
+    return f'"{job.version}.logs"' if complete else f'"{job.version}"'
+
+
+def job_reply(platform: HttpPlatform, job: Job, status: int = 200) -> JsonReply[JobView]:
     """The job's view, with its ETag."""
-    return JsonReply(status, job_view(job), {"ETag": etag(job)})
+    complete = logs_complete(platform, job)
+    return JsonReply(status, job_view(job, logs_complete=complete), {"ETag": etag(job, complete)})
 
 
 async def create_job(call: Call) -> JsonReply[JobView]:
@@ -348,7 +359,7 @@ async def create_job(call: Call) -> JsonReply[JobView]:
             idempotency_key=key,
         )
 
-    return job_reply(await as_caller(call, create), 201)
+    return job_reply(call.platform, await as_caller(call, create), 201)
 
 
 async def create_jobs(call: Call) -> CreatedJobsAnswer:
@@ -363,7 +374,7 @@ async def create_jobs(call: Call) -> CreatedJobsAnswer:
         return service.create_jobs(user, call.params["server_id"], specs, idempotency_key=key)
 
     jobs = await as_caller(call, create)
-    return {"jobs": [job_view(job) for job in jobs]}
+    return {"jobs": [view(call.platform, job) for job in jobs]}
 
 
 async def list_jobs(call: Call) -> JobsAnswer:
@@ -379,7 +390,10 @@ async def list_jobs(call: Call) -> JobsAnswer:
         kind=query.kind,
         id_prefix=query.id_prefix,
     )
-    return {"jobs": [job_view(job) for job in page.jobs], "next_cursor": page.next_cursor}
+    return {
+        "jobs": [view(call.platform, job) for job in page.jobs],
+        "next_cursor": page.next_cursor,
+    }
 
 
 async def rerun_job(call: Call) -> JsonReply[JobView]:
@@ -387,7 +401,7 @@ async def rerun_job(call: Call) -> JsonReply[JobView]:
     the same Idempotency-Key gives the same new job."""
     service, key = call.platform.service, call.headers.get("idempotency-key")
     job = await as_caller(call, service.rerun_job, call.params["job_id"], idempotency_key=key)
-    return job_reply(job, 201)
+    return job_reply(call.platform, job, 201)
 
 
 async def server_kinds(call: Call) -> KindsAnswer:
@@ -408,7 +422,8 @@ async def server_kinds(call: Call) -> KindsAnswer:
 async def get_job(call: Call) -> JsonReply[JobView] | JsonReply[None]:
     """The job (its ETag changes whenever it does). A blocking read: with `wait_s`, answer as
     soon as the job is no longer the one `If-None-Match` names (304 if it still is when the
-    wait ends), or with `until=terminal`, once it has ended (the current job when the wait
+    wait ends), or with `until=terminal`, once it has ended, or with `until=logs_complete`,
+    once it has ended and its last attempt's logs are all in (the current job when the wait
     ends first)."""
     platform, query = call.platform, call.query
     service, job_id = platform.service, call.params["job_id"]
@@ -417,12 +432,14 @@ async def get_job(call: Call) -> JsonReply[JobView] | JsonReply[None]:
         job = await as_caller(call, service.get_job, job_id)  # 401, 403 and 404 come first
         if query.wait_s is not None:
             raise InvalidRequest("wait_s needs an If-None-Match header or until=terminal")
-        return job_reply(job)
+        return job_reply(platform, job)
 
     def settled(job: Job) -> bool:
         if query.until == "terminal":
             return job.state.is_terminal
-        return etag(job) != if_none_match
+        if query.until == "logs_complete":
+            return job.state.is_terminal and logs_complete(platform, job)
+        return etag(job, logs_complete(platform, job)) != if_none_match
 
     credentials = call.credentials
     assert credentials is not None
@@ -434,8 +451,8 @@ async def get_job(call: Call) -> JsonReply[JobView] | JsonReply[None]:
         waiting=call.waiting(),
     )
     if query.until is None and not settled(job):
-        return JsonReply(304, None, {"ETag": etag(job)})
-    return job_reply(job)
+        return JsonReply(304, None, {"ETag": etag(job, logs_complete(platform, job))})
+    return job_reply(platform, job)
 
 
 async def delete_job(call: Call) -> JobView:
@@ -454,7 +471,7 @@ async def delete_job(call: Call) -> JobView:
 async def cancel_job(call: Call) -> JsonReply[JobView]:
     """Cancel: waiting jobs end at once (200); running ones get a durable intent (202)."""
     outcome = await as_caller(call, call.platform.service.cancel_job, call.params["job_id"])
-    return JsonReply(202 if outcome.waits_on_run else 200, job_view(outcome.job))
+    return JsonReply(202 if outcome.waits_on_run else 200, view(call.platform, outcome.job))
 
 
 async def cancel_jobs(call: Call) -> CancelJobsAnswer:
@@ -462,14 +479,20 @@ async def cancel_jobs(call: Call) -> CancelJobsAnswer:
     cancel would be (its status, and its JobView or its refusal)."""
     body: CancelJobsRequest = call.body
     outcomes = await as_caller(call, call.platform.service.cancel_jobs, body.job_ids)
-    return {"answers": [_cancel_entry(*pair) for pair in zip(body.job_ids, outcomes, strict=True)]}
+    return {
+        "answers": [
+            _cancel_entry(call.platform, *pair) for pair in zip(body.job_ids, outcomes, strict=True)
+        ]
+    }
 
 
-def _cancel_entry(job_id: str, outcome: CancelOutcome | MoonrunError) -> CancelEntry:
+def _cancel_entry(
+    platform: HttpPlatform, job_id: str, outcome: CancelOutcome | MoonrunError
+) -> CancelEntry:
     if isinstance(outcome, MoonrunError):
         return {"job_id": job_id, "status": outcome.status, "error": error_body(outcome)["error"]}
     status = 202 if outcome.waits_on_run else 200
-    return {"job_id": job_id, "status": status, "answer": job_view(outcome.job)}
+    return {"job_id": job_id, "status": status, "answer": view(platform, outcome.job)}
 
 
 async def job_logs(call: Call) -> LogsAnswer:
@@ -478,19 +501,21 @@ async def job_logs(call: Call) -> LogsAnswer:
     platform, query = call.platform, call.query
     job_id, logs = call.params["job_id"], platform.logs
 
-    def read(user: User) -> LogPage:
-        platform.service.get_job(user, job_id)
+    def read(user: User) -> tuple[LogPage, bool]:
+        job = platform.service.get_job(user, job_id)
         attempt = query.attempt
         if attempt is None:
             attempts = logs.attempts(job_id)
             attempt = attempts[-1] if attempts else None
+        # Complete: the attempt's (or, with no attempt that has lines, the job's latest)
+        complete = platform.service.logs_complete(job, attempt, logs.complete)
         if attempt is None:
-            return LogPage(None, [], query.after_seq, False)
+            return LogPage(None, [], query.after_seq, False), complete
         if query.tail is not None:
-            return logs.tail(job_id, attempt, query.tail, query.after_seq)
-        return logs.read(job_id, attempt, query.after_seq, query.limit)
+            return logs.tail(job_id, attempt, query.tail, query.after_seq), complete
+        return logs.read(job_id, attempt, query.after_seq, query.limit), complete
 
-    page = await as_caller(call, read)
+    page, complete = await as_caller(call, read)
     attempt = page.attempt
     lines: list[LogLineView] = (
         []
@@ -507,6 +532,7 @@ async def job_logs(call: Call) -> LogsAnswer:
         "more": page.more,
         "dropped_lines": page.dropped_lines,
         "dropped_bytes": page.dropped_bytes,
+        "logs_complete": complete,
     }
 
 

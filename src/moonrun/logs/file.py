@@ -2,10 +2,12 @@
 
 `<root>/<job>/<attempt>.jsonl`, one JSON record a line, files 0600 in 0700 directories:
 
-- `{"seq": S, "lines": [[ts, stream, text], ...]}` a batch as stored (text already cut);
+- `{"seq": S, "lines": [[ts, stream, text], ...]}` a batch as stored (text already cut), with
+  `"final": true` when Run said it was the attempt's last;
+- `{"final": true}` a final batch sent again once its seq was stored (or dropped);
 - `{"drop": N}` the store-wide cap took the attempt's N oldest lines;
-- `{"floor": F, "highest": H, "dropped_lines": L, "dropped_bytes": B}` the state a compacted
-  file starts from.
+- `{"floor": F, "highest": H, "dropped_lines": L, "dropped_bytes": B, "final": C}` the state a
+  compacted file starts from.
 
 A batch's record is written and fsync'd before `append` returns, so before its 202: a batch
 the platform acknowledged survives a crash. The attempt caps are applied when a batch is
@@ -60,19 +62,29 @@ class FileLogStore(MemoryLogStore):
         """An attempt file's size when last rewritten: it is rewritten at twice that (and
         `COMPACT_SLACK`), so rewriting costs at most about one write of each byte again."""
 
-    def append(self, job_id: str, attempt: int, seq: int, lines: list[LogLine]) -> int:
+    def append(
+        self, job_id: str, attempt: int, seq: int, lines: list[LogLine], *, final: bool = False
+    ) -> int:
         stored = self._prepare(seq, lines)
         key = (job_id, attempt)
-        record = {"seq": seq, "lines": [[ln.ts, ln.stream, ln.text] for ln, _ in stored]}
+        record: dict[str, Any] = {
+            "seq": seq,
+            "lines": [[ln.ts, ln.stream, ln.text] for ln, _ in stored],
+        }
+        if final:
+            record["final"] = True
         # An attempt's batches wait for the disk one at a time, holding only its stripe: other
         # attempts' batches and readers (the user channel reads on the event loop) go on.
         with self._stripes[hash(key) % len(self._stripes)]:
             with self._lock:
                 self._load()
                 log = self._attempt_log(key)
-                if seq in log.batches or seq <= log.floor:
+                stored_before = seq in log.batches or seq <= log.floor
+                if stored_before and (log.complete or not final):
                     return log.highest
                 new = key not in self._file_bytes
+            if stored_before:  # the final batch again, its seq stored without saying so
+                record = {"final": True}
             # On disk before in memory: a batch whose write fails is not stored at all, and is
             # answered 503 (Run sends it again) rather than as a bug.
             try:
@@ -84,7 +96,9 @@ class FileLogStore(MemoryLogStore):
             with self._lock:
                 self._file_bytes[key] = self._file_bytes.get(key, 0) + written
                 log = self._attempt_log(key)
-                self._store(log, seq, stored)
+                log.complete = log.complete or final
+                if not stored_before:
+                    self._store(log, seq, stored)
                 self._keep_total()
                 highest = log.highest
                 compact = self._file_bytes[key] > 2 * self._compacted.get(key, 0) + COMPACT_SLACK
@@ -110,6 +124,11 @@ class FileLogStore(MemoryLogStore):
         with self._lock:
             self._load()
         return super().attempts(job_id)
+
+    def complete(self, job_id: str, attempt: int) -> bool:
+        with self._lock:
+            self._load()
+        return super().complete(job_id, attempt)
 
     def delete_job(self, job_id: str, attempts: int) -> None:
         try:
@@ -213,6 +232,7 @@ class FileLogStore(MemoryLogStore):
                 record = orjson.loads(raw)
             except orjson.JSONDecodeError:
                 continue  # a line the operator mangled: its lines are lost, no others
+            log.complete = log.complete or record.get("final") is True
             if "seq" in record:
                 seq = record["seq"]
                 if seq in log.batches or seq <= log.floor:
@@ -240,6 +260,7 @@ def _state(log: _AttemptLog) -> list[dict[str, Any]]:
             "highest": log.highest,
             "dropped_lines": log.dropped_lines,
             "dropped_bytes": log.dropped_bytes,
+            "final": log.complete,
         }
     ]
     for seq in log.order:

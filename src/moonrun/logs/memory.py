@@ -61,6 +61,13 @@ class _AttemptLog:
     bytes: int = 0
     dropped_lines: int = 0
     dropped_bytes: int = 0
+    complete: bool = False
+    """Its final batch is stored: no more lines will come."""
+
+    @property
+    def has_lines(self) -> bool:
+        """It holds lines, or held some (only a bound takes them away)."""
+        return self.lines > 0 or self.dropped_lines > 0
 
 
 class MemoryLogStore:
@@ -88,15 +95,23 @@ class MemoryLogStore:
         self._logs: OrderedDict[tuple[str, int], _AttemptLog] = OrderedDict()
         self._lock = threading.Lock()
 
-    def append(self, job_id: str, attempt: int, seq: int, lines: list[LogLine]) -> int:
+    def append(
+        self, job_id: str, attempt: int, seq: int, lines: list[LogLine], *, final: bool = False
+    ) -> int:
         stored = self._prepare(seq, lines)
         with self._lock:
             log = self._attempt_log((job_id, attempt))
+            log.complete = log.complete or final
             if seq in log.batches or seq <= log.floor:
                 return log.highest
             self._store(log, seq, stored)
             self._keep_total()
             return log.highest
+
+    def complete(self, job_id: str, attempt: int) -> bool:
+        with self._lock:
+            log = self._logs.get((job_id, attempt))
+            return log is not None and log.complete
 
     def _prepare(self, seq: int, lines: list[LogLine]) -> deque[tuple[LogLine, int]]:
         """The batch's lines as stored: text cut and cleaned, each with its size in bytes."""
@@ -174,7 +189,11 @@ class MemoryLogStore:
 
     def attempts(self, job_id: str) -> list[int]:
         with self._lock:
-            return sorted(attempt for (job, attempt) in self._logs if job == job_id)
+            return sorted(
+                attempt
+                for (job, attempt), log in self._logs.items()
+                if job == job_id and log.has_lines
+            )
 
     def delete_job(self, job_id: str, attempts: int) -> None:
         with self._lock:

@@ -37,8 +37,16 @@ class LogStore(Protocol):
     on_threads: bool
     """Appends wait for the disk: run them on the logs channel's threads, never inline."""
 
-    def append(self, job_id: str, attempt: int, seq: int, lines: list[LogLine]) -> int:
-        """Store a batch once; returns the highest batch seq accepted for the attempt."""
+    def append(
+        self, job_id: str, attempt: int, seq: int, lines: list[LogLine], *, final: bool = False
+    ) -> int:
+        """Store a batch once; returns the highest batch seq accepted for the attempt. `final`:
+        Run says this is the attempt's last batch (it may hold no line), so its logs are
+        complete once it is stored (again: a final batch sent again still says so)."""
+        ...
+
+    def complete(self, job_id: str, attempt: int) -> bool:
+        """Whether the attempt's final batch is stored (docs/protocol.md, "Sending logs")."""
         ...
 
     def read(self, job_id: str, attempt: int, after_seq: int, limit: int = 1000) -> LogPage:
@@ -51,7 +59,8 @@ class LogStore(Protocol):
         ...
 
     def attempts(self, job_id: str) -> list[int]:
-        """Attempts of the job that have lines (or had them), ascending."""
+        """Attempts of the job that have lines (or had them), ascending (a final batch without
+        lines makes none)."""
         ...
 
     def delete_job(self, job_id: str, attempts: int) -> None:

@@ -488,6 +488,8 @@ class Agent:
                 if result is None:
                     return
                 entry.state, entry.result = "finished", result.as_message()
+                # Its handler is done: no line comes after these, and the platform is told so.
+                self.logs.finish(Attempt(entry.job_id, entry.attempt, entry.lease))
                 await self._save(entry)
             if entry.state == "finished":
                 await self._deliver(entry)
@@ -695,10 +697,19 @@ class Agent:
         return time.monotonic() + tick < renewed_until - margin
 
     async def _self_fence(self, entry: Assignment) -> None:
-        """Stop an attempt whose lease may lapse before another renewal could be accepted."""
+        """Stop an attempt whose lease may lapse before another renewal could be accepted.
+
+        Its journal entry says so until the lease has surely lapsed at the platform (one
+        lease TTL from now: every renewal it accepted was answered before now), then goes,
+        whether or not a reconciliation came meanwhile: a Run whose session never breaks
+        would otherwise keep every attempt it ever self-fenced.
+        """
         self.self_fenced += 1
         entry.state = "self_fenced"
         await self._save(entry)
+        session = self.client.session
+        lapsed_s = session.lease_ttl_s if session is not None else 0.0
+        asyncio.get_running_loop().call_later(lapsed_s, self._forget, entry)
         log.warning(
             "attempt self-fenced: no lease renewal accepted in time",
             extra={"fields": {"job_id": entry.job_id, "attempt": entry.attempt}},

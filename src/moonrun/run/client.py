@@ -396,9 +396,25 @@ class PlatformClient:
     # -- logs and artifacts channels -----------------------------------------------------------
 
     async def send_logs(
-        self, job_id: str, attempt: int, lease: str, seq: int, lines: list[dict[str, str]]
+        self,
+        job_id: str,
+        attempt: int,
+        lease: str,
+        seq: int,
+        lines: list[dict[str, str]],
+        *,
+        final: bool = False,
     ) -> LogBatchAnswer:
-        body = {"job_id": job_id, "attempt": attempt, "lease": lease, "seq": seq, "lines": lines}
+        """A batch of the attempt's lines; `final`: its last (an older platform ignores it)."""
+        body: dict[str, Any] = {
+            "job_id": job_id,
+            "attempt": attempt,
+            "lease": lease,
+            "seq": seq,
+            "lines": lines,
+        }
+        if final:
+            body["final"] = True
         return await self._signed("logs", "/run/v1/logs", body, LogBatchAnswer)
 
     async def put_chunk(

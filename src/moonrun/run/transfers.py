@@ -133,7 +133,12 @@ class LogShipper:
         self._batch_lines = batch_lines
         self._batch_bytes = batch_bytes
         self._last_seq = 0
-        self._pending: dict[Attempt, tuple[int, list[Line]]] = {}
+        self._pending: dict[Attempt, tuple[int, list[Line], bool]] = {}
+        """Per attempt, the batch on its way (sent again unchanged until answered): its seq,
+        its lines, and whether it is the attempt's last."""
+        self._ended: set[Attempt] = set()
+        """Attempts that ended whose last batch has not been sent yet."""
+        self._soon = asyncio.Event()
         self.dropped = 0
         self.shipped = 0
 
@@ -162,10 +167,25 @@ class LogShipper:
         self._bytes -= line.json_size
         self.dropped += 1
 
+    def finish(self, attempt: Attempt) -> None:
+        """The attempt has ended and added its last line: its last batch says so (`final`),
+        the platform then knows its logs are complete. Sent at once, not after the interval:
+        someone may be waiting for them."""
+        self._ended.add(attempt)
+        self._soon.set()
+
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=self._interval_s)
+            soon = asyncio.ensure_future(self._soon.wait())
+            stopping = asyncio.ensure_future(stop.wait())
+            try:
+                await asyncio.wait(
+                    {soon, stopping}, timeout=self._interval_s, return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                soon.cancel()
+                stopping.cancel()
+            self._soon.clear()
             await self.flush()
 
     async def flush(self) -> None:
@@ -178,13 +198,28 @@ class LogShipper:
         if self._client.session is None:
             return
         for attempt, lines in self._take_batches().items():
-            self._pending.setdefault(attempt, (self._next_seq(), lines))
-        for attempt, (seq, lines) in list(self._pending.items()):
+            self._pending.setdefault(attempt, (self._next_seq(), lines, False))
+        # An ended attempt's last batch: its last lines, or none when they all went already.
+        for attempt in list(self._ended):
+            if attempt in self._pending:
+                seq, lines, _ = self._pending[attempt]
+                if attempt not in self._buffers:  # nothing after this batch: it is the last
+                    self._pending[attempt] = (seq, lines, True)
+                    self._ended.discard(attempt)
+            elif attempt not in self._buffers:
+                self._pending[attempt] = (self._next_seq(), [], True)
+                self._ended.discard(attempt)
+        for attempt, (seq, lines, final) in list(self._pending.items()):
             body = [{"ts": ln.ts, "stream": ln.stream, "text": ln.text} for ln in lines]
             try:
-                await self._client.send_logs(
-                    attempt.job_id, attempt.attempt, attempt.lease, seq, body
-                )
+                if final:
+                    await self._client.send_logs(
+                        attempt.job_id, attempt.attempt, attempt.lease, seq, body, final=True
+                    )
+                else:
+                    await self._client.send_logs(
+                        attempt.job_id, attempt.attempt, attempt.lease, seq, body
+                    )
             except RETRYABLE:
                 continue  # stays pending, same seq, same lines
             except MoonrunError as error:  # the attempt is over for good: its lines are moot
@@ -193,6 +228,7 @@ class LogShipper:
                     extra={"fields": {"job_id": attempt.job_id, "code": error.code}},
                 )
                 self.dropped += len(lines)
+                self._ended.discard(attempt)
             else:
                 self.shipped += len(lines)
             del self._pending[attempt]
@@ -202,14 +238,18 @@ class LogShipper:
         about `batch_bytes` of JSON (at least one line), after a line counting any it lost."""
         batches: dict[Attempt, list[Line]] = {}
         for attempt, buffer in list(self._buffers.items()):
-            if attempt in self._pending or not buffer.lines:
+            if attempt in self._pending:
+                continue
+            if not buffer.lines and not buffer.lost:  # nothing left to say
+                del self._buffers[attempt]
                 continue
             batch: list[Line] = []
-            if buffer.lost:
+            if buffer.lost:  # said even when every line it had went (then alone)
                 note = (
                     f"[moonrun: {buffer.lost} earlier line(s) dropped: output outran log shipping]"
                 )
-                batch.append(_line(attempt, buffer.lines[0].ts, "stderr", note))
+                ts = buffer.lines[0].ts if buffer.lines else self._stamps.now()
+                batch.append(_line(attempt, ts, "stderr", note))
                 buffer.lost = 0
             taken = size = 0
             while buffer.lines and taken < self._batch_lines:

@@ -21,6 +21,7 @@ Values in, values out: instants are integer milliseconds since the epoch (`sched
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -122,11 +123,15 @@ class Cron:
         hours, minutes = sorted(self.hours), sorted(self.minutes)
         while day <= last:
             if self.day_matches(day):
-                for hour in hours:
-                    for minute in minutes:
-                        moment = datetime(day.year, day.month, day.day, hour, minute)
-                        if moment >= start:
-                            yield moment
+                # On the first day, skip the hours and minutes before `start` without making
+                # a datetime for each (a minutely calendar has 1,440 a day).
+                first_day = day == start.date()
+                for hour in hours[bisect.bisect_left(hours, start.hour) :] if first_day else hours:
+                    skip = first_day and hour == start.hour
+                    for minute in (
+                        minutes[bisect.bisect_left(minutes, start.minute) :] if skip else minutes
+                    ):
+                        yield datetime(day.year, day.month, day.day, hour, minute)
             day += timedelta(days=1)
 
 

@@ -25,15 +25,32 @@ __all__ = [
     "UserView",
     "endpoint_view",
     "job_view",
+    "logs_complete",
     "schedule_view",
     "server_view",
     "user_view",
 ]
 
 
-def job_view(job: Job) -> JobView:
+def logs_complete(job: Job, attempt: int, marked: bool, now: Instant, grace_ms: int) -> bool:
+    """Whether all of an attempt's log lines are in (docs/protocol.md, "Sending logs"): it has
+    ended, and its Run said its last batch went (`marked`), or the transfer grace after its
+    end has passed (a Run older than the marker says nothing; nothing is taken after it). A
+    job never claimed (attempt 0) has no logs to wait for once it is not waiting any more."""
+    if attempt < 1:
+        return not job.state.is_waiting and not job.state.is_active
+    if attempt == job.attempt and job.state.is_active:
+        return False
+    if marked:
+        return True
+    ended = next((past.ended_at for past in job.history if past.attempt == attempt), None)
+    return ended is not None and now > ended + grace_ms
+
+
+def job_view(job: Job, *, logs_complete: bool = False) -> JobView:
     """The user projection of a job: scheduling status without credentials or payload (a
-    payload may name secrets and host paths, which no user projection shows)."""
+    payload may name secrets and host paths, which no user projection shows).
+    `logs_complete`: whether its latest attempt's logs are all in (the log store knows)."""
     failure = job.last_failure
     policy = job.policy
     view: JobView = {
@@ -99,6 +116,7 @@ def job_view(job: Job) -> JobView:
             }
             for past in job.history
         ],
+        "logs_complete": logs_complete,
         "schedule": None
         if job.schedule_id is None or job.scheduled_for is None
         else {"id": job.schedule_id, "scheduled_for": format_instant(job.scheduled_for)},

@@ -1,7 +1,7 @@
 """Schedules' use cases: create, read, change, pause, trigger, and fire what is due.
 
 What fires when is decided in `scheduling/schedules.py`; here each decision is applied with
-one compare-and-swap of the schedule that also inserts the firing's job (`fire_schedule`), so
+one compare-and-swap of the schedule that also inserts the firing's job (`fire_schedules`), so
 two platforms deciding the same time, or one deciding it again after a crash, make one job.
 """
 
@@ -26,7 +26,7 @@ from moonrun.scheduling.schedules import Overlap, Schedule
 from moonrun.scheduling.time import Instant
 from moonrun.security.tokens import TokenSource
 from moonrun.service.specs import JobSpec
-from moonrun.store.protocol import Store
+from moonrun.store.protocol import ScheduleWrite, Store
 
 if TYPE_CHECKING:
     from moonrun.service.scheduling import SchedulingService
@@ -95,7 +95,7 @@ class Schedules:
         self._store.insert_schedule(schedule)
         return self._state(schedule, now)
 
-    def list(self, actor: User, server_id: str | None = None) -> list[ScheduleState]:
+    def list_schedules(self, actor: User, server_id: str | None = None) -> list[ScheduleState]:
         """The schedules of the servers whose jobs the actor manages (or of one of them)."""
         if server_id is not None:
             self._jobs.manageable_server(actor, server_id)
@@ -172,15 +172,39 @@ class Schedules:
                 return self._state(firing.schedule, now), (job.id if job is not None else None)
         raise MoonrunError("the schedule kept changing; try again")
 
+    def preview(self, cron: object, timezone: object) -> list[Instant]:
+        """The next 5 times a calendar would fire from now (a form's preview), or the
+        InvalidRequest a create would answer."""
+        expression, where = _calendar(cron, timezone)
+        return expression.times_after(self._clock.now(), where, domain.NEXT_TIMES)
+
     # -- the firing loop -----------------------------------------------------------------------
 
     def fire_due(self, limit: int = FIRE_BATCH) -> int:
-        """Decide every schedule whose cursor has passed; returns how many were decided."""
+        """Decide every schedule whose cursor has passed, up to `limit`, and store the
+        decisions in one write (one commit for the whole pass); returns how many were due."""
         now = self._clock.now()
         due = self._store.due_schedules(now, limit)
+        if not due:
+            return 0
+        last_ids = [s.last_job_id for s in due if s.last_job_id is not None]
+        last_jobs = self._store.get_jobs(last_ids) if last_ids else {}
+        owners: dict[str, bool] = {}
+        writes: list[ScheduleWrite] = []
         for schedule in due:
+            if schedule.owner_id not in owners:
+                owner = self._store.get_user(schedule.owner_id)
+                owners[schedule.owner_id] = owner is not None and not owner.disabled
+            last = last_jobs.get(schedule.last_job_id or "")
             try:
-                self._decide(schedule, now)
+                firing = domain.decide(
+                    schedule,
+                    *_calendar(schedule.cron, schedule.timezone),
+                    now,
+                    previous_running=last is not None and not last.state.is_terminal,
+                    owner_enabled=owners[schedule.owner_id],
+                )
+                writes.append(self._write_for(schedule, firing))
             except MoonrunError as error:  # one schedule's trouble never stops the others
                 if error.code == "store_unavailable":
                     raise
@@ -188,48 +212,48 @@ class Schedules:
                     "schedule not decided",
                     extra={"fields": {"schedule_id": schedule.id, "error": error.message}},
                 )
+        self._store_writes(writes)  # a lost race leaves the other platform's decision
         return len(due)
 
-    def _decide(self, schedule: Schedule, now: Instant) -> None:
-        owner = self._store.get_user(schedule.owner_id)
-        expression, where = _calendar(schedule.cron, schedule.timezone)
-        firing = domain.decide(
-            schedule,
-            expression,
-            where,
-            now,
-            previous_running=self._previous_running(schedule),
-            owner_enabled=owner is not None and not owner.disabled,
-        )
-        self._apply(schedule, firing)  # lost to another platform: its decision stands
-
     def _apply(self, schedule: Schedule, firing: domain.Firing) -> tuple[bool, Job | None]:
-        """Store the decision: whether it was stored (not when the schedule changed
+        """Store one decision: whether it was stored (not when the schedule changed
         meanwhile), and the job it made."""
-        job = None
-        if firing.scheduled_for is not None:
-            try:
-                job = self._build(schedule, firing.scheduled_for)
-            except MoonrunError as error:  # the server or its kinds changed since: a miss
-                log.warning(
-                    "schedule could not fire",
-                    extra={"fields": {"schedule_id": schedule.id, "error": error.message}},
-                )
-                missed = dataclasses.replace(
-                    firing.schedule,
-                    missed=firing.schedule.missed + 1,
-                    last_scheduled_for=schedule.last_scheduled_for,
-                    last_job_id=schedule.last_job_id,
-                )
-                return self._store.replace_schedule(missed, schedule.version), None
-            if firing.cancel_previous and schedule.last_job_id is not None:
-                self._cancel_previous(schedule)
-        if not self._store.fire_schedule(firing.schedule, schedule.version, job):
-            return False, None
-        if job is not None:
-            self.fired += 1
-            self._jobs.job_stored(job)
-        return True, job
+        write = self._write_for(schedule, firing)
+        stored = self._store_writes([write])[0]
+        return stored, write.job if stored else None
+
+    def _write_for(self, schedule: Schedule, firing: domain.Firing) -> ScheduleWrite:
+        """The store write of a decision: the firing's job built (or, when it cannot be
+        made any more, the time counted missed); a previous job to cancel is asked first."""
+        if firing.scheduled_for is None:
+            return ScheduleWrite(firing.schedule, schedule.version, None)
+        try:
+            job = self._build(schedule, firing.scheduled_for)
+        except MoonrunError as error:  # the server or its kinds changed since: a miss
+            if error.code == "store_unavailable":
+                raise
+            log.warning(
+                "schedule could not fire",
+                extra={"fields": {"schedule_id": schedule.id, "error": error.message}},
+            )
+            missed = dataclasses.replace(
+                firing.schedule,
+                missed=firing.schedule.missed + 1,
+                last_scheduled_for=schedule.last_scheduled_for,
+                last_job_id=schedule.last_job_id,
+            )
+            return ScheduleWrite(missed, schedule.version, None)
+        if firing.cancel_previous and schedule.last_job_id is not None:
+            self._cancel_previous(schedule)
+        return ScheduleWrite(firing.schedule, schedule.version, job)
+
+    def _store_writes(self, writes: list[ScheduleWrite]) -> list[bool]:
+        stored = self._store.fire_schedules(writes) if writes else []
+        for write, won in zip(writes, stored, strict=True):
+            if won and write.job is not None:
+                self.fired += 1
+                self._jobs.job_stored(write.job)
+        return stored
 
     def _build(self, schedule: Schedule, scheduled_for: Instant) -> Job:
         server = self._store.get_server(schedule.server_id)
@@ -270,7 +294,7 @@ class Schedules:
             schedule = self._accessible(actor, schedule_id)
             now = self._clock.now()
             updated = change(schedule, now)
-            if self._store.replace_schedule(updated, schedule.version):
+            if self._store.fire_schedules([ScheduleWrite(updated, schedule.version, None)])[0]:
                 return self._state(updated, now)
         raise MoonrunError("the schedule kept changing; try again")
 

@@ -62,6 +62,7 @@ from moonrun.scheduling.records import Advertisement, Endpoint, Server, Session,
 from moonrun.scheduling.retry import RetryPolicy, check_int
 from moonrun.scheduling.time import Instant, seconds_to_ms
 from moonrun.scheduling.views import EndpointView, endpoint_view
+from moonrun.scheduling.views import logs_complete as logs_complete_rule
 from moonrun.security.access import can_manage_jobs, require, require_platform_admin
 from moonrun.security.tokens import JOIN_PREFIX, LEASE_PREFIX, TokenSource, b64url_decode
 from moonrun.service import checks
@@ -359,6 +360,20 @@ class SchedulingService:
         if error is not None:
             raise error
         raise NotActive("the attempt ended; its logs and artifacts are closed")
+
+    def logs_complete(
+        self, job: Job, attempt: int | None, marked: Callable[[str, int], bool]
+    ) -> bool:
+        """Whether the job's `attempt` (its latest when None) has all its log lines in;
+        `marked(job_id, attempt)` says whether the log store holds its final batch."""
+        attempt = job.attempt if attempt is None else attempt
+        return logs_complete_rule(
+            job,
+            attempt,
+            attempt >= 1 and marked(job.id, attempt),
+            self._clock.now(),
+            round(self._settings.transfer_grace_s * 1000),
+        )
 
     def heartbeat(self, session_id: str) -> Heartbeat:
         session = self.authenticate_session(session_id)

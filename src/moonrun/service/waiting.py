@@ -166,6 +166,17 @@ class Watch:
         for waiter in woken:
             waiter.loop.call_soon_threadsafe(waiter.event.set)
 
+    def job_touched(self, job_id: str) -> None:
+        """Something beside the job record that its readers may wait for changed (its logs
+        were completed): wake every reader of the job, to read it again."""
+        if self._waiting == 0:
+            return
+        with self._lock:
+            woken = list(self._waiters.get((JOB, job_id), ()))
+            self.wakeups += len(woken)
+        for waiter in woken:
+            waiter.loop.call_soon_threadsafe(waiter.event.set)
+
     def register(
         self,
         topic: str,

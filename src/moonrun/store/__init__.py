@@ -15,7 +15,8 @@ DEFAULT_STORE_URL = "file:.moonrun/platform.db"
 
 
 def open_store(url: str) -> Store:
-    """Open the store a URL names: `memory://`, `file:PATH` or `mysql://USER:PASS@HOST:PORT/DB`.
+    """Open the store a URL names: `memory://`, `file:PATH`, `mysql://USER:PASS@HOST:PORT/DB`
+    or `postgresql://USER:PASS@HOST:PORT/DB`.
 
     Durable stores are opened, checked and migrated here, so a bad URL, an unreadable file or
     an unreachable database fails at start with a `StoreUnavailable` that names no password.
@@ -31,13 +32,18 @@ def open_store(url: str) -> Store:
         if not path:
             raise StoreUnavailable("file: needs a path, e.g. file:.moonrun/platform.db")
         return FileStore(path, **_file_options(query))
-    if url.startswith(("mysql:", "mysql+pymysql:")):
+    if url.startswith(("mysql:", "mysql+pymysql:", "mysql+mysqldb:")):
         from moonrun.store.mysql import MySQLStore
 
         return MySQLStore(url)
+    if url.startswith(("postgresql:", "postgres:")):
+        from moonrun.store.postgres import PostgresStore
+
+        return PostgresStore(url)
     scheme = url.split(":", 1)[0] if ":" in url else url[:16]
     raise StoreUnavailable(
-        f"unknown store {scheme!r}: use memory://, file:PATH or mysql://USER:PASS@HOST:PORT/DB"
+        f"unknown store {scheme!r}: use memory://, file:PATH, mysql://USER:PASS@HOST:PORT/DB "
+        "or postgresql://USER:PASS@HOST:PORT/DB"
     )
 
 

@@ -15,7 +15,7 @@ from moonrun.scheduling.jobs import Job, JobState
 from moonrun.scheduling.records import Advertisement, Endpoint, Server, Session, User
 from moonrun.scheduling.schedules import Schedule
 from moonrun.scheduling.time import Instant
-from moonrun.store.protocol import IdempotencyRecord, JobCursor
+from moonrun.store.protocol import IdempotencyRecord, JobCursor, ScheduleWrite
 
 _WaitKey = tuple[Instant, Instant, str]
 """(claimable_at, created_at, job id): the claim order."""
@@ -546,19 +546,21 @@ class MemoryStore:
     def get_schedule(self, schedule_id: str) -> Schedule | None:
         return self._schedules.get(schedule_id)
 
-    def replace_schedule(self, schedule: Schedule, expected_version: int) -> bool:
-        return self.fire_schedule(schedule, expected_version, None)
-
-    def fire_schedule(self, schedule: Schedule, expected_version: int, job: Job | None) -> bool:
+    def fire_schedules(self, writes: Sequence[ScheduleWrite]) -> list[bool]:
+        stored = []
         with self._lock:
-            stored = self._schedules.get(schedule.id)
-            if stored is None or stored.version != expected_version:
-                return False
-            self._schedules[schedule.id] = schedule
-            if job is not None and job.id not in self._jobs:
-                self._jobs[job.id] = job
-                self._index.replace(None, job)
-            return True
+            for write in writes:
+                schedule, job = write.schedule, write.job
+                current = self._schedules.get(schedule.id)
+                won = current is not None and current.version == write.expected_version
+                stored.append(won)
+                if not won:
+                    continue
+                self._schedules[schedule.id] = schedule
+                if job is not None and job.id not in self._jobs:
+                    self._jobs[job.id] = job
+                    self._index.replace(None, job)
+        return stored
 
     def delete_schedule(self, schedule_id: str) -> bool:
         with self._lock:

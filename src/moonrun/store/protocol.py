@@ -35,6 +35,15 @@ class IdempotencyRecord:
     created_at: Instant
 
 
+@dataclass(frozen=True, slots=True)
+class ScheduleWrite:
+    """One schedule's new record, the version it was read at, and the job its firing made."""
+
+    schedule: Schedule
+    expected_version: int
+    job: Job | None = None
+
+
 class Store(Protocol):
     # -- jobs ----------------------------------------------------------------------------
     def get_job(self, job_id: str) -> Job | None: ...
@@ -244,14 +253,12 @@ class Store(Protocol):
 
     def get_schedule(self, schedule_id: str) -> Schedule | None: ...
 
-    def replace_schedule(self, schedule: Schedule, expected_version: int) -> bool:
-        """Store `schedule` if the stored one still has `expected_version`; False otherwise."""
-        ...
-
-    def fire_schedule(self, schedule: Schedule, expected_version: int, job: Job | None) -> bool:
-        """`replace_schedule`, and in the same commit insert `job` unless a job with its id
-        exists already (a firing's id is derived from its schedule and time, so this is what
-        makes each firing happen at most once). False, and nothing stored, on conflict."""
+    def fire_schedules(self, writes: Sequence[ScheduleWrite]) -> list[bool]:
+        """For each write, in one commit: store its schedule if the stored one still has
+        `expected_version`, and then insert its job unless a job with that id exists already
+        (a firing's id is derived from its schedule and time: this is what makes each firing
+        happen at most once). Answers, per write, whether it was stored (False: a conflict,
+        and nothing of that write stored)."""
         ...
 
     def delete_schedule(self, schedule_id: str) -> bool:

@@ -15,7 +15,7 @@ from typing import Final, Literal
 
 from moonrun.store.schema import endpoints, jobs, schedules, servers, sessions, users
 
-Dialect = Literal["sqlite", "mysql"]
+Dialect = Literal["sqlite", "mysql", "postgresql"]
 
 JOB_COLUMNS: Final = tuple(column.name for column in jobs.columns)
 ENDPOINT_COLUMNS: Final = tuple(column.name for column in endpoints.columns)
@@ -120,7 +120,7 @@ class Queries:
         else:
             self.count_delta = render(
                 "INSERT INTO job_counts (state, shard, n) VALUES (:state, :shard, :delta) "
-                "ON CONFLICT (state, shard) DO UPDATE SET n = n + excluded.n"
+                "ON CONFLICT (state, shard) DO UPDATE SET n = job_counts.n + excluded.n"
             )
         self.remember_idempotent = render(
             "INSERT INTO idempotency_keys (user_id, idempotency_key, fingerprint, job_id, "
@@ -262,9 +262,14 @@ class Queries:
     def render(self, text: str) -> str:
         """`text` in this dialect: placeholders and index pins (`@ix_name` for an index,
         `@pk_table` for a table's primary key)."""
-        if self.dialect == "mysql":
+        if self.dialect in ("mysql", "postgresql"):
             text = text.replace("%", "%%")
             text = re.sub(r"(?<![:\w]):([a-z_][a-z0-9_]*)", r"%(\1)s", text)
+        if self.dialect == "postgresql":
+            # PostgreSQL takes no index hints: its plans are pinned by the indexes alone
+            # (tests/unit/store/test_query_plans.py checks them on skewed statistics).
+            return re.sub(r" @(pk|ix)_\w+", "", text)
+        if self.dialect == "mysql":
             text = re.sub(r"@pk_(\w+)", "FORCE INDEX (PRIMARY)", text)
             return re.sub(r"@(ix_\w+)", r"FORCE INDEX (\1)", text)
         # SQLite names a primary key's index sqlite_autoindex_<table>_1: the schema declares
@@ -277,7 +282,7 @@ class Queries:
         those only in a subquery)."""
         if len(parts) == 1:
             return parts[0]
-        if self.dialect == "mysql":
+        if self.dialect in ("mysql", "postgresql"):
             return " UNION ALL ".join(f"({part})" for part in parts)
         return " UNION ALL ".join(f"SELECT * FROM ({part})" for part in parts)
 
@@ -286,7 +291,17 @@ class Queries:
         """The oldest claimable jobs of `count` owners of an endpoint (`:owner<n>`, at most
         `:limit<n>` each) in one statement, locked (MySQL, skipping rows another transaction
         holds) until the write ends."""
-        lock = " FOR UPDATE SKIP LOCKED" if self.dialect == "mysql" else ""
+        if self.dialect == "postgresql":
+            # PostgreSQL locks no rows of a UNION: each owner's part is a LATERAL subquery.
+            owners = ", ".join(f"(:owner{n}, CAST(:limit{n} AS BIGINT))" for n in range(count))
+            return self.render(
+                f"SELECT part.* FROM (VALUES {owners}) AS wants(owner, n) CROSS JOIN LATERAL "
+                f"(SELECT {JOB} FROM jobs WHERE endpoint_id = :endpoint_id "
+                "AND claimable_owner_id = wants.owner AND claimable_at <= :now "
+                "ORDER BY claimable_at, created_at, id LIMIT wants.n FOR UPDATE SKIP LOCKED) "
+                "AS part"
+            )
+        lock = " FOR UPDATE SKIP LOCKED" if self.dialect != "sqlite" else ""
         parts = [
             f"SELECT {JOB} FROM jobs @ix_jobs_owner_claim "
             f"WHERE endpoint_id = :endpoint_id AND claimable_owner_id = :owner{n} "
@@ -317,7 +332,7 @@ class Queries:
     @functools.lru_cache(maxsize=64)  # noqa: B019
     def get_jobs_locked(self, count: int) -> str:
         """`get_jobs` inside a write transaction, locking the rows (MySQL) until it ends."""
-        return self.get_jobs(count) + (" FOR UPDATE" if self.dialect == "mysql" else "")
+        return self.get_jobs(count) + (" FOR UPDATE" if self.dialect != "sqlite" else "")
 
     @functools.lru_cache(maxsize=64)  # noqa: B019
     def delete_jobs(self, count: int) -> str:

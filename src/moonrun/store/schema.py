@@ -28,10 +28,19 @@ from sqlalchemy import (
     inspect,
     text,
 )
+from sqlalchemy.types import TypeEngine
 
-ID = String(64)
-HASH = String(64)
-SHORT = String(64)
+
+def _text(length: int) -> TypeEngine[str]:
+    """A string column compared byte by byte everywhere: PostgreSQL's default collation
+    follows the locale, whose order differs from SQLite's and MySQL's `utf8mb4_bin` (owners
+    take turns at claims in id order, on every store alike)."""
+    return String(length).with_variant(String(length, collation="C"), "postgresql")
+
+
+ID = _text(64)
+HASH = _text(64)
+SHORT = _text(64)
 
 TABLE_OPTIONS: Final[dict[str, Any]] = {
     "mysql_engine": "InnoDB",
@@ -58,7 +67,7 @@ jobs = Table(
     Column("owner_id", ID, nullable=False, server_default=text("''")),
     Column("kind", SHORT, nullable=False),
     Column("payload_json", Text, nullable=False),
-    Column("state", String(16), nullable=False),
+    Column("state", _text(16), nullable=False),
     Column("attempt", Integer, nullable=False),
     Column("max_attempts", Integer, nullable=False),
     Column("backoff_initial_s", Double, nullable=False),
@@ -83,27 +92,27 @@ jobs = Table(
     Column("progress_at", BigInteger),
     Column("cancel_requested_at", BigInteger),
     Column("cancel_requested_by", ID),
-    Column("cancel_result", String(16)),
+    Column("cancel_result", _text(16)),
     Column("cancel_resolved_at", BigInteger),
-    Column("failure_reason", String(32)),
+    Column("failure_reason", _text(32)),
     Column("failure_attempt", Integer),
     Column("failure_at", BigInteger),
     Column("failure_code", SHORT),
     Column("failure_message", Text),
     Column("result_attempt", Integer),
-    Column("result_outcome", String(16)),
+    Column("result_outcome", _text(16)),
     Column("result_retryable", Boolean),
     Column("result_error_code", SHORT),
     Column("result_error_message", Text),
     Column("result_output_json", Text),
     Column("result_fingerprint", HASH),
     Column("result_at", BigInteger),
-    Column("terminal_outcome", String(16)),
+    Column("terminal_outcome", _text(16)),
     Column("terminal_attempt", Integer),
     Column("terminal_at", BigInteger),
     Column("terminal_error_code", SHORT),
     Column("terminal_error_message", Text),
-    Column("reconcile_outcome", String(16)),
+    Column("reconcile_outcome", _text(16)),
     Column("reconcile_at", BigInteger),
     Column("reconcile_generation", BigInteger),
     Column("history_json", Text, nullable=False),
@@ -136,7 +145,7 @@ endpoints = Table(
     Column("joined_at", BigInteger),
     Column("generation", BigInteger, nullable=False),
     Column("current_session_id", ID),
-    Column("draining", Boolean, nullable=False, server_default=text("0")),
+    Column("draining", Boolean, nullable=False, server_default=text("false")),
     Column("labels_json", Text),
     **TABLE_OPTIONS,
 )
@@ -158,7 +167,7 @@ sessions = Table(
     Column("id", ID, primary_key=True),
     Column("endpoint_id", ID, nullable=False),
     Column("generation", BigInteger, nullable=False),
-    Column("boot_id", String(128), nullable=False),
+    Column("boot_id", _text(128), nullable=False),
     Column("capacity", Integer, nullable=False),
     Column("run_version", SHORT, nullable=False),
     Column("created_at", BigInteger, nullable=False),
@@ -176,8 +185,8 @@ users = Table(
     Column("name", SHORT, nullable=False, unique=True),
     Column("platform_admin", Boolean, nullable=False),
     Column("created_at", BigInteger, nullable=False),
-    Column("password_hash", String(255)),
-    Column("disabled", Boolean, nullable=False, server_default=text("0")),
+    Column("password_hash", _text(255)),
+    Column("disabled", Boolean, nullable=False, server_default=text("false")),
     **TABLE_OPTIONS,
 )
 
@@ -218,7 +227,7 @@ idempotency_keys = Table(
     "idempotency_keys",
     metadata,
     Column("user_id", ID, primary_key=True),
-    Column("idempotency_key", String(255), primary_key=True),
+    Column("idempotency_key", _text(255), primary_key=True),
     Column("fingerprint", HASH, nullable=False),
     Column("job_id", ID, nullable=False),
     Column("created_at", BigInteger, nullable=False),
@@ -241,7 +250,7 @@ web_sessions = Table(
 job_counts = Table(
     "job_counts",
     metadata,
-    Column("state", String(16), primary_key=True),
+    Column("state", _text(16), primary_key=True),
     Column("shard", Integer, primary_key=True, autoincrement=False),
     Column("n", BigInteger, nullable=False),
     **TABLE_OPTIONS,
@@ -256,10 +265,10 @@ schedules = Table(
     Column("server_id", ID, nullable=False),
     Column("owner_id", ID, nullable=False),
     Column("name", SHORT, nullable=False),
-    Column("cron", String(200), nullable=False),
+    Column("cron", _text(200), nullable=False),
     Column("timezone", SHORT, nullable=False),
     Column("job_json", Text, nullable=False),
-    Column("overlap", String(16), nullable=False),
+    Column("overlap", _text(16), nullable=False),
     Column("catchup_window_s", Integer, nullable=False),
     Column("paused", Boolean, nullable=False),
     Column("created_at", BigInteger, nullable=False),

@@ -26,7 +26,7 @@ from moonrun.scheduling.records import Advertisement, Endpoint, Server, Session,
 from moonrun.scheduling.schedules import Schedule
 from moonrun.scheduling.time import Instant
 from moonrun.store import codec
-from moonrun.store.protocol import IdempotencyRecord, JobCursor
+from moonrun.store.protocol import IdempotencyRecord, JobCursor, ScheduleWrite
 from moonrun.store.queries import (
     ENDPOINT_COLUMNS,
     JOB_COLUMNS,
@@ -689,22 +689,25 @@ class SqlStore:
         found = self._schedules(self._sql.get_schedule, {"id": schedule_id})
         return found[0] if found else None
 
-    def replace_schedule(self, schedule: Schedule, expected_version: int) -> bool:
-        return self.fire_schedule(schedule, expected_version, None)
+    def fire_schedules(self, writes: Sequence[ScheduleWrite]) -> list[bool]:
+        rows = [
+            {**codec.schedule_to_row(w.schedule), "expected_version": w.expected_version}
+            for w in writes
+        ]
 
-    def fire_schedule(self, schedule: Schedule, expected_version: int, job: Job | None) -> bool:
-        parameters = {**codec.schedule_to_row(schedule), "expected_version": expected_version}
-
-        def work(cursor: Cursor) -> bool:
-            cursor.execute(self._sql.replace_schedule, parameters)
-            if cursor.rowcount != 1:
-                return False
-            if job is not None:
-                cursor.execute(self._sql.job_exists, {"id": job.id})
-                if int(cursor.fetchall()[0][0]) == 0:
-                    cursor.execute(self._sql.insert_job, codec.job_to_row(job))
-                    self._count(cursor, Counter([job.state.value]))
-            return True
+        def work(cursor: Cursor) -> list[bool]:
+            stored, deltas = [], Counter[str]()
+            for write, parameters in zip(writes, rows, strict=True):
+                cursor.execute(self._sql.replace_schedule, parameters)
+                won = cursor.rowcount == 1
+                stored.append(won)
+                if won and write.job is not None:
+                    cursor.execute(self._sql.job_exists, {"id": write.job.id})
+                    if int(cursor.fetchall()[0][0]) == 0:
+                        cursor.execute(self._sql.insert_job, codec.job_to_row(write.job))
+                        deltas[write.job.state.value] += 1
+            self._count(cursor, deltas)
+            return stored
 
         return self._write(work)
 

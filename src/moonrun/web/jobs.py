@@ -131,8 +131,12 @@ async def _jobs(
     older = (
         "/jobs?" + urlencode({**filters, "cursor": page.next_cursor}) if page.next_cursor else None
     )
+    service = platform.service
     context: dict[str, Any] = {
-        "jobs": [job_view(job) for job in page.jobs],
+        "jobs": [
+            job_view(job, logs_complete=service.logs_complete(job, None, platform.logs.complete))
+            for job in page.jobs
+        ],
         "server_names": names,
         "servers": [server_view(server, online[server.endpoint_id]) for server in servers],
         "states": [s.value for s in JobState],
@@ -325,7 +329,8 @@ async def job_page(request: Request, job_id: str, fragment: bool = False) -> Res
     user = await signed_in(request)
     platform = platform_of(request)
     job = await on_user_channel(request, platform.service.get_job, user, job_id)
-    view = job_view(job)
+    complete = platform.service.logs_complete(job, None, platform.logs.complete)
+    view = job_view(job, logs_complete=complete)
     attempts = await on_user_channel(request, platform.logs.attempts, job_id)
     logs_attempt = attempts[-1] if attempts else None
     page = None

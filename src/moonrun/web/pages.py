@@ -46,6 +46,11 @@ NOTICES = {
     "password_set": "The password is set.",
     "server_created": "The server is created.",
     "server_removed": "The server is removed; its ended jobs stay readable by platform admins.",
+    "schedule_created": "The schedule is created.",
+    "schedule_paused": "The schedule is paused: it fires no more until resumed.",
+    "schedule_resumed": "The schedule fires again.",
+    "schedule_triggered": "The schedule fired now (unless its overlap policy skipped it).",
+    "schedule_deleted": "The schedule is deleted; its jobs stay.",
 }
 """What a form that worked says on the page it leads back to (`?done=`). Only these fixed
 texts: a page never shows text taken from its address."""

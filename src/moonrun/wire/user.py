@@ -101,6 +101,9 @@ class JobView(TypedDict):
     terminal: TerminalView | None
     reconcile: ReconcileView
     history: list[PastAttemptView]
+    logs_complete: bool
+    """The latest attempt's log lines are all in: it ended and its Run sent its last batch, or
+    the transfer grace after its end passed (docs/protocol.md, "Reading logs")."""
     schedule: JobScheduleView | None
     """The schedule whose firing made the job, if one did."""
 
@@ -290,6 +293,8 @@ class LogsAnswer(TypedDict):
     dropped_lines: int
     """Lines of the attempt the platform dropped for its bounds (docs/protocol.md, "Log bounds")."""
     dropped_bytes: int
+    logs_complete: bool
+    """This attempt's lines are all in: no line after this page will ever come."""
 
 
 class ArtifactView(TypedDict):

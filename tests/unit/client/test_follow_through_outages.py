@@ -106,10 +106,10 @@ def test_a_followed_log_resumes_after_its_last_line_once_the_platform_is_back(
     run = cast.run.start()
     attempt = run.run_to_running(job_id)
 
-    def send(seq: int, *texts: str) -> None:
+    def send(seq: int, *texts: str, final: bool = False) -> None:
         lines = [{"ts": LINE_TS, "stream": "stdout", "text": text} for text in texts]
         body = {**run.evidence(job_id, attempt), "job_id": job_id, "seq": seq, "lines": lines}
-        assert run.post("/run/v1/logs", body).status_code == 202
+        assert run.post("/run/v1/logs", {**body, "final": final}).status_code == 202
 
     send(1, "one", "two")
     seen: list[str] = []
@@ -117,7 +117,7 @@ def test_a_followed_log_resumes_after_its_last_line_once_the_platform_is_back(
         followed = client.logs(job_id, follow=True, settle_s=0.2)
         seen += [next(followed).text, next(followed).text]
         with down_for(served, 1.5):
-            send(2, "three", "four")
+            send(2, "three", "four", final=True)  # the attempt's last: it is ending
             assert run.result(job_id, attempt, "succeeded").status_code == 200
             seen += [line.text for line in followed]
     assert seen == ["one", "two", "three", "four"]

@@ -65,9 +65,14 @@ class BlockingLogStore:
         self.gate = Gate()
         self._inner = MemoryLogStore()
 
-    def append(self, job_id: str, attempt: int, seq: int, lines: list[LogLine]) -> int:
+    def append(
+        self, job_id: str, attempt: int, seq: int, lines: list[LogLine], *, final: bool = False
+    ) -> int:
         self.gate.pass_through()
-        return self._inner.append(job_id, attempt, seq, lines)
+        return self._inner.append(job_id, attempt, seq, lines, final=final)
+
+    def complete(self, job_id: str, attempt: int) -> bool:
+        return self._inner.complete(job_id, attempt)
 
     def read(self, job_id: str, attempt: int, after_seq: int, limit: int = 1000) -> LogPage:
         return self._inner.read(job_id, attempt, after_seq, limit)

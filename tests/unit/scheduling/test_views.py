@@ -53,6 +53,7 @@ JOB_KEYS = {
     "terminal",
     "reconcile",
     "history",
+    "logs_complete",
     "schedule",
 }
 RETRY_KEYS = {"next_eligible_at", "initial_s", "multiplier", "max_s", "last_failure"}
@@ -293,6 +294,7 @@ def test_rich_job_view_values() -> None:
                 "code": None,
             },
         ],
+        "logs_complete": False,
         "schedule": None,
     }
     assert expected == view

@@ -86,7 +86,7 @@ UNCHANGED_BY_DEADLINE = (
     "created_at",
 )
 
-RUNS = {"memory": (500, 50), "file": (200, 50), "mysql": (100, 30)}
+RUNS = {"memory": (500, 50), "file": (200, 50), "mysql": (100, 30), "postgres": (100, 30)}
 """Examples x steps per store in `make test`; `make soak` raises them through the environment."""
 
 

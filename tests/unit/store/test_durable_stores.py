@@ -22,6 +22,7 @@ from moonrun.store import DEFAULT_STORE_URL, open_store
 from moonrun.store.file import FileStore
 from moonrun.store.memory import MemoryStore
 from moonrun.store.mysql import MySQLStore, redact
+from moonrun.store.postgres import PostgresStore
 from moonrun.store.protocol import IdempotencyRecord
 from moonrun.store.schema import SCHEMA_VERSION
 from tests.support import launcher
@@ -82,11 +83,11 @@ def test_file_store_runs_wal_with_full_sync(tmp_path: Path) -> None:
 def test_schema_is_migrated_on_open_and_versioned(durable_factory: StoreFactory) -> None:
     """Opening creates the schema and records its version."""
     store = durable_factory.open()
-    assert isinstance(store, FileStore | MySQLStore)
+    assert isinstance(store, FileStore | MySQLStore | PostgresStore)
     assert store.schema_version() == SCHEMA_VERSION
     store.close()
     again = durable_factory.reopen(store)
-    assert isinstance(again, FileStore | MySQLStore)
+    assert isinstance(again, FileStore | MySQLStore | PostgresStore)
     assert again.schema_version() == SCHEMA_VERSION
     again.close()
 
@@ -289,7 +290,7 @@ def test_an_older_store_learns_each_jobs_owner_from_its_server_on_open(
     store = open_store(private_store_url)
     try:
         jobs = store.get_jobs(["job-kept", "job-orphan"])
-        assert isinstance(store, FileStore | MySQLStore)
+        assert isinstance(store, FileStore | MySQLStore | PostgresStore)
         assert (
             store.schema_version(),
             jobs["job-kept"].owner_id,

@@ -12,7 +12,7 @@ import pytest
 from moonrun.errors import AlreadyExists
 from moonrun.scheduling.records import Server
 from moonrun.scheduling.schedules import Overlap, Schedule, firing_job_id
-from moonrun.store.protocol import Store
+from moonrun.store.protocol import ScheduleWrite, Store
 from tests.conftest import build_factory
 from tests.support.stores import CONTRACT_STORE_NAMES, StoreFactory
 from tests.unit.store.test_store_contract import T0, make_job
@@ -86,8 +86,10 @@ def test_a_schedule_changes_only_from_the_version_it_was_read_at(store: Store) -
     store.insert_schedule(schedule)
     moved = dataclasses.replace(schedule, next_at=T0 + 2000, version=2)
 
-    assert store.replace_schedule(moved, expected_version=1)
-    assert not store.replace_schedule(dataclasses.replace(moved, version=3), expected_version=1)
+    assert store.fire_schedules([ScheduleWrite(moved, 1)]) == [True]
+    assert store.fire_schedules([ScheduleWrite(dataclasses.replace(moved, version=3), 1)]) == [
+        False
+    ]
     assert store.get_schedule(schedule.id) == moved
 
 
@@ -97,10 +99,11 @@ def test_a_firing_inserts_its_job_with_the_schedules_change_and_never_twice(stor
     job = fired_job(schedule, T0 + 1000)
     fired = dataclasses.replace(schedule, version=2, last_job_id=job.id)
 
-    assert store.fire_schedule(fired, 1, job)
+    assert store.fire_schedules([ScheduleWrite(fired, 1, job)]) == [True]
     assert store.get_job(job.id) == job
     again = dataclasses.replace(fired, version=3)
-    assert store.fire_schedule(again, 2, job)  # the job exists: the schedule still moves
+    # The job exists: the schedule still moves.
+    assert store.fire_schedules([ScheduleWrite(again, 2, job)]) == [True]
     assert store.list_jobs(server_ids=None, state=None, limit=10) == [job]
 
 
@@ -109,7 +112,8 @@ def test_a_firing_that_lost_the_race_stores_nothing(store: Store) -> None:
     store.insert_schedule(schedule)
     job = fired_job(schedule, T0 + 1000)
 
-    assert not store.fire_schedule(dataclasses.replace(schedule, version=2), 7, job)
+    lost = ScheduleWrite(dataclasses.replace(schedule, version=2), 7, job)
+    assert store.fire_schedules([lost]) == [False]
 
     assert store.get_job(job.id) is None
     assert store.get_schedule(schedule.id) == schedule
@@ -122,9 +126,11 @@ def test_racing_firings_of_one_time_make_one_job_and_one_winner(store: Store) ->
     fired = dataclasses.replace(schedule, version=2, last_job_id=job.id)
 
     with ThreadPoolExecutor(8) as pool:
-        won = list(pool.map(lambda _: store.fire_schedule(fired, 1, job), range(8)))
+        won = list(
+            pool.map(lambda _: store.fire_schedules([ScheduleWrite(fired, 1, job)]), range(8))
+        )
 
-    assert won.count(True) == 1
+    assert won.count([True]) == 1
     assert store.list_jobs(server_ids=None, state=None, limit=10) == [job]
 
 
@@ -142,3 +148,25 @@ def test_schedules_list_by_server_and_go_with_their_server(store: Store) -> None
     assert store.delete_schedule("sch-c")
     assert not store.delete_schedule("sch-c")
     assert store.list_schedules() == []
+
+
+def test_one_write_fires_many_schedules_and_a_conflict_stores_nothing_of_its_own(
+    store: Store,
+) -> None:
+    a, b = make_schedule("sch-a"), make_schedule("sch-b")
+    store.insert_schedule(a)
+    store.insert_schedule(b)
+    job_a, job_b = fired_job(a, T0 + 1000), fired_job(b, T0 + 1000)
+
+    stored = store.fire_schedules(
+        [
+            ScheduleWrite(dataclasses.replace(a, version=2, last_job_id=job_a.id), 1, job_a),
+            ScheduleWrite(dataclasses.replace(b, version=9), 5, job_b),  # read at another version
+        ]
+    )
+
+    assert stored == [True, False]
+    assert store.get_job(job_a.id) == job_a
+    assert store.get_job(job_b.id) is None
+    assert store.get_schedule("sch-b") == b
+    assert store.job_counts().get(job_a.state) == 1

@@ -69,6 +69,37 @@
     });
   }
 
+  // The schedule form: the next times of the calendar being typed, from the platform.
+  const cron = document.querySelector("input[data-cron-preview]");
+  const zone = document.getElementById("schedule-timezone");
+  const preview = document.getElementById("cron-preview");
+  if (cron && preview) {
+    let pending = null;
+    const show = async () => {
+      const query = new URLSearchParams({ cron: cron.value, timezone: zone ? zone.value : "UTC" });
+      try {
+        const response = await fetch(cron.dataset.cronPreview + "?" + query.toString(), {
+          credentials: "same-origin",
+          headers: { "Accept": "text/html" },
+        });
+        if (!response.ok) return;
+        const holder = document.createElement("div");
+        holder.innerHTML = await response.text();
+        const fresh = holder.querySelector("#cron-preview");
+        if (fresh) preview.innerHTML = fresh.innerHTML;
+      } catch (error) {
+        // No preview while the platform does not answer; the form still works.
+      }
+    };
+    const later = () => {
+      window.clearTimeout(pending);
+      pending = window.setTimeout(show, 300);
+    };
+    cron.addEventListener("input", later);
+    if (zone) zone.addEventListener("input", later);
+    show();
+  }
+
   document.addEventListener("submit", (event) => {
     const form = event.target;
     if (form instanceof HTMLFormElement && form.dataset.confirm) {

@@ -1,0 +1,179 @@
+"""PostgresStore: PostgreSQL 13+ through psycopg 3, for several platforms on one database.
+
+Writes run at READ COMMITTED (PostgreSQL's default), one transaction per unit on a connection
+of a `psycopg_pool.ConnectionPool`. Claims lock their candidates with `SELECT ... FOR UPDATE
+SKIP LOCKED`, so two platform processes claiming at once take different jobs; every other job
+write is a compare-and-swap on `version`. Deadlocks and serialization failures run the unit
+again, a bounded number of times. Job counts are spread over shards, as on MySQL, so that
+concurrent writers rarely wait for one another's counter row.
+
+psycopg is an optional dependency (`pip install 'moonrun[postgres]'`): its binary build where
+the platform has one, else the pure-Python one over the system's libpq.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from sqlalchemy import Connection, create_engine, text
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
+from sqlalchemy.pool import NullPool
+
+from moonrun.backoff import Backoff
+from moonrun.errors import StoreUnavailable
+from moonrun.store.queries import COUNT_SHARDS, Queries
+from moonrun.store.sql import Cursor, SqlStore, duplicate
+
+T = TypeVar("T")
+
+RETRYABLE_STATES = frozenset({"40001", "40P01", "55P03"})
+"""serialization_failure, deadlock_detected, lock_not_available: run the unit again."""
+CONFLICT_BACKOFF = Backoff(initial_s=0.01, max_s=0.2)
+SCHEMA_LOCK = 0x6D6F6F6E72756E  # "moonrun": the advisory lock that serialises migrations
+POOL_SIZE = 16
+
+
+class PostgresStore(SqlStore):
+    """A store in one PostgreSQL database, shared by any number of platform processes."""
+
+    count_shards = COUNT_SHARDS
+    write_retries = 8
+
+    def __init__(self, url: str, *, connect_timeout_s: int = 5, pool_size: int = POOL_SIZE):
+        self.url = _parse(url)
+        psycopg, pool = _driver()
+        self._psycopg = psycopg
+        super().__init__(Queries("postgresql"), redact(url))
+        conninfo = psycopg.conninfo.make_conninfo(
+            host=self.url.host or "127.0.0.1",
+            port=self.url.port or 5432,
+            user=self.url.username or "",
+            password=self.url.password or "",
+            dbname=self.url.database,
+            connect_timeout=connect_timeout_s,
+            application_name="moonrun",
+        )
+        self._migrate(
+            create_engine(
+                self.url.set(drivername="postgresql+psycopg"),
+                poolclass=NullPool,
+                connect_args={"connect_timeout": connect_timeout_s},
+            )
+        )
+        self._pool = pool.ConnectionPool(
+            conninfo,
+            min_size=1,
+            max_size=pool_size,
+            timeout=connect_timeout_s,
+            check=pool.ConnectionPool.check_connection,
+            open=False,
+        )
+        try:
+            self._pool.open(wait=True, timeout=connect_timeout_s)
+        except Exception as error:  # the pool says only that it timed out: say why
+            self._pool.close()
+            raise self._unavailable(error) from None
+
+    def _read(self, work: Callable[[Cursor], T]) -> T:
+        try:
+            with self._pool.connection() as connection:
+                connection.autocommit = True
+                with connection.cursor() as cursor:
+                    return work(cursor)
+        except self._psycopg.Error as error:
+            raise self._unavailable(error) from None
+        except self._pool_timeout() as error:
+            raise self._unavailable(error) from None
+
+    def _write(self, work: Callable[[Cursor], T]) -> T:
+        errors = self._psycopg.errors
+        delays = CONFLICT_BACKOFF.delays()
+        for attempt in range(1, self.write_retries + 1):
+            try:
+                with self._pool.connection() as connection:
+                    connection.autocommit = False
+                    with connection.cursor() as cursor:
+                        result = work(cursor)
+                    connection.commit()  # on an error, the pool rolls the connection back
+                    return result
+            except errors.UniqueViolation as error:
+                raise duplicate(error) from None
+            except self._psycopg.Error as error:
+                if attempt < self.write_retries and error.sqlstate in RETRYABLE_STATES:
+                    time.sleep(next(delays))
+                    continue
+                raise self._unavailable(error) from None
+            except self._pool_timeout() as error:
+                raise self._unavailable(error) from None
+        raise AssertionError("unreachable")
+
+    def _pool_timeout(self) -> type[Exception]:
+        pool_timeout: type[Exception] = importlib.import_module("psycopg_pool").PoolTimeout
+        return pool_timeout
+
+    def _unavailable(self, error: BaseException) -> StoreUnavailable:
+        where = f"{self.url.host or '127.0.0.1'}:{self.url.port or 5432}"
+        state = getattr(error, "sqlstate", None)
+        if state in ("28P01", "28000"):
+            return StoreUnavailable(
+                f"PostgreSQL at {where} refused user {self.url.username!r}: wrong user or password"
+            )
+        if state == "3D000":
+            return StoreUnavailable(
+                f"PostgreSQL at {where} has no database {self.url.database!r}; create it first"
+            )
+        detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        if state is None and "connect" in detail.lower():
+            return StoreUnavailable(f"cannot reach PostgreSQL at {where}: {detail}")
+        return StoreUnavailable(f"store {self.description} failed: {detail}")
+
+    def _lock_schema(self, connection: Connection) -> None:
+        # Two platforms starting together must not both create the tables.
+        connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": SCHEMA_LOCK})
+        connection.commit()
+
+    def _unlock_schema(self, connection: Connection) -> None:
+        connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": SCHEMA_LOCK})
+        connection.commit()
+
+    def close(self) -> None:
+        self._pool.close()
+
+
+def _parse(url: str) -> URL:
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise StoreUnavailable(f"not a PostgreSQL URL: {redact(url)}") from None
+    if parsed.drivername not in ("postgresql", "postgres", "postgresql+psycopg"):
+        raise StoreUnavailable(f"not a PostgreSQL URL: {redact(url)}")
+    if not parsed.database:
+        raise StoreUnavailable(
+            f"not a PostgreSQL URL: {redact(url)}; use postgresql://USER:PASS@HOST:PORT/DATABASE"
+        )
+    return parsed
+
+
+def _driver() -> tuple[Any, Any]:
+    if (
+        importlib.util.find_spec("psycopg") is None
+        or importlib.util.find_spec("psycopg_pool") is None
+    ):
+        raise StoreUnavailable(
+            "PostgreSQL stores need psycopg 3 and its pool: pip install 'moonrun[postgres]'"
+        )
+    psycopg = importlib.import_module("psycopg")
+    importlib.import_module("psycopg.conninfo")
+    return psycopg, importlib.import_module("psycopg_pool")
+
+
+def redact(url: str) -> str:
+    """The URL with any password replaced by `***`."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "postgresql://<unparseable URL>"
