@@ -118,17 +118,25 @@ class PostgresStore(SqlStore):
     def _unavailable(self, error: BaseException) -> StoreUnavailable:
         where = f"{self.url.host or '127.0.0.1'}:{self.url.port or 5432}"
         state = getattr(error, "sqlstate", None)
-        if state in ("28P01", "28000"):
+        text_ = str(error).strip()
+        detail = text_.splitlines()[0] if text_ else type(error).__name__
+        # Errors while connecting carry no SQLSTATE: they are told apart by the server's text.
+        if (
+            state in ("28P01", "28000")
+            or "password authentication failed" in text_
+            or ("role" in text_ and "does not exist" in text_)
+        ):
             return StoreUnavailable(
                 f"PostgreSQL at {where} refused user {self.url.username!r}: wrong user or password"
             )
-        if state == "3D000":
+        if state == "3D000" or ("database" in text_ and "does not exist" in text_):
             return StoreUnavailable(
                 f"PostgreSQL at {where} has no database {self.url.database!r}; create it first"
             )
-        detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         if state is None and "connect" in detail.lower():
-            return StoreUnavailable(f"cannot reach PostgreSQL at {where}: {detail}")
+            return StoreUnavailable(
+                f"cannot reach PostgreSQL at {where}: is the server running? ({detail})"
+            )
         return StoreUnavailable(f"store {self.description} failed: {detail}")
 
     def _lock_schema(self, connection: Connection) -> None:

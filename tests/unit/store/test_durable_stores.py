@@ -156,7 +156,19 @@ def bad_stores(tmp_path: Path, mysql_url: str) -> dict[str, tuple[str, str]]:
             f"mysql://{parts.username or 'root'}@{host}/moonrun_nowhere_{os.getpid()}",
             "has no database",
         ),
-        "unknown scheme": ("postgres://db/moonrun", "unknown store 'postgres'"),
+        "unknown scheme": ("redis://db/moonrun", "unknown store 'redis'"),
+        "unreachable postgres": (
+            f"postgresql://postgres:{CANARY}@127.0.0.1:1/moonrun",
+            "cannot reach PostgreSQL at 127.0.0.1:1",
+        ),
+        "postgres bad credentials": (
+            f"postgresql://nobody:{CANARY}@127.0.0.1:5432/postgres",
+            "refused user 'nobody': wrong user or password",
+        ),
+        "postgres unknown database": (
+            f"postgresql://postgres@127.0.0.1:5432/moonrun_nowhere_{os.getpid()}",
+            "has no database",
+        ),
         "bad file option": (f"file:{tmp_path / 'x.db'}?cache=1", "unknown file store option"),
     }
 
@@ -171,13 +183,18 @@ def bad_stores(tmp_path: Path, mysql_url: str) -> dict[str, tuple[str, str]]:
         "bad credentials",
         "unknown database",
         "unknown scheme",
+        "unreachable postgres",
+        "postgres bad credentials",
+        "postgres unknown database",
         "bad file option",
     ],
 )
 def test_a_bad_store_is_one_clear_line_and_a_nonzero_exit(
-    case: str, tmp_path: Path, mysql_url: str
+    case: str, tmp_path: Path, mysql_url: str, request: pytest.FixtureRequest
 ) -> None:
     """No traceback, no password, exit 1, and a line that says what is wrong."""
+    if case.startswith("postgres "):
+        request.getfixturevalue("postgres_url")  # PostgreSQL must answer (skipped without)
     url, expected = bad_stores(tmp_path, mysql_url)[case]
     result = moonrun("store", "check", "--store", url)
     lines = result.stderr.splitlines()
