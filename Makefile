@@ -65,8 +65,8 @@ $(BENCH_STAMP): $(DEV_STAMP)
 	touch $(BENCH_STAMP)
 
 # Every figure is a ratio measured in one run (docs/benchmarks.md); the peer bench needs Redis
-# at 127.0.0.1:6379 for Celery, PostgreSQL at 127.0.0.1:5432 (user postgres) for Procrastinate,
-# and the MySQL figures a MariaDB/MySQL server. The fleet bench
+# at 127.0.0.1:6379 for Celery, PostgreSQL at 127.0.0.1:5432 (user postgres) for Procrastinate
+# and the wake-up bench, and the MySQL figures a MariaDB/MySQL server. The fleet bench
 # steps through FLEET_STEPS simulated Runs (quick by default; the issue's steps are
 # `make bench FLEET_STEPS=500,1000,2000,5000,10000`, which needs an open-files hard limit of
 # about three descriptors per Run).
@@ -80,6 +80,7 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python bench/create_bench.py
 	$(BIN)/python bench/schedule_bench.py
 	$(BIN)/python bench/peer_bench.py
+	$(BIN)/python bench/wakeup_bench.py
 	$(BIN)/python bench/scale_bench.py
 	$(BIN)/python bench/retention_bench.py
 	$(BIN)/python bench/fleet_bench.py --steps $(FLEET_STEPS)

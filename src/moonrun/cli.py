@@ -785,9 +785,10 @@ def _event_loop_run(main: Any, *, uvloop_allowed: bool = True) -> None:
 
 def with_user_verbs() -> Any:
     """Add the user verbs to `app`; returns what they read from the environment."""
-    from moonrun.client import schedule_verbs, verbs
+    from moonrun.client import group_verbs, schedule_verbs, verbs
 
     verbs.register(app)
+    app.add_typer(group_verbs.group_app, name="group")
     app.add_typer(schedule_verbs.schedule_app, name="schedule")
     # The user verbs read MOONRUN_PLATFORM, MOONRUN_TOKEN and the config location from here.
     return verbs.Environment.of(os.environ)

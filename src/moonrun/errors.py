@@ -89,6 +89,10 @@ class InvalidSelector(InvalidRequest):
         """Where in the selector's text (counting from 0) parsing stopped, when known."""
 
 
+class NoMatch(InvalidRequest):
+    """No server the caller may submit to matches the selector."""
+
+
 class TooLarge(MoonrunError):
     """The request body or a field of it is larger than allowed."""
 
@@ -308,6 +312,7 @@ ERROR_TABLE: Final[Mapping[type[MoonrunError], tuple[int, str]]] = {
     InvalidPayload: (422, "invalid_payload"),
     InvalidLabels: (422, "invalid_labels"),
     InvalidSelector: (422, "invalid_selector"),
+    NoMatch: (422, "no_match"),
     TooLarge: (413, "too_large"),
     HeadersTooLarge: (431, "headers_too_large"),
     UriTooLong: (414, "uri_too_long"),

@@ -40,6 +40,8 @@ UNAUTH = "401 unauthenticated"
 NOT_FOUND = "404 not_found"
 SERVER_BUSY = "409 server_busy"
 NOT_FINISHED = "409 job_not_finished"
+NO_MATCH = "422 no_match"
+MISSING_GROUP = "grp_doesnotexist0000"
 
 _unique = itertools.count(1)
 
@@ -82,6 +84,22 @@ class Scene:
         response = self.cast.world.api("POST", f"/api/v1/jobs/{self.other_job_id}/cancel")
         assert response.status_code == 200, response.text
         return self.other_job_id
+
+    def label(self, server_id: str, labels: dict[str, str]) -> None:
+        path = f"/api/v1/servers/{server_id}/labels"
+        response = self.cast.world.api("PUT", path, json={"labels": labels})
+        assert response.status_code == 200, response.text
+
+    def group_id(self) -> str:
+        """A fan-out group the owner made over web-1 (labelled role=web)."""
+        self.label(self.cast.server_id, {"role": "web"})
+        body = {"selector": "role=web", "kind": "noop"}
+        response = self.cast.world.api(
+            "POST", "/api/v1/jobs/fanout", token=self.cast.owner[1], json=body
+        )
+        assert response.status_code == 201, response.text
+        group_id: str = response.json()["group"]["id"]
+        return group_id
 
     def schedule_of(self, server_id: str, token: str) -> str:
         """A new schedule of that server, made by `token`'s user."""
@@ -748,6 +766,69 @@ ROWS: tuple[Row, ...] = (
         lambda s: f"/api/v1/jobs/{s.job_with_artifact()}/artifacts/result.txt",
         (OK, OK, OK, FORBIDDEN, UNAUTH, UNAUTH),
         writes=True,
+    ),
+    # -- fan-out groups: a fan-out reaches the caller's servers; its group, its creator --------
+    Row(
+        "fan out to role=web (each reaches the servers they may submit to)",
+        "POST",
+        "/api/v1/jobs/fanout",
+        lambda s: "/api/v1/jobs/fanout",
+        (CREATED, CREATED, CREATED, CREATED, UNAUTH, UNAUTH),
+        body=lambda s: (
+            s.label(web1(s), {"role": "web"}),
+            s.label(db1(s), {"role": "web"}),
+            {"selector": "role=web", "kind": "noop"},
+        )[-1],
+        writes=True,
+    ),
+    Row(
+        "fan out to db-1's label (the other user's)",
+        "POST",
+        "/api/v1/jobs/fanout",
+        lambda s: "/api/v1/jobs/fanout",
+        (CREATED, NO_MATCH, NO_MATCH, CREATED, UNAUTH, UNAUTH),
+        body=lambda s: (s.label(db1(s), {"tier": "db"}), {"selector": "tier=db", "kind": "noop"})[
+            -1
+        ],
+        writes=True,
+    ),
+    Row(
+        "get the owner's group",
+        "GET",
+        "/api/v1/groups/{group_id}",
+        lambda s: f"/api/v1/groups/{s.group_id()}",
+        (OK, OK, FORBIDDEN, FORBIDDEN, UNAUTH, UNAUTH),
+        writes=True,
+    ),
+    Row(
+        "get missing group",
+        "GET",
+        "/api/v1/groups/{group_id}",
+        lambda s: f"/api/v1/groups/{MISSING_GROUP}",
+        (NOT_FOUND, NOT_FOUND, NOT_FOUND, NOT_FOUND, UNAUTH, UNAUTH),
+    ),
+    Row(
+        "list jobs of the owner's group",
+        "GET",
+        "/api/v1/jobs",
+        lambda s: f"/api/v1/jobs?group={s.group_id()}",
+        (OK, OK, FORBIDDEN, FORBIDDEN, UNAUTH, UNAUTH),
+        writes=True,
+    ),
+    Row(
+        "cancel the owner's group",
+        "POST",
+        "/api/v1/groups/{group_id}/cancel",
+        lambda s: f"/api/v1/groups/{s.group_id()}/cancel",
+        (OK, OK, FORBIDDEN, FORBIDDEN, UNAUTH, UNAUTH),
+        writes=True,
+    ),
+    Row(
+        "cancel missing group",
+        "POST",
+        "/api/v1/groups/{group_id}/cancel",
+        lambda s: f"/api/v1/groups/{MISSING_GROUP}/cancel",
+        (NOT_FOUND, NOT_FOUND, NOT_FOUND, NOT_FOUND, UNAUTH, UNAUTH),
     ),
     Row(
         "download missing artifact of job on db-1",

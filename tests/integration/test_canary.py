@@ -105,7 +105,8 @@ class Canary:
         ids = {
             key: kwargs.pop(key)
             for key in list(kwargs)
-            if key in ("server_id", "job_id", "user_id", "endpoint_id", "name", "schedule_id")
+            if key
+            in ("server_id", "job_id", "user_id", "endpoint_id", "name", "schedule_id", "group_id")
         }
         path = route.format(**ids) + (f"?{query}" if query else "")
         response = self.world.api(method, path, token=token, **kwargs)
@@ -493,6 +494,40 @@ def refused_and_invalid(c: Canary, server_id: str, job_id: str, owner: str, stra
         )
     for selector in ("role%3Dweb", "role%20in%20web"):
         c.call("GET", "/api/v1/servers", token=owner, query=f"selector={selector}")
+    # A fan-out of the secret payload, its group read, waited on, listed and cancelled; refused
+    # fan-outs (no match, a lease as the selector, an idempotency conflict) and group reads.
+    fanned = c.call(
+        "POST",
+        "/api/v1/jobs/fanout",
+        token=owner,
+        json={"selector": "role=web", "kind": "noop", "payload": PAYLOAD, "max_parallel": 1},
+        headers={"Idempotency-Key": "fan-canary-1"},
+    )
+    assert fanned.status_code == 201, fanned.text
+    group_id = fanned.json()["group"]["id"]
+    for body, key, status in (
+        ({"selector": "role=web", "kind": "noop", "payload": {"other": 1}}, "fan-canary-1", 409),
+        ({"selector": "role=db", "kind": "noop", "payload": PAYLOAD}, "fan-canary-2", 422),
+        ({"selector": f"role={lease} x", "kind": "noop", "payload": PAYLOAD}, "fan-3", 422),
+    ):
+        refused = c.call(
+            "POST", "/api/v1/jobs/fanout", token=owner, json=body, headers={"Idempotency-Key": key}
+        )
+        assert refused.status_code == status, refused.text
+    c.call("GET", "/api/v1/groups/{group_id}", token=owner, group_id=group_id)
+    c.call("GET", "/api/v1/groups/{group_id}", token=stranger, group_id=group_id)
+    c.call("GET", "/api/v1/groups/{group_id}", group_id=lease)
+    c.call("GET", "/api/v1/jobs", token=owner, query=f"group={group_id}")
+    c.call("POST", "/api/v1/groups/{group_id}/cancel", token=stranger, group_id=group_id)
+    c.call("POST", "/api/v1/groups/{group_id}/cancel", token=owner, group_id=group_id)
+    waited = c.call(
+        "GET",
+        "/api/v1/groups/{group_id}",
+        token=owner,
+        group_id=group_id,
+        query="wait_s=5&until=terminal",
+    )
+    assert waited.json()["done"] is True, waited.text
     for misfit in (
         {"kind": "noop", "payload": {"secret_ref": [SECRET_REF]}},  # 422 invalid_payload
         {"kind": "nope", "payload": PAYLOAD},  # 422 unknown_kind

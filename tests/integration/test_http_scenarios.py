@@ -794,6 +794,7 @@ JOB_VIEW_FIELDS = {
     "terminal",
     "reconcile",
     "history",
+    "group",
     "logs_complete",
     "schedule",
 }

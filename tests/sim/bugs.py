@@ -160,6 +160,19 @@ class FiresTwice(_Wrapper):
         return stored
 
 
+class ReleasesEveryHeldJob(_Wrapper):
+    """A release that forgets max_parallel: whenever a job of a group ends, every held job
+    of the group becomes claimable."""
+
+    def release_held(
+        self,
+        group_id: str,
+        how_many: Callable[[int, int], int],
+        release: Callable[[Job], Job],
+    ) -> dict[str, tuple[Job, Job]]:
+        return self._inner.release_held(group_id, lambda live, held: held, release)
+
+
 @dataclass(frozen=True)
 class Bug:
     name: str
@@ -177,5 +190,6 @@ BUGS = {
         Bug("lost_commit", "lost_commit", wrap_store=LosesWrites),  # type: ignore[arg-type]
         Bug("dropped_firing", "schedule_not_fired", wrap_store=DropsFirings),  # type: ignore[arg-type]
         Bug("double_firing", "schedule_twice", wrap_store=FiresTwice),  # type: ignore[arg-type]
+        Bug("release_all", "group_parallel", wrap_store=ReleasesEveryHeldJob),  # type: ignore[arg-type]
     )
 }

@@ -39,7 +39,7 @@ acknowledged; from each Run it knows what was worked on and when. The rules:
 from __future__ import annotations
 
 import bisect
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -127,6 +127,7 @@ class Checker:
         self._idempotency()
         self._liveness()
         self._schedules()
+        self._groups()
         for at, cause, error in self.h.internal_errors:
             self.flag("internal_error", at, None, f"{cause.kind} from {cause.sender}: {error}")
         return self.violations
@@ -216,7 +217,8 @@ class Checker:
         a, at, cause = write.after, write.at, write.cause
         job_id = a.id
         if b is None:
-            if cause is None or cause.kind not in ("create_job", "create_jobs", "fire_due"):
+            made_by = ("create_job", "create_jobs", "fire_due", "groups.fanout")
+            if cause is None or cause.kind not in made_by:
                 self.flag("illegal_write", at, job_id, "a job was inserted outside a create")
             return
         if b.state.is_terminal:
@@ -231,6 +233,20 @@ class Checker:
             self._attempt_end(write, b)
         elif b.state.is_active:
             self._active_change(write, b)
+        elif b.held and not a.held and a.state is b.state is JobState.QUEUED:
+            pass  # its group released it, after a write that ended one of its jobs
+        elif a.state is JobState.CANCELLED and a.cancel is not None and a.group_id is not None:
+            # Its group stopped (after a failure, by whatever call ended that job).
+            if a.cancel.requested_by != a.group_id and (
+                cause is None or cause.kind not in ("cancel_job", "fire_due")
+            ):
+                self.flag(
+                    "terminal_cause",
+                    at,
+                    job_id,
+                    f"waiting job cancelled by {cause.kind if cause else 'no call'}, "
+                    "not by a user or its group",
+                )
         elif a.state is JobState.CANCELLED:
             # A user's cancel, or a schedule's `cancel_previous` before its next firing.
             if cause is None or cause.kind not in ("cancel_job", "fire_due") or a.cancel is None:
@@ -701,6 +717,45 @@ class Checker:
                         f"{schedule_id} made no job for {t - h.started_at} ms although a "
                         "platform was up",
                     )
+
+    def _groups(self) -> None:
+        """Never more than a group's `max_parallel` of its jobs claimed or running at once (in
+        the order the store committed their writes), and each group's counts and `done` at the
+        end are its jobs' states."""
+        h = self.h
+        active: dict[str, set[str]] = defaultdict(set)
+        for write in h.writes:
+            job = write.after
+            if job.group_id is None or job.group_id not in h.groups:
+                continue
+            limit = h.groups[job.group_id][0]
+            under_way = active[job.group_id]
+            if job.state.is_active:
+                under_way.add(job.id)
+            else:
+                under_way.discard(job.id)
+            if limit is not None and len(under_way) > limit:
+                self.flag(
+                    "group_parallel",
+                    write.at,
+                    job.id,
+                    f"{len(under_way)} jobs of group {job.group_id} claimed or running at once, "
+                    f"over its max_parallel of {limit}",
+                )
+        states: dict[str, Counter[str]] = defaultdict(Counter)
+        for job in h.latest.values():
+            if job.group_id is not None:
+                states[job.group_id][job.state.value] += 1
+        for group_id, (_, counts, done) in h.groups.items():
+            expected = dict(states[group_id])
+            ended = all(JobState(state).is_terminal for state in expected)
+            if counts != expected or done != ended:
+                self.flag(
+                    "group_counts",
+                    h.ended_at,
+                    None,
+                    f"group {group_id} counts {counts} (done {done}), its jobs {expected}",
+                )
 
 
 def _covered(intervals: list[tuple[int, int]], start: int, end: int) -> bool:

@@ -122,6 +122,8 @@ class History:
     """Each job's last committed record."""
     schedules: dict[str, str] = field(default_factory=dict)
     """Schedule id -> its overlap policy (every schedule is `* * * * *`, made at the start)."""
+    groups: dict[str, tuple[int | None, dict[str, int], bool]] = field(default_factory=dict)
+    """Group id -> (max_parallel, its counts by state, done) as the store answers at the end."""
     up: dict[int, list[tuple[int, int | None]]] = field(default_factory=dict)
     """Per platform instance, the times it was up: (since, until or None while it still is)."""
 

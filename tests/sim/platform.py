@@ -7,6 +7,7 @@ one created before it started or more than 300 s ago is `signature_expired`), an
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +25,7 @@ from moonrun.security.tokens import SeededTokenSource
 from moonrun.service.answers import CancelOutcome, ClaimedJob, Registration
 from moonrun.service.config import SchedulingSettings
 from moonrun.service.directory import Directory
+from moonrun.service.groups import FanOut
 from moonrun.service.scheduling import SchedulingService
 from moonrun.store.protocol import Store
 from tests.sim.history import Cause, History, Snapshot
@@ -147,7 +149,8 @@ class Platform:
             request.session_id,
             request.entries,
         )
-        method = getattr(instance.service, request.kind)
+        # `groups.fanout`: a use case of one of the service's parts.
+        method = functools.reduce(getattr, request.kind.split("."), instance.service)
         outcome = self._call(cause, lambda: method(*request.args, **request.kwargs))
         self._record(cause, outcome)
         reply(outcome)
@@ -182,6 +185,9 @@ class Platform:
             for value in outcome:
                 job_id = value.job_id if isinstance(value, ClaimedJob) else value.id
                 history.answered(now, cause, job_id, value)
+        elif isinstance(outcome, FanOut):  # a fan-out answers each of its jobs
+            for job in outcome.jobs:
+                history.answered(now, cause, job.id, job)
         elif isinstance(outcome, Job):
             history.answered(now, cause, outcome.id, outcome)
         elif isinstance(outcome, CancelOutcome):

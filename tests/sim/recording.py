@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from moonrun.clock import Clock
+from moonrun.scheduling.groups import Group
 from moonrun.scheduling.jobs import Job
 from moonrun.store.file import FileStore
 from moonrun.store.memory import MemoryStore
@@ -68,11 +69,26 @@ class RecordingStore:
         return claimed
 
     def insert_jobs(
-        self, jobs: Sequence[Job], idempotency: IdempotencyRecord | None = None
+        self,
+        jobs: Sequence[Job],
+        idempotency: IdempotencyRecord | None = None,
+        group: Group | None = None,
     ) -> None:
-        self._inner.insert_jobs(jobs, idempotency)
+        self._inner.insert_jobs(jobs, idempotency, group)
         for job in jobs:
             self._history.wrote(self._clock.now(), None, job)
+
+    def release_held(
+        self,
+        group_id: str,
+        how_many: Callable[[int, int], int],
+        release: Callable[[Job], Job],
+    ) -> dict[str, tuple[Job, Job]]:
+        done = self._inner.release_held(group_id, how_many, release)
+        for before, after in done.values():
+            if after is not before:
+                self._history.wrote(self._clock.now(), before, after)
+        return done
 
     def insert_job(self, job: Job) -> None:
         self.insert_jobs([job])

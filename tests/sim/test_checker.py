@@ -24,6 +24,7 @@ PLANTED = [
     ("stale_result", "memory"),  # a service bug: the store does not matter, and file is slower
     ("dropped_firing", "memory"),
     ("double_firing", "file"),
+    ("release_all", "memory"),
 ]
 
 

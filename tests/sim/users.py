@@ -38,6 +38,9 @@ class UserNode(Node):
     def create(self) -> None:
         self.spawn(self._create(), "create")
 
+    def fanout(self) -> None:
+        self.spawn(self._fanout(), "fanout")
+
     def cancel(self) -> None:
         if self.known:
             self.spawn(self._cancel(self.sim.rng.choice(self.known)), "cancel")
@@ -96,6 +99,28 @@ class UserNode(Node):
         for job in answer if isinstance(answer, list) else [answer]:
             if job is not None and not isinstance(job, MoonrunError):
                 self.known.append(job.id)
+
+    def _fanout(self) -> Body:
+        """One job on every server (all are labelled role=sim) as a group, mostly one or two
+        at a time, now and then stopping on a failure; always with a key (it retries)."""
+        rng = self.sim.rng
+        self._keys += 1
+        key = f"sim-fanout-{self._keys}"
+        call = Call(
+            "groups.fanout",
+            (self.user, "role=sim", self.sim.job_spec()),
+            USER_TIMEOUT_MS,
+            {
+                "max_parallel": rng.choice([1, 1, 2, None]),
+                "stop_on_failure": rng.random() < 0.3,
+                "idempotency_key": key,
+            },
+            signed=False,
+            entries={"idempotency_key": key},
+        )
+        answer = yield from self._retrying(call, retry=True)
+        for job in getattr(answer, "jobs", ()):
+            self.known.append(job.id)
 
     def _cancel(self, job_id: str) -> Body:
         user = self.user

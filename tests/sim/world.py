@@ -220,7 +220,11 @@ class Simulation:
             endpoint = service.join_endpoint(enrolled.join_token, public_key(index + 1))
             servers.append(
                 directory.create_server(
-                    admin, f"srv-{name}", endpoint_id=endpoint.id, owner_id=owner.id
+                    admin,
+                    f"srv-{name}",
+                    endpoint_id=endpoint.id,
+                    owner_id=owner.id,
+                    labels={"role": "sim"},
                 )
             )
             self.hosts.append(RunHost(name, endpoint.id, capacity, rate, polls))
@@ -300,6 +304,11 @@ class Simulation:
             scheduler.at(START + rng.randint(0, fault_ms), self.user.create)
         for _ in range(scenario.cancels):
             scheduler.at(START + rng.randint(1000, fault_ms), self.user.cancel)
+        # Fan-outs, drawn from a source of their own so that every other draw of a seed stays
+        # what it was before the simulation fanned out.
+        fans = random.Random(self.seed * 7919 + 17)
+        for _ in range(fans.choice([0, 1, 1, 2])):
+            scheduler.at(START + fans.randint(0, fault_ms), self.user.fanout)
         for _ in range(scenario.reads):
             scheduler.at(START + rng.randint(1000, fault_ms), self.user.read)
 
@@ -393,7 +402,36 @@ class Simulation:
             chain = m * (attempt + backoff)
             busy = math.ceil(len(jobs) * m / host.capacity) * attempt
             worst = max(worst, chain + busy)
+        # A group's held job waits for its predecessors: at most one wave of the group after
+        # another, each ended within `worst` (and a release a crash lost, by the next sweep).
+        waves = 1
+        for group_id, sizes in self._group_sizes().items():
+            max_parallel = self.history.groups.get(group_id, (1, {}, False))[0] or sizes
+            waves = max(waves, math.ceil(sizes / max_parallel))
+        worst = waves * (worst + SWEEP_INTERVAL_MS)
         return math.ceil(delay + settle + expire + MAX_NOT_BEFORE_MS + worst)
+
+    def _group_sizes(self) -> dict[str, int]:
+        sizes: dict[str, int] = {}
+        for job in self.history.latest.values():
+            if job.group_id is not None:
+                sizes[job.group_id] = sizes.get(job.group_id, 0) + 1
+        return sizes
+
+    def _record_groups(self) -> None:
+        """Each group's options, counts and `done` as the store answers them at the end."""
+        store = self.platform.instances[0].raw
+        for group_id in self._group_sizes():
+            group = store.get_group(group_id)
+            if group is None:
+                continue
+            counts = store.group_counts(group_id)
+            done = all(state.is_terminal for state, n in counts.items() if n)
+            self.history.groups[group_id] = (
+                group.max_parallel,
+                {state.value: n for state, n in counts.items() if n},
+                done,
+            )
 
     # -- running -----------------------------------------------------------------------------
 
@@ -422,6 +460,7 @@ class Simulation:
                 ):
                     break
             history.ended_at = scheduler.now()
+            self._record_groups()
             # The bound again, over every job (a create held up by the network may land late).
             history.liveness_bound_ms = self.liveness_bound_ms()
             for instance in list(self.platform.instances):

@@ -57,6 +57,9 @@ class FakeRunClient:
         self.offered = self.granted = self.acked = self.reported = self.log_lines = 0
         self.generation = 0
         self._more = asyncio.Event()
+        self.announced: list[tuple[str, int]] = []
+        """Attempts whose cancel the fake platform announces (`announce`)."""
+        self._announced = asyncio.Event()
         self.lease = lease
         self.errors: list[Exception] = []
         self.chunk_errors = dict(chunk_errors or {})
@@ -186,6 +189,20 @@ class FakeRunClient:
 
     async def cancel_poll(self, job_id: str, attempt: int, lease: str) -> Any:
         return {"cancel_requested": False}
+
+    async def watch_cancels(self, known: list[tuple[str, int]], wait_s: float) -> Any:
+        """Holds the long poll until `announce` names attempts Run does not know yet."""
+        while True:
+            fresh = [key for key in self.announced if key not in known]
+            if fresh:
+                return fresh
+            self._announced.clear()
+            await self._announced.wait()
+
+    def announce(self, job_id: str, attempt: int) -> None:
+        """A user asked to cancel this attempt: the next cancel watch answers it."""
+        self.announced.append((job_id, attempt))
+        self._announced.set()
 
     @property
     def chunks(self) -> list[tuple[str, int, int, bool]]:

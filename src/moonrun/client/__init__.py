@@ -3,7 +3,8 @@
 `library.py` is the client (httpx; imports only `moonrun.errors`, `moonrun.backoff` and the
 profiles),
 `verbs.py` the `login`, `job`, `endpoint`, `user` and `server` verbs built on it,
-`schedule_verbs.py` the `schedule` verbs, and
+`group_verbs.py` the `group` verbs and `job submit --selector`, `schedule_verbs.py` the
+`schedule` verbs, and
 `profiles.py` the profiles `moonrun login` saves. `moonrun.cli` only wires the verbs in.
 """
 
@@ -11,6 +12,8 @@ from moonrun.client.library import (
     Artifact,
     Client,
     Endpoint,
+    FanOut,
+    Group,
     Job,
     JobState,
     Kinds,
@@ -27,6 +30,8 @@ __all__ = [
     "Artifact",
     "Client",
     "Endpoint",
+    "FanOut",
+    "Group",
     "Job",
     "JobState",
     "Kinds",

@@ -45,6 +45,8 @@ __all__ = [
     "Artifact",
     "Client",
     "Endpoint",
+    "FanOut",
+    "Group",
     "Job",
     "JobState",
     "Kinds",
@@ -164,6 +166,45 @@ class Job:
         says nothing: then whether the job has ended)."""
         complete = self.data.get("logs_complete")
         return self.ended if complete is None else bool(complete)
+
+
+@dataclass(frozen=True)
+class Group:
+    """A fan-out group as the user API shows it (GroupView); `data` is that object."""
+
+    id: str
+    selector: str
+    kind: str
+    job_count: int
+    max_parallel: int | None
+    stop_on_failure: bool
+    counts: dict[str, int]
+    done: bool
+    created_at: datetime
+    data: dict[str, Any]
+
+    @classmethod
+    def of(cls, data: dict[str, Any]) -> Group:
+        return cls(
+            id=data["id"],
+            selector=data["selector"],
+            kind=data["kind"],
+            job_count=data["job_count"],
+            max_parallel=data.get("max_parallel"),
+            stop_on_failure=bool(data.get("stop_on_failure")),
+            counts=dict(data["counts"]),
+            done=bool(data["done"]),
+            created_at=_instant(data["created_at"]),
+            data=data,
+        )
+
+
+@dataclass(frozen=True)
+class FanOut:
+    """What a fan-out made: its group and its jobs, one per matching server."""
+
+    group: Group
+    jobs: list[Job]
 
 
 @dataclass(frozen=True)
@@ -828,13 +869,15 @@ class Client:
         state: str | None = None,
         kind: str | None = None,
         id_prefix: str | None = None,
+        group: str | None = None,
         page_size: int = PAGE_SIZE,
     ) -> Iterator[Job]:
         """The jobs the caller may see, newest first, fetched a page at a time; by server,
-        state, kind or id prefix (`job_` and at least three more characters)."""
+        state, kind, id prefix (`job_` and at least three more characters) or fan-out group."""
         cursor: str | None = None
         while True:
             params = {
+                "group": group,
                 "server_id": server_id,
                 "state": state,
                 "kind": kind,
@@ -891,6 +934,67 @@ class Client:
             read = functools.partial(self._request, "GET", path, params=params, wait_s=wait_s)
             job = Job.of(self._through_outages(read))
         return job
+
+    # -- fan-out groups -------------------------------------------------------------------------
+
+    def fanout(
+        self,
+        selector: str,
+        kind: str,
+        payload: dict[str, Any] | None = None,
+        *,
+        max_parallel: int | None = None,
+        stop_on_failure: bool = False,
+        max_attempts: int | None = None,
+        not_before: datetime | str | None = None,
+        backoff: dict[str, float] | None = None,
+        idempotency_key: str | None = None,
+    ) -> FanOut:
+        """Queue one job on each server you may submit to whose labels match `selector`, as
+        one group (`NoMatch` when none does). Like `submit`, it always carries an
+        Idempotency-Key, so a retry after a lost answer answers the same group."""
+        body: dict[str, Any] = {"selector": selector, "kind": kind}
+        if payload is not None:
+            body["payload"] = payload
+        if max_parallel is not None:
+            body["max_parallel"] = max_parallel
+        if stop_on_failure:
+            body["stop_on_failure"] = True
+        if max_attempts is not None:
+            body["max_attempts"] = max_attempts
+        if not_before is not None:
+            body["not_before"] = _instant_text(not_before)
+        if backoff is not None:
+            body["backoff"] = backoff
+        key = idempotency_key if idempotency_key is not None else secrets.token_urlsafe(24)
+        answer = self._request(
+            "POST", "/api/v1/jobs/fanout", json=body, headers={"Idempotency-Key": key}
+        )
+        return FanOut(Group.of(answer["group"]), [Job.of(job) for job in answer["jobs"]])
+
+    def group(self, group_id: str) -> Group:
+        """A group you made (any, for platform admins), with its jobs' counts by state."""
+        return Group.of(self._request("GET", f"/api/v1/groups/{group_id}"))
+
+    def wait_group(self, group_id: str, timeout_s: float | None = None) -> Group:
+        """The group once every job of it has ended, by blocking reads; `WaitTimedOut` after
+        `timeout_s`. A platform that stops answering for up to `outage_grace_s` is waited out."""
+        deadline = None if timeout_s is None else self._clock() + timeout_s
+        group = self._through_outages(lambda: self.group(group_id))
+        while not group.done:
+            left = WAIT_CHUNK_S if deadline is None else deadline - self._clock()
+            if left <= 0:
+                raise WaitTimedOut(f"group {group_id} has not ended after {timeout_s} s")
+            wait_s = max(0.001, min(left, WAIT_CHUNK_S))
+            params = {"wait_s": round(wait_s, 3), "until": "terminal"}
+            path = f"/api/v1/groups/{group_id}"
+            read = functools.partial(self._request, "GET", path, params=params, wait_s=wait_s)
+            group = Group.of(self._through_outages(read))
+        return group
+
+    def cancel_group(self, group_id: str) -> Group:
+        """Ask every job of the group that has not ended to cancel; the group after it."""
+        return Group.of(self._request("POST", f"/api/v1/groups/{group_id}/cancel"))
 
     def artifacts(self, job_id: str) -> list[Artifact]:
         """The job's artifacts, every attempt's, by attempt then name."""

@@ -358,7 +358,9 @@ def read_payload(text_or_file: str | None) -> dict[str, Any] | None:
 @user_errors
 def job_submit(
     ctx: typer.Context,
-    server: Annotated[str, typer.Argument(help="The server's id")],
+    server: Annotated[
+        str | None, typer.Argument(help="The server's id (none with --selector)")
+    ] = None,
     kind: Annotated[
         str | None, typer.Argument(help="The job's kind; omit it with `-- CMD ARG...`")
     ] = None,
@@ -378,13 +380,41 @@ def job_submit(
     follow: Annotated[
         bool, typer.Option("--follow", help="Show progress and stream the log until it ends")
     ] = False,
+    selector: Annotated[
+        str | None,
+        typer.Option(
+            "--selector",
+            help="Fan out: one job on each of your servers whose labels match (role=web,env=prod)",
+        ),
+    ] = None,
+    max_parallel: Annotated[
+        int | None,
+        typer.Option("--max-parallel", min=1, help="With --selector: at most N at once"),
+    ] = None,
+    stop_on_failure: Annotated[
+        bool,
+        typer.Option(
+            "--stop-on-failure", help="With --selector: cancel the queued jobs once one fails"
+        ),
+    ] = False,
     outage_grace: OutageGraceOption = OUTAGE_GRACE_S,
     profile: ProfileOption = profiles.DEFAULT_PROFILE,
     as_json: JsonOption = False,
 ) -> None:
     """Queue a job on a server: `submit SERVER KIND`, or `submit SERVER -- CMD ARG...` for a
-    `command` job whose payload is {"argv": [CMD, ARG...]}. With --wait or --follow, a
-    platform restart of up to --outage-grace seconds is ridden through."""
+    `command` job whose payload is {"argv": [CMD, ARG...]}. With --selector instead of a
+    SERVER, one job on each matching server, as a group (`submit --selector role=web KIND`);
+    --follow then prints a line per server as its job ends, and exits 3 if any failed. With
+    --wait or --follow, a platform restart of up to --outage-grace seconds is ridden through."""
+    if selector is not None:
+        if server is not None and kind is not None:
+            raise typer.BadParameter("give a SERVER or --selector, not both")
+        kind = kind if kind is not None else server
+        server = None
+    elif server is None:
+        raise typer.BadParameter("a SERVER (or --selector) is needed")
+    elif max_parallel is not None or stop_on_failure:
+        raise typer.BadParameter("--max-parallel and --stop-on-failure need --selector")
     body = read_payload(payload)
     tail: list[str] | None = ctx.meta.get(TAIL)
     if tail is not None:
@@ -395,6 +425,23 @@ def job_submit(
         kind, body = "command", {**(body or {}), "argv": tail}
     if kind is None:
         raise typer.BadParameter("a KIND, or `-- CMD ARG...`, is needed")
+    if server is None:
+        from moonrun.client import group_verbs  # it builds on this module
+
+        assert selector is not None
+        group_verbs.fan_out(
+            ctx,
+            profile,
+            group_verbs.FanOutAsked(
+                selector, kind, body, max_attempts, not_before, idempotency_key
+            ),
+            max_parallel=max_parallel,
+            stop_on_failure=stop_on_failure,
+            wait=wait or follow,
+            outage_grace=outage_grace,
+            as_json=as_json,
+        )
+        return
     with connect(ctx, profile, outage_grace_s=outage_grace) as client:
         job = client.submit(
             server,
@@ -529,6 +576,9 @@ def job_list(
     limit: Annotated[
         int | None, typer.Option("--limit", min=1, help="At most this many (the newest)")
     ] = None,
+    group: Annotated[
+        str | None, typer.Option("--group", help="Only this fan-out group's jobs")
+    ] = None,
     profile: ProfileOption = profiles.DEFAULT_PROFILE,
     as_json: JsonOption = False,
 ) -> None:
@@ -537,7 +587,9 @@ def job_list(
     with connect(ctx, profile) as client:
         jobs: list[Job] = []
         for one in states:  # one listing per state: each is newest first, merged below
-            found = client.jobs(server_id=server, state=one, kind=kind, id_prefix=id_prefix)
+            found = client.jobs(
+                server_id=server, state=one, kind=kind, id_prefix=id_prefix, group=group
+            )
             jobs += itertools.islice(found, limit)
     jobs.sort(key=lambda job: (job.created_at, job.id), reverse=True)
     jobs = jobs[:limit]

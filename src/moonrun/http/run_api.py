@@ -22,6 +22,7 @@ from moonrun.http.load import overloaded
 from moonrun.http.platform import HttpPlatform
 from moonrun.http.schemas import (
     AckBatchRequest,
+    CancelWatchRequest,
     ClaimRequest,
     EvidenceRequest,
     JoinRequest,
@@ -46,6 +47,7 @@ from moonrun.wire.run import (
     AckBatchAnswer,
     AckEntry,
     CancelPollAnswer,
+    CancelWatchAnswer,
     ChunkAnswer,
     ClaimAnswer,
     HeartbeatAnswer,
@@ -245,6 +247,19 @@ async def progress(call: Call) -> ProgressAnswer:
     return progress_answer(answer)
 
 
+async def watch_cancels(call: Call) -> CancelWatchAnswer:
+    """The endpoint's active attempts that users asked to cancel; with `wait_s`, waits up to
+    that long for one (the place on the channel is given up while waiting)."""
+    platform, body = call.platform, call.body
+    cancels = await platform.service.wait_for_cancels(
+        call.subject,
+        [(job_id, attempt) for job_id, attempt in body.known],
+        wait_s=min(body.wait_s or 0.0, platform.http.max_claim_wait_s),
+        waiting=call.waiting(),
+    )
+    return {"cancels": [{"job_id": job_id, "attempt": attempt} for job_id, attempt in cancels]}
+
+
 async def cancel_poll(call: Call) -> CancelPollAnswer:
     """Whether a user asked to cancel this attempt's job."""
     body: EvidenceRequest = call.body
@@ -405,6 +420,10 @@ ROUTES: tuple[Route, ...] = (
     Route(
         method="POST", path="/run/v1/jobs/{job_id}/progress", channel="jobs", auth="session",
         body=ProgressRequest, answer=ProgressAnswer, status=200, handler=progress,
+    ),
+    Route(
+        method="POST", path="/run/v1/jobs/cancels", channel="jobs", auth="session",
+        body=CancelWatchRequest, answer=CancelWatchAnswer, status=200, handler=watch_cancels,
     ),
     Route(
         method="POST", path="/run/v1/jobs/{job_id}/cancel-poll", channel="jobs", auth="session",

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from moonrun.errors import InvalidRequest
+from moonrun.scheduling.groups import MAX_PARALLEL_LIMIT
 from moonrun.scheduling.jobs import KIND_PATTERN
 from moonrun.scheduling.labels import KEY_PATTERN, MAX_LABELS, MAX_VALUE_LENGTH
 from moonrun.scheduling.time import parse_instant
@@ -75,6 +76,13 @@ class ClaimRequest(Strict):
     max_jobs: int
     wait_s: float | None = Field(default=None, ge=0, le=3600)
     """Long poll: wait up to this long (capped by the platform) for a claimable job."""
+
+
+class CancelWatchRequest(Strict):
+    known: list[tuple[str, int]] = Field(default_factory=list, max_length=1000)
+    """Attempts (job id, attempt) whose cancel Run already knows: not answered again."""
+    wait_s: float | None = Field(default=None, ge=0, le=3600)
+    """Long poll: wait up to this long (capped by the platform) for a cancel intent."""
 
 
 class ProgressRequest(EvidenceRequest):
@@ -209,6 +217,22 @@ class CreateJobRequest(UserRequest):
     max_attempts: int | None = None
     backoff: BackoffModel | None = None
     not_before: str | None = None
+
+
+class FanoutRequest(CreateJobRequest):
+    selector: str = Field(
+        description="The label selector the servers must match (k=v, k!=v, k in (a,b), "
+        "k notin (a,b), k, !k; a comma is AND); at least one requirement"
+    )
+    max_parallel: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_PARALLEL_LIMIT,
+        description="At most this many of the group's jobs claimed or running at once",
+    )
+    stop_on_failure: bool = Field(
+        default=False, description="Once one job fails, cancel the group's queued jobs"
+    )
 
 
 class ScheduleJobRequest(UserRequest):

@@ -98,6 +98,7 @@ class JobsQuery(_Query):
     id_prefix: str | None = None
     limit: int = Field(default=50, ge=1, le=200)
     cursor: str | None = None
+    group: str | None = Field(default=None, description="Only the jobs of this fan-out group")
 
 
 class ServersQuery(_Query):
@@ -314,7 +315,8 @@ async def remove_endpoint(call: Call) -> EndpointView:
 # -- jobs --------------------------------------------------------------------------------------
 
 
-def _spec(body: CreateJobRequest) -> JobSpec:
+def job_spec(body: CreateJobRequest) -> JobSpec:
+    """The job a create (or a fan-out) asks for, as a value."""
     backoff = None if body.backoff is None else body.backoff.model_dump(exclude_none=True)
     not_before = None if body.not_before is None else parse_instant(body.not_before, "not_before")
     return JobSpec(body.kind, body.payload, body.max_attempts, backoff, not_before)
@@ -347,7 +349,7 @@ async def create_job(call: Call) -> JsonReply[JobView]:
     key = call.headers.get("idempotency-key")
 
     def create(user: User) -> Job:
-        spec = _spec(body)
+        spec = job_spec(body)
         return service.create_job(
             user,
             call.params["server_id"],
@@ -370,7 +372,7 @@ async def create_jobs(call: Call) -> CreatedJobsAnswer:
     key = call.headers.get("idempotency-key")
 
     def create(user: User) -> list[Job]:
-        specs = [_spec(job) for job in body.jobs]
+        specs = [job_spec(job) for job in body.jobs]
         return service.create_jobs(user, call.params["server_id"], specs, idempotency_key=key)
 
     jobs = await as_caller(call, create)
@@ -389,6 +391,7 @@ async def list_jobs(call: Call) -> JobsAnswer:
         cursor=query.cursor,
         kind=query.kind,
         id_prefix=query.id_prefix,
+        group_id=query.group,
     )
     return {
         "jobs": [view(call.platform, job) for job in page.jobs],

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from moonrun.backoff import Backoff, jittered
-from moonrun.errors import MoonrunError, SequenceRegression
+from moonrun.errors import MethodNotAllowed, MoonrunError, NotFound, SequenceRegression
 from moonrun.run.batcher import Batcher
 from moonrun.run.client import (
     BATCH_BYTES,
@@ -51,6 +51,8 @@ from moonrun.security.tokens import b64url
 from moonrun.wire.run import Grant, ReconcileAnswer
 
 log = logging.getLogger("moonrun.run")
+
+T = TypeVar("T")
 
 Message = dict[str, Any]
 """One batch entry: `job_id`, `attempt`, `lease`, and for a result its fields."""
@@ -150,6 +152,10 @@ class Agent:
         self._cancel_known: dict[tuple[str, int], bool] = {}
         """Per attempt: whether a cancel was requested, as the ack or the reconciliation said
         (no poll)."""
+        self._contexts: dict[tuple[str, int], JobContext] = {}
+        """The attempts whose handler runs now (job id, attempt): where a cancel the platform
+        announces is told at once (`_cancels_loop`)."""
+        self._handler_started = asyncio.Event()
         self._session_ok = asyncio.Event()
         self._renew_lock = asyncio.Lock()
         self._slot_freed = asyncio.Event()
@@ -179,6 +185,7 @@ class Agent:
                 async with asyncio.TaskGroup() as loops:
                     loops.create_task(self._control_loop())
                     loops.create_task(self._jobs_loop())
+                    loops.create_task(self._cancels_loop())
                     loops.create_task(self.logs.run(stop))
                     loops.create_task(self.artifacts.run(stop))
             finally:
@@ -425,6 +432,52 @@ class Agent:
                 # claims. Poll then, rather than claim in a tight loop.
                 await self._pause(self.config.claim_interval_s)
 
+    async def _cancels_loop(self) -> None:
+        """While handlers run, keep one long poll open for their cancel intents, so that a
+        user's cancel reaches the handler at once rather than at the attempt's next renewal
+        (up to lease_ttl/4 later). A platform without the route leaves renewals to tell."""
+        delays = self.config.backoff.delays()
+        while not self._stop.is_set():
+            if not self._contexts:
+                self._handler_started.clear()
+                await self._until(self._handler_started)
+                continue
+            if not self._session_ok.is_set():
+                await self._until(self._session_ok)
+                continue
+            known = [key for key, context in self._contexts.items() if context.cancelled.is_set()]
+            generation = self._generation()
+            try:
+                cancels = await self._until_stopped(
+                    self.client.watch_cancels(known, self.claim_wait_s())
+                )
+            except SESSION_ERRORS:
+                await self._renew_session(generation)
+                continue
+            except (NotFound, MethodNotAllowed):
+                log.info("the platform does not announce cancels; renewals will tell")
+                return
+            except MoonrunError as error:
+                await self._pause(pause_after(error, delays))
+                continue
+            delays = self.config.backoff.delays()
+            for key in cancels or ():
+                context = self._contexts.get(key)
+                if context is not None:
+                    context.cancelled.set()
+
+    async def _until_stopped(self, call: Awaitable[T]) -> T | None:
+        """`call`'s answer, or None when Run stops first (the call is abandoned)."""
+        answer = asyncio.ensure_future(call)
+        stopping = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait({answer, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+            if not answer.done():
+                answer.cancel()
+        return answer.result() if answer.done() and not answer.cancelled() else None
+
     async def _claim(self, free: int) -> list[Grant]:
         """Claim up to `free` jobs, waiting at the platform for some; nothing if Run stops
         first."""
@@ -606,10 +659,15 @@ class Agent:
             await self._self_fence(entry)
             return None
         work = asyncio.create_task(handler.run(context))
+        key = (entry.job_id, entry.attempt)
+        self._contexts[key] = context
+        self._handler_started.set()
         try:
             if not await self._renew_while(work, entry, context):
                 return None
         finally:
+            if self._contexts.get(key) is context:
+                del self._contexts[key]
             if not work.done():
                 work.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -52,6 +52,7 @@ from moonrun.wire.run import (
     AckBatchAnswer,
     BatchEntry,
     CancelPollAnswer,
+    CancelWatchAnswer,
     ChunkAnswer,
     ClaimAnswer,
     Grant,
@@ -348,6 +349,17 @@ class PlatformClient:
         path = "/run/v1/jobs/claim"
         answer = await self._signed("jobs", path, body, ClaimAnswer, timeout_s=timeout_s)
         return answer["jobs"]
+
+    async def watch_cancels(
+        self, known: list[tuple[str, int]], wait_s: float
+    ) -> list[tuple[str, int]]:
+        """The endpoint's held attempts a user asked to cancel, but those in `known`; the
+        platform holds the request up to `wait_s` until there is one."""
+        body = {"known": [list(key) for key in known], "wait_s": wait_s}
+        timeout_s = wait_s + self._channels["jobs"].timeout_s
+        path = "/run/v1/jobs/cancels"
+        answer = await self._signed("jobs", path, body, CancelWatchAnswer, timeout_s=timeout_s)
+        return [(c["job_id"], c["attempt"]) for c in answer["cancels"]]
 
     async def acks(self, acks: list[dict[str, Any]]) -> list[AckAnswer | MoonrunError]:
         """Several acks (`job_id`, `attempt`, `lease`) in one request: for each, in order, its

@@ -299,6 +299,10 @@ class Job:
     terminal: Terminal | None = None
     reconcile: ReconcileMark | None = None
     history: tuple[AttemptSummary, ...] = ()
+    group_id: str | None = None
+    """The fan-out group the job belongs to, if one made it (`scheduling/groups.py`)."""
+    held: bool = False
+    """Queued but not claimable until its group releases it (the group's `max_parallel`)."""
     schedule_id: str | None = None
     """The schedule whose firing made the job, if one did."""
     scheduled_for: Instant | None = None
@@ -321,9 +325,27 @@ class Job:
     def claimable_at(self) -> Instant | None:
         """When a claim may take the job: `eligible_at` while it waits without a cancel intent,
         else None. Stores index it for claims."""
-        if self.state.is_waiting and self.cancel is None:
+        if self.state.is_waiting and self.cancel is None and not self.held:
             return self.eligible_at
         return None
+
+    @property
+    def held_group_id(self) -> str | None:
+        """The job's group while the job is held and still queued, else None. Stores index it
+        to find what a group may release."""
+        if self.held and self.state is JobState.QUEUED:
+            return self.group_id
+        return None
+
+    def unheld(self, now: Instant) -> Job:
+        """The held job made claimable from `now` on (or from its `not_before`)."""
+        return _evolve(
+            self,
+            held=False,
+            eligible_at=max(self.eligible_at, now),
+            version=self.version + 1,
+            updated_at=now,
+        )
 
     @property
     def terminal_fingerprint(self) -> str | None:
@@ -377,10 +399,13 @@ def create_job(
     policy: RetryPolicy,
     now: Instant,
     not_before: Instant | None = None,
+    group_id: str | None = None,
+    held: bool = False,
     schedule_id: str | None = None,
     scheduled_for: Instant | None = None,
 ) -> Job:
-    """A new queued job, eligible at `not_before` (or now)."""
+    """A new queued job, eligible at `not_before` (or now); `held` until its group releases
+    it."""
     if not isinstance(kind, str) or not KIND_PATTERN.match(kind):
         raise InvalidRequest("kind must match ^[a-z][a-z0-9_.-]{0,63}$")
     if payload is None:
@@ -404,6 +429,8 @@ def create_job(
         eligible_at=eligible_at,
         created_at=now,
         updated_at=now,
+        group_id=group_id,
+        held=held,
         schedule_id=schedule_id,
         scheduled_for=scheduled_for,
     )

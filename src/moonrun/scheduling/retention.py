@@ -7,6 +7,7 @@ out, this module only says whether a job may go.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Final
 
 from moonrun.scheduling.jobs import Job
@@ -26,22 +27,24 @@ def ended_at(job: Job) -> Instant | None:
     return job.terminal.at if job.terminal is not None else job.updated_at
 
 
-def still_needed(job: Job, now: Instant) -> bool:
+def still_needed(job: Job, now: Instant, unfinished_groups: Collection[str] = ()) -> bool:
     """Whether something that is not over yet still needs this finished job.
 
     The one place to say so, so that neither the sweeper nor a user's DELETE removes what
-    something still reads: a waiting job that depends on it and an unfinished group it belongs
-    to add their condition here once they exist. A schedule needs none: its overlap check
-    reads its last firing's job only to ask whether it is still running (a finished job, or
-    a deleted one, is not), each time fires once by the schedule's own compare-and-swap
-    whatever became of the job, and its view shows no `job_state` once the job is gone.
+    something still reads. A fan-out group's jobs stay while any job of the group has not
+    ended (`unfinished_groups`, the ids of such groups among the jobs asked about): its counts
+    and whether it is done are read from its jobs. A waiting job that depends on it adds its
+    condition here once dependencies exist. A schedule needs none: its overlap check reads its
+    last firing's job only to ask whether it is still running (a finished job, or a deleted
+    one, is not), each time fires once by the schedule's own compare-and-swap whatever became
+    of the job, and its view shows no `job_state` once the job is gone.
     """
-    return False
+    return job.group_id is not None and job.group_id in unfinished_groups
 
 
-def deletable(job: Job, now: Instant) -> bool:
+def deletable(job: Job, now: Instant, unfinished_groups: Collection[str] = ()) -> bool:
     """A user may delete the job now: it has ended and nothing still needs it."""
-    return job.state.is_terminal and not still_needed(job, now)
+    return job.state.is_terminal and not still_needed(job, now, unfinished_groups)
 
 
 def prune_before(now: Instant, retain_ms: int) -> Instant | None:
@@ -50,8 +53,15 @@ def prune_before(now: Instant, retain_ms: int) -> Instant | None:
     return None if retain_ms <= 0 else now - retain_ms
 
 
-def prunable(job: Job, now: Instant, retain_ms: int) -> bool:
+def prunable(
+    job: Job, now: Instant, retain_ms: int, unfinished_groups: Collection[str] = ()
+) -> bool:
     """The sweeper may delete the job: deletable, and it ended at least `retain_ms` ago."""
     before = prune_before(now, retain_ms)
     end = ended_at(job)
-    return before is not None and end is not None and end <= before and deletable(job, now)
+    return (
+        before is not None
+        and end is not None
+        and end <= before
+        and deletable(job, now, unfinished_groups)
+    )

@@ -8,22 +8,32 @@ so a field added to a record never leaks by accident. The views' shapes are decl
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from moonrun.scheduling.fingerprint import JsonValue
-from moonrun.scheduling.jobs import Job
+from moonrun.scheduling.groups import Group, is_done
+from moonrun.scheduling.jobs import Job, JobState
 from moonrun.scheduling.records import Endpoint, Server, Session, User
 from moonrun.scheduling.schedules import Schedule
 from moonrun.scheduling.time import Instant, format_instant, format_optional
-from moonrun.wire.user import EndpointView, JobView, ScheduleView, ServerView, UserView
+from moonrun.wire.user import (
+    EndpointView,
+    GroupView,
+    JobView,
+    ScheduleView,
+    ServerView,
+    UserView,
+)
 
 __all__ = [
     "EndpointView",
+    "GroupView",
     "JobView",
     "ScheduleView",
     "ServerView",
     "UserView",
     "endpoint_view",
+    "group_view",
     "job_view",
     "logs_complete",
     "schedule_view",
@@ -116,12 +126,39 @@ def job_view(job: Job, *, logs_complete: bool = False) -> JobView:
             }
             for past in job.history
         ],
+        "group": None
+        if job.group_id is None
+        else {"id": job.group_id, "held": job.held_group_id is not None},
         "logs_complete": logs_complete,
         "schedule": None
         if job.schedule_id is None or job.scheduled_for is None
         else {"id": job.schedule_id, "scheduled_for": format_instant(job.scheduled_for)},
     }
     return view
+
+
+def group_view(group: Group, counts: Mapping[JobState, int]) -> GroupView:
+    """A group as its creator sees it: its selector and options, and its jobs' counts."""
+    return {
+        "id": group.id,
+        "creator_id": group.creator_id,
+        "selector": group.selector,
+        "kind": group.kind,
+        "created_at": format_instant(group.created_at),
+        "job_count": group.job_count,
+        "max_parallel": group.max_parallel,
+        "stop_on_failure": group.stop_on_failure,
+        "counts": {
+            "queued": counts.get(JobState.QUEUED, 0),
+            "accepted": counts.get(JobState.ACCEPTED, 0),
+            "running": counts.get(JobState.RUNNING, 0),
+            "retrying": counts.get(JobState.RETRYING, 0),
+            "succeeded": counts.get(JobState.SUCCEEDED, 0),
+            "failed": counts.get(JobState.FAILED, 0),
+            "cancelled": counts.get(JobState.CANCELLED, 0),
+        },
+        "done": is_done(counts),
+    }
 
 
 def schedule_view(

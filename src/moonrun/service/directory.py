@@ -201,35 +201,7 @@ class Directory:
     def list_servers(self, actor: User, selector: str | None = None) -> list[Server]:
         """The servers the actor may see (all for platform admins, else owned or administered),
         only those whose labels over their endpoint's match `selector` when one is given."""
-        chosen = None if selector is None else parse_selector(selector)
-        servers = (
-            self._store.list_servers()
-            if actor.platform_admin
-            else self._store.servers_of_user(actor.id)
-        )
-        if chosen is None or not chosen.requirements:
-            return servers
-        hosts = self._endpoint_labels({server.endpoint_id for server in servers})
-
-        def labels_of(server: Server) -> dict[str, str]:
-            return effective_labels(hosts.get(server.endpoint_id, NO_LABELS), server.labels)
-
-        return [server for server in servers if chosen.matches(labels_of(server))]
-
-    def _endpoint_labels(self, endpoint_ids: set[str]) -> dict[str, Labels]:
-        # Past a few endpoints, one read of them all costs less than a read per endpoint (a
-        # platform admin's selector over a fleet).
-        many = len(endpoint_ids) > ENDPOINT_READS
-        found = (
-            self._store.list_endpoints()
-            if many
-            else [self._store.get_endpoint(endpoint_id) for endpoint_id in endpoint_ids]
-        )
-        return {
-            endpoint.id: endpoint.labels
-            for endpoint in found
-            if endpoint is not None and endpoint.id in endpoint_ids
-        }
+        return servers_matching(self._store, actor, selector)
 
     def create_server(
         self,
@@ -333,3 +305,35 @@ class Directory:
 def _check_name(name: object) -> None:
     if not isinstance(name, str) or not NAME_PATTERN.match(name):
         raise InvalidRequest(f"name must match {NAME_PATTERN.pattern}")
+
+
+def servers_matching(store: Store, actor: User, selector: str | None) -> list[Server]:
+    """The servers whose jobs the actor manages (all for platform admins, else owned or
+    administered), only those whose labels over their endpoint's match `selector` when one
+    is given (`InvalidSelector` when it does not parse)."""
+    chosen = None if selector is None else parse_selector(selector)
+    servers = store.list_servers() if actor.platform_admin else store.servers_of_user(actor.id)
+    if chosen is None or not chosen.requirements:
+        return servers
+    hosts = _endpoint_labels(store, {server.endpoint_id for server in servers})
+
+    def labels_of(server: Server) -> dict[str, str]:
+        return effective_labels(hosts.get(server.endpoint_id, NO_LABELS), server.labels)
+
+    return [server for server in servers if chosen.matches(labels_of(server))]
+
+
+def _endpoint_labels(store: Store, endpoint_ids: set[str]) -> dict[str, Labels]:
+    # Past a few endpoints, one read of them all costs less than a read per endpoint (a
+    # platform admin's selector over a fleet).
+    many = len(endpoint_ids) > ENDPOINT_READS
+    found = (
+        store.list_endpoints()
+        if many
+        else [store.get_endpoint(endpoint_id) for endpoint_id in endpoint_ids]
+    )
+    return {
+        endpoint.id: endpoint.labels
+        for endpoint in found
+        if endpoint is not None and endpoint.id in endpoint_ids
+    }

@@ -12,7 +12,7 @@ import contextlib
 import functools
 import hashlib
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeVar
 
@@ -41,6 +41,7 @@ from moonrun.errors import (
     TooManyWaiting,
     UnknownKind,
 )
+from moonrun.scheduling import groups as groups_domain
 from moonrun.scheduling import jobs as jobs_domain
 from moonrun.scheduling import kinds as kinds_domain
 from moonrun.scheduling import messages, retention
@@ -78,9 +79,10 @@ from moonrun.service.answers import (
 )
 from moonrun.service.config import SchedulingSettings, WaitLimits
 from moonrun.service.extensions import SessionExtensions
+from moonrun.service.groups import Groups
 from moonrun.service.schedules import Schedules
 from moonrun.service.specs import JobSpec
-from moonrun.service.waiting import ENDPOINT, JOB, Place, Runner, Waiting, Watch
+from moonrun.service.waiting import CANCELS, ENDPOINT, JOB, Place, Runner, Waiting, Watch
 from moonrun.store.protocol import IdempotencyRecord, Store
 
 T = TypeVar("T")
@@ -157,6 +159,8 @@ class SchedulingService:
         self._served_last: dict[str, str] = {}
         """Per endpoint, the owner its last claim served last: the next claim's turns start
         after it. Kept here only; a restart starts the turns afresh."""
+        self.groups = Groups(store, clock, tokens, self)
+        """Fan-out groups (`service/groups.py`), whose jobs are made and ended through here."""
         self.schedules = Schedules(store, clock, tokens, self)
         """Recurring jobs (`service/schedules.py`), which make their jobs through this service."""
 
@@ -556,6 +560,7 @@ class SchedulingService:
                 self._events.job_changed(after, before)
             plan, updated = planned[job_id]
             report.add(plan, updated)
+        self._follow_ends(done.values())
         self._store.mark_session_reconciled(session.id, now)
         return report.build()
 
@@ -605,6 +610,46 @@ class SchedulingService:
             )
         except TooManyWaiting:
             return claim
+
+    async def wait_for_cancels(
+        self,
+        session_id: str,
+        known: Collection[tuple[str, int]],
+        *,
+        wait_s: float,
+        waiting: Waiting,
+    ) -> list[tuple[str, int]]:
+        """The session's endpoint's accepted and running attempts that a user asked to cancel,
+        but those in `known`; when there are none, waits up to `wait_s` for one (woken by the
+        cancel's commit), so that Run learns a cancel at once rather than at its next renewal
+        (docs/protocol.md, "Cancellation")."""
+        known = set(known)
+        endpoint_id = await waiting.run(self._endpoint_of_reconciled, session_id)
+
+        def read() -> list[tuple[str, int]]:
+            return [
+                (job.id, job.attempt)
+                for job in self._store.active_jobs(endpoint_id)
+                if job.cancel is not None and (job.id, job.attempt) not in known
+            ]
+
+        try:
+            return await self.waiters.wait_until(
+                read,
+                bool,
+                on=(CANCELS, endpoint_id),
+                rooms=self.waiters.claim_rooms(endpoint_id),
+                deadline=time.monotonic() + max(0.0, wait_s),
+                waiting=waiting,
+            )
+        except TooManyWaiting:
+            return await waiting.run(read)
+
+    def _endpoint_of_reconciled(self, session_id: str) -> str:
+        session, _ = self._session_and_endpoint(session_id, extend=False)
+        if session.reconciled_at is None:
+            raise ReconcileRequired("reconcile after registering, before watching for cancels")
+        return session.endpoint_id
 
     def _first_look(self, session_id: str, max_jobs: int) -> Claim:
         """A claim request's first look: its session checked (reads), and the claim (a write,
@@ -874,7 +919,30 @@ class SchedulingService:
                 self._events.job_changed(after, before)
             decision = decisions[job_id]
             answers.append(decision.error if decision.error is not None else decision.answer)  # type: ignore[arg-type]
+        self._follow_ends(done.values())
         return answers
+
+    def _follow_ends(self, done: Iterable[tuple[Job, Job]]) -> None:
+        """What a write that ended jobs of groups brings about (`Groups.jobs_ended`)."""
+        ended = [after for before, after in done if groups_domain.ended(before, after)]
+        if ended:
+            self.groups.jobs_ended(ended)
+
+    def job_written(self, job: Job, before: Job | None) -> None:
+        """Tell waiting claims and reads of a job write another use case made (a fan-out, a
+        group's release), once it is committed."""
+        self._events.job_changed(job, before)
+
+    def stop_jobs(self, job_ids: Sequence[str], group_id: str) -> None:
+        """Cancel those of the jobs still queued, on their stopping group's behalf."""
+        now = self._clock.now()
+
+        def decide(job: Job, _: Instant, __: float) -> Decision[bool]:
+            stopped = groups_domain.stop(job, group_id, now)
+            return Decision(stopped, stopped is not job)
+
+        for start in range(0, len(job_ids), MAX_BATCH):
+            self._apply_many(job_ids[start : start + MAX_BATCH], decide)
 
     def _apply_deadline(self, job_id: str, now: Instant) -> bool:
         """Apply a passed deadline to one job; True when this call changed it."""
@@ -889,6 +957,9 @@ class SchedulingService:
         returns how many jobs it changed."""
         now = self._clock.now()
         due = self._store.due_jobs(now, limit or self._settings.sweep_batch)
+        # Releases a lost write left undone (a crash between a job's end and its group's
+        # release); not counted, so that they never make the sweeper hurry.
+        self.groups.repair()
         if not due:
             return 0
         answers = self._apply_many([job.id for job in due], _deadline_decision(now))
@@ -909,17 +980,26 @@ class SchedulingService:
         if ended_by is None:
             return []
         batch = min(limit or self._settings.prune_batch, retention.PRUNE_BATCH_LIMIT)
-        found = [
-            job
-            for job in self._store.finished_jobs(ended_by, batch)
-            if retention.prunable(job, now, retain_ms)
-        ]
+        candidates = self._store.finished_jobs(ended_by, batch)
+        # A group only ever goes from unfinished to finished (its jobs are all made at once),
+        # so what is read here can only keep a job one pass longer than needed.
+        busy = self._unfinished_groups(candidates)
+        found = [job for job in candidates if retention.prunable(job, now, retain_ms, busy)]
         # Their data beside the store goes first: a crash between the two leaves a job
         # without logs (deleted again at the next pass), never files nobody can reach.
         for job in found:
             forget(job)
         return self._store.delete_jobs(
-            [job.id for job in found], lambda job: retention.prunable(job, now, retain_ms)
+            [job.id for job in found], lambda job: retention.prunable(job, now, retain_ms, busy)
+        )
+
+    def _unfinished_groups(self, jobs: Iterable[Job]) -> frozenset[str]:
+        """Of the groups these jobs belong to, those with a job that has not ended."""
+        group_ids = {job.group_id for job in jobs if job.group_id is not None}
+        return frozenset(
+            group_id
+            for group_id in group_ids
+            if not groups_domain.is_done(self._store.group_counts(group_id))
         )
 
     def release_space(self, pages: int) -> int:
@@ -1049,6 +1129,47 @@ class SchedulingService:
                     f"{where}: {error.message}",
                     fields=tuple((f"{where}.{f}" if f else where, m) for f, m in error.fields),
                 ) from None
+
+    def group_jobs(
+        self,
+        servers: Sequence[Server],
+        spec: JobSpec,
+        group_id: str,
+        job_ids: Sequence[str],
+        max_parallel: int | None,
+        now: Instant,
+    ) -> list[Job]:
+        """A fan-out's jobs, one per server with the id of the same place (ids in release
+        order), checked as a create checks them (each endpoint's kinds read once); those past
+        `max_parallel` held. Not stored."""
+        checked: set[str] = set()
+        policy = self._policy(spec.max_attempts, spec.backoff)
+        jobs = []
+        for position, (server, job_id) in enumerate(zip(servers, job_ids, strict=True)):
+            if server.endpoint_id not in checked:
+                try:
+                    self._check_kinds(server, [spec])
+                except (UnknownKind, InvalidPayload) as error:
+                    raise type(error)(
+                        f"server {server.name}: {error.message}", fields=error.fields
+                    ) from None
+                checked.add(server.endpoint_id)
+            jobs.append(
+                jobs_domain.create_job(
+                    job_id=job_id,
+                    server_id=server.id,
+                    endpoint_id=server.endpoint_id,
+                    owner_id=server.owner_id,
+                    kind=spec.kind,
+                    payload=spec.payload,
+                    policy=policy,
+                    now=now,
+                    not_before=spec.not_before,
+                    group_id=group_id,
+                    held=groups_domain.starts_held(position, max_parallel),
+                )
+            )
+        return jobs
 
     def manageable_server(self, actor: User, server_id: str) -> Server:
         """A server whose jobs the actor may manage (404 `not_found`, 403 `forbidden`)."""
@@ -1212,13 +1333,20 @@ class SchedulingService:
         except Forbidden:
             raise NotFound("no such job") from None
         now = self._clock.now()
-        if not retention.deletable(job, now):
+        busy = self._unfinished_groups([job])
+        if not retention.deletable(job, now, busy):
+            if job.state.is_terminal:
+                raise JobNotEnded(
+                    "That job's group has not ended yet; its jobs can be deleted once all have."
+                )
             raise JobNotEnded()
         # A log batch or artifact chunk whose evidence was checked just before this (within
         # the transfer grace of the job's end) may still land after it: a race of milliseconds,
         # left to the user who deletes a job at the moment it ends.
         forget(job)
-        deleted = self._store.delete_jobs([job_id], lambda stored: retention.deletable(stored, now))
+        deleted = self._store.delete_jobs(
+            [job_id], lambda stored: retention.deletable(stored, now, busy)
+        )
         if not deleted:  # another request deleted it meanwhile
             raise NotFound("no such job")
         return job
@@ -1233,9 +1361,10 @@ class SchedulingService:
         cursor: str | None = None,
         kind: str | None = None,
         id_prefix: str | None = None,
+        group_id: str | None = None,
     ) -> JobPage:
         """The jobs the actor may see, newest first, a page at a time; by server, state,
-        kind and id prefix."""
+        kind, id prefix and group (a group the actor may see; not with a server)."""
         check_int("limit", limit, 1, MAX_PAGE)
         if state is not None and state not in JobState.__members__.values():
             raise InvalidRequest(f"state must be one of {', '.join(JobState)}")
@@ -1247,7 +1376,12 @@ class SchedulingService:
                 "(the start of a job id: job_ and at least 3 more)"
             )
         server_ids: list[str] | None
-        if server_id is not None:
+        if group_id is not None:
+            if server_id is not None:
+                raise InvalidRequest("group and server_id cannot be given together")
+            self.groups.accessible(actor, group_id)
+            server_ids = None
+        elif server_id is not None:
             server_ids = [self._server_for(actor, server_id).id]
         elif actor.platform_admin:
             server_ids = None
@@ -1260,6 +1394,7 @@ class SchedulingService:
             after=checks.decode_cursor(cursor),
             kind=kind,
             id_prefix=id_prefix,
+            group_id=group_id,
         )
         page = tuple(jobs[:limit])
         next_cursor = checks.encode_cursor(page[-1]) if len(jobs) > limit else None

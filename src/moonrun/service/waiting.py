@@ -5,6 +5,10 @@ thread); a request waiting on that job, or on claimable work for that job's endp
 woken on the event loop at once. Wake-ups are a shortcut, never the truth: a woken request
 reads the store again, and every wait also looks again within `recheck_s` (jittered), so a
 change made by another platform process over the same MySQL store is seen within that time.
+On PostgreSQL the processes also tell one another (`Announcer` sends this process's changes to
+its `Peers`; what the others announce arrives as `peer_changed`), so a change made on one
+process wakes the waiters of every other at once; the re-check only covers a lost
+notification.
 
 A waiting request lends the service what it needs to wait well (`Waiting`): where its store
 work runs, its place on its channel (given up while it waits), and a way to learn that its
@@ -33,9 +37,14 @@ T = TypeVar("T")
 
 JOB = "job"
 """Waiters on one job (keyed by its id): woken when it changes."""
+GROUP = "group"
+"""Waiters on a fan-out group (keyed by its id): woken when one of its jobs changes state."""
 ENDPOINT = "endpoint"
 """Waiters on an endpoint's work (keyed by its id): woken when one of its jobs becomes
 claimable or one of its active jobs ends (a place of its capacity frees)."""
+CANCELS = "cancels"
+"""Waiters for cancel intents of an endpoint's active attempts (keyed by the endpoint's id):
+woken when one of its accepted or running jobs is asked to cancel."""
 
 
 class Place(Protocol):
@@ -149,22 +158,56 @@ class Watch:
         )
 
     def job_changed(self, job: Job, before: Job | None) -> None:
-        """A job write was committed: wake its readers, and its endpoint's waiting claims when
-        the job became claimable or freed a place of the endpoint's capacity."""
+        """A job write was committed: wake its readers, its endpoint's waiting claims when
+        the job became claimable or freed a place of the endpoint's capacity, and its group's
+        readers when it changed state."""
         if self._waiting == 0:
             return
-        frees = before is not None and before.state.is_active and not job.state.is_active
         with self._lock:
             woken = [
                 waiter
                 for waiter in self._waiters.get((JOB, job.id), ())
                 if waiter.wanted is None or waiter.wanted(job)
             ]
-            if job.claimable_at is not None or frees:
+            if concerns_claims(job, before):
                 woken.extend(self._waiters.get((ENDPOINT, job.endpoint_id), ()))
+            if (
+                job.state.is_active
+                and job.cancel is not None
+                and (before is None or before.cancel is None)
+            ):
+                woken.extend(self._waiters.get((CANCELS, job.endpoint_id), ()))
+            if job.group_id is not None and (before is None or before.state is not job.state):
+                woken.extend(self._waiters.get((GROUP, job.group_id), ()))
             self.wakeups += len(woken)
         for waiter in woken:
             waiter.loop.call_soon_threadsafe(waiter.event.set)
+
+    def peer_changed(self, job_id: str, endpoint_id: str | None) -> None:
+        """Another platform process committed a change of the job (and, with `endpoint_id`,
+        one that concerns that endpoint's waiting claims): wake every reader of the job, and
+        those claims, to read the store again (the record itself did not travel)."""
+        if self._waiting == 0:
+            return
+        with self._lock:
+            woken = list(self._waiters.get((JOB, job_id), ()))
+            if endpoint_id is not None:
+                woken.extend(self._waiters.get((ENDPOINT, endpoint_id), ()))
+            self.wakeups += len(woken)
+        for waiter in woken:
+            waiter.loop.call_soon_threadsafe(waiter.event.set)
+
+    def peers_missed(self) -> None:
+        """Other processes' changes may have gone unheard (the listener was away): wake every
+        waiter to read the store again."""
+        if self._waiting == 0:
+            return
+        with self._lock:
+            woken = [waiter for held in self._waiters.values() for waiter in held]
+            self.wakeups += len(woken)
+        for waiter in woken:
+            with contextlib.suppress(RuntimeError):  # its loop closed: nothing left to wake
+                waiter.loop.call_soon_threadsafe(waiter.event.set)
 
     def job_touched(self, job_id: str) -> None:
         """Something beside the job record that its readers may wait for changed (its logs
@@ -265,6 +308,32 @@ class Watch:
         finally:
             listener.cancel()
             self.unregister(waiter, topic, key)
+
+
+def concerns_claims(job: Job, before: Job | None) -> bool:
+    """Whether a change may let a waiting claim of the job's endpoint be granted: the job
+    became claimable, or it left an active state (a place of the endpoint's capacity freed)."""
+    frees = before is not None and before.state.is_active and not job.state.is_active
+    return job.claimable_at is not None or frees
+
+
+class Peers(Protocol):
+    """The other platform processes over the same store (`store/pg_wakeups.py` on
+    PostgreSQL), told of this process's committed job changes so that they wake their own
+    waiters (`Watch.peer_changed`)."""
+
+    def announce(self, job_id: str, endpoint_id: str | None) -> None: ...
+
+
+class Announcer:
+    """Tells `peers` of every committed job write (a `JobEvents` for `SchedulingService.listen`):
+    the job's id, and its endpoint's when the change concerns the endpoint's waiting claims."""
+
+    def __init__(self, peers: Peers) -> None:
+        self._peers = peers
+
+    def job_changed(self, job: Job, before: Job | None) -> None:
+        self._peers.announce(job.id, job.endpoint_id if concerns_claims(job, before) else None)
 
 
 async def _notice_gone(gone: Callable[[], Awaitable[object]], waiter: Waiter) -> None:

@@ -10,6 +10,7 @@ from typing import Any, Generic, TypeVar
 
 from sqlalchemy import Boolean, Table
 
+from moonrun.scheduling.groups import Group
 from moonrun.scheduling.jobs import (
     AttemptSummary,
     CancelResult,
@@ -103,6 +104,9 @@ def job_to_row(job: Job) -> dict[str, Any]:
             ],
             separators=(",", ":"),
         ),
+        "group_id": job.group_id,
+        "held": job.held,
+        "held_group_id": job.held_group_id,
         "schedule_id": job.schedule_id,
         "scheduled_for": job.scheduled_for,
     }
@@ -191,6 +195,8 @@ def row_to_job(row: Row) -> Job:
             AttemptSummary(attempt, claimed_at, ended_at, outcome, code)
             for attempt, claimed_at, ended_at, outcome, code in json.loads(row["history_json"])
         ),
+        group_id=row["group_id"],
+        held=bool(row["held"]),
         schedule_id=row["schedule_id"],
         scheduled_for=row["scheduled_for"],
     )
@@ -264,6 +270,9 @@ def row_to_server(row: Row, admin_ids: tuple[str, ...]) -> Server:
     return _servers.from_row(row, admin_ids=admin_ids)
 
 
+_groups = FlatCodec(Group, schema.job_groups)
+group_to_row = _groups.to_row
+row_to_group = _groups.from_row
 _schedules = FlatCodec(Schedule, schema.schedules)
 schedule_to_row = _schedules.to_row
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 
 from moonrun.errors import AlreadyExists
 from moonrun.scheduling.fairness import take_turns
+from moonrun.scheduling.groups import Group, release_order
 from moonrun.scheduling.jobs import Job, JobState
 from moonrun.scheduling.records import Advertisement, Endpoint, Server, Session, User
 from moonrun.scheduling.schedules import Schedule
@@ -172,6 +173,9 @@ class MemoryStore:
         self._idempotency_of: dict[str, tuple[str, str]] = {}
         """The idempotency record's key by the first job of its request (deleted with it)."""
         self._web_sessions: dict[str, tuple[str, Instant]] = {}
+        self._groups: dict[str, Group] = {}
+        self._group_jobs: dict[str, list[str]] = {}
+        """Group id -> its jobs' ids (a group's jobs are all made with it)."""
         self._schedules: dict[str, Schedule] = {}
 
     # -- jobs ----------------------------------------------------------------------------
@@ -186,12 +190,17 @@ class MemoryStore:
         self.insert_jobs([job])
 
     def insert_jobs(
-        self, jobs: Sequence[Job], idempotency: IdempotencyRecord | None = None
+        self,
+        jobs: Sequence[Job],
+        idempotency: IdempotencyRecord | None = None,
+        group: Group | None = None,
     ) -> None:
         with self._lock:
             ids = [job.id for job in jobs]
             if len(set(ids)) != len(ids) or any(job_id in self._jobs for job_id in ids):
                 raise AlreadyExists("a job with that id already exists")
+            if group is not None and group.id in self._groups:
+                raise AlreadyExists("a group with that id already exists")
             if idempotency is not None:
                 key = (idempotency.user_id, idempotency.key)
                 if key in self._idempotency:
@@ -199,9 +208,13 @@ class MemoryStore:
                 self._idempotency[key] = idempotency
                 if idempotency.job_ids:
                     self._idempotency_of[idempotency.job_ids[0]] = key
+            if group is not None:
+                self._groups[group.id] = group
             for job in jobs:
                 self._jobs[job.id] = job
                 self._index.replace(None, job)
+                if job.group_id is not None:
+                    self._group_jobs.setdefault(job.group_id, []).append(job.id)
 
     def replace_job(self, job: Job, expected: Job) -> bool:
         with self._lock:
@@ -299,11 +312,17 @@ class MemoryStore:
         after: JobCursor | None = None,
         kind: str | None = None,
         id_prefix: str | None = None,
+        group_id: str | None = None,
     ) -> list[Job]:
         with self._lock:
+            among = (
+                self._jobs.values()
+                if group_id is None
+                else [self._jobs[i] for i in self._group_jobs.get(group_id, ())]
+            )
             jobs = [
                 job
-                for job in self._jobs.values()
+                for job in among
                 if (server_ids is None or job.server_id in server_ids)
                 and (state is None or job.state is state)
                 and (kind is None or job.kind == kind)
@@ -330,6 +349,10 @@ class MemoryStore:
                     continue
                 del self._jobs[job_id]
                 self._index.delete(stored)
+                if stored.group_id is not None:
+                    members = self._group_jobs.get(stored.group_id)
+                    if members is not None and job_id in members:
+                        members.remove(job_id)
                 key = self._idempotency_of.pop(job_id, None)
                 if key is not None:
                     self._idempotency.pop(key, None)
@@ -339,6 +362,46 @@ class MemoryStore:
     def release_space(self, pages: int) -> int:
         """Deleted records are gone at once: nothing to give back."""
         return 0
+
+    # -- groups ----------------------------------------------------------------------------
+    def get_group(self, group_id: str) -> Group | None:
+        return self._groups.get(group_id)
+
+    def _jobs_of(self, group_id: str) -> list[Job]:
+        return [self._jobs[job_id] for job_id in self._group_jobs.get(group_id, ())]
+
+    def group_counts(self, group_id: str) -> dict[JobState, int]:
+        with self._lock:
+            return dict(Counter(job.state for job in self._jobs_of(group_id)))
+
+    def release_held(
+        self,
+        group_id: str,
+        how_many: Callable[[int, int], int],
+        release: Callable[[Job], Job],
+    ) -> dict[str, tuple[Job, Job]]:
+        with self._lock:
+            jobs = self._jobs_of(group_id)
+            held = sorted((job for job in jobs if job.held_group_id), key=release_order)
+            live = sum(1 for job in jobs if not job.held and not job.state.is_terminal)
+            done: dict[str, tuple[Job, Job]] = {}
+            for job in held[: how_many(live, len(held))]:
+                changed = release(job)
+                if changed is not job:
+                    self._jobs[job.id] = changed
+                    self._index.replace(job, changed)
+                done[job.id] = (job, changed)
+            return done
+
+    def held_groups(self, after: str | None, limit: int) -> list[str]:
+        with self._lock:
+            holding = sorted(
+                group_id
+                for group_id, ids in self._group_jobs.items()
+                if (after is None or group_id > after)
+                and any(self._jobs[job_id].held_group_id for job_id in ids)
+            )
+            return holding[:limit]
 
     # -- endpoints and sessions ------------------------------------------------------------
     def insert_endpoint(self, endpoint: Endpoint) -> None:

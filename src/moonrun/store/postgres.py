@@ -25,6 +25,7 @@ from sqlalchemy.pool import NullPool
 
 from moonrun.backoff import Backoff
 from moonrun.errors import StoreUnavailable
+from moonrun.store.pg_wakeups import RECONNECT, PostgresWakeups
 from moonrun.store.queries import COUNT_SHARDS, Queries
 from moonrun.store.sql import Cursor, SqlStore, duplicate
 
@@ -57,6 +58,7 @@ class PostgresStore(SqlStore):
             connect_timeout=connect_timeout_s,
             application_name="moonrun",
         )
+        self._conninfo = conninfo
         self._migrate(
             create_engine(
                 self.url.set(drivername="postgresql+psycopg"),
@@ -147,6 +149,21 @@ class PostgresStore(SqlStore):
     def _unlock_schema(self, connection: Connection) -> None:
         connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": SCHEMA_LOCK})
         connection.commit()
+
+    def wakeups(
+        self,
+        heard: Callable[[str, str | None], None],
+        missed: Callable[[], None],
+        *,
+        reconnect: Backoff = RECONNECT,
+    ) -> PostgresWakeups:
+        """Wake-ups across the platform processes on this database (`store/pg_wakeups.py`):
+        announcements go out on this store's pool, and one connection of their own listens
+        (started by `start()`)."""
+        return PostgresWakeups(self._conninfo, self._notify, heard, missed, reconnect=reconnect)
+
+    def _notify(self, statement: str, params: tuple[Any, ...]) -> None:
+        self._read(lambda cursor: cursor.execute(statement, params))
 
     def close(self) -> None:
         self._pool.close()

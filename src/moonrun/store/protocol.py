@@ -14,6 +14,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from moonrun.scheduling.groups import Group
 from moonrun.scheduling.jobs import Job, JobState
 from moonrun.scheduling.records import Advertisement, Endpoint, Server, Session, User
 from moonrun.scheduling.schedules import Schedule
@@ -55,10 +56,13 @@ class Store(Protocol):
     def insert_job(self, job: Job) -> None: ...
 
     def insert_jobs(
-        self, jobs: Sequence[Job], idempotency: IdempotencyRecord | None = None
+        self,
+        jobs: Sequence[Job],
+        idempotency: IdempotencyRecord | None = None,
+        group: Group | None = None,
     ) -> None:
-        """Insert every job, and the idempotency record when given, atomically: when an id or
-        the key is taken, `AlreadyExists` and nothing is stored."""
+        """Insert every job, and the idempotency record and the group when given, atomically:
+        when an id or the key is taken, `AlreadyExists` and nothing is stored."""
         ...
 
     def replace_job(self, job: Job, expected: Job) -> bool:
@@ -128,10 +132,12 @@ class Store(Protocol):
         after: JobCursor | None = None,
         kind: str | None = None,
         id_prefix: str | None = None,
+        group_id: str | None = None,
     ) -> list[Job]:
         """Jobs newest first (`created_at`, then id, descending), optionally filtered;
         `server_ids=None` means every server. `id_prefix` keeps the jobs whose id starts with
-        it (the caller keeps it long enough to be selective)."""
+        it (the caller keeps it long enough to be selective); `group_id` the group's jobs
+        (then `server_ids` must be None)."""
         ...
 
     def finished_jobs(self, ended_by: Instant, limit: int) -> list[Job]:
@@ -153,6 +159,30 @@ class Store(Protocol):
 
     def idempotency_record(self, user_id: str, key: str) -> IdempotencyRecord | None:
         """What the user's Idempotency-Key was taken for, if it was."""
+        ...
+
+    # -- groups ----------------------------------------------------------------------------
+    def get_group(self, group_id: str) -> Group | None: ...
+
+    def group_counts(self, group_id: str) -> dict[JobState, int]:
+        """How many of the group's jobs are in each state (states with none may be missing)."""
+        ...
+
+    def release_held(
+        self,
+        group_id: str,
+        how_many: Callable[[int, int], int],
+        release: Callable[[Job], Job],
+    ) -> dict[str, tuple[Job, Job]]:
+        """In one write, serialised with every other release of the group: count the group's
+        live jobs (neither held nor terminal) and its held ones, ask `how_many(live, held)` to
+        release, and store what `release` returns for that many held jobs, oldest first
+        (created_at, then id). Answers (before, after) per job released."""
+        ...
+
+    def held_groups(self, after: str | None, limit: int) -> list[str]:
+        """Up to `limit` ids of groups with held jobs, in id order after `after` (the sweeper
+        walks them all, a few at a time, to release what a lost write left held)."""
         ...
 
     # -- endpoints and sessions ------------------------------------------------------------

@@ -13,7 +13,7 @@ import functools
 import re
 from typing import Final, Literal
 
-from moonrun.store.schema import endpoints, jobs, schedules, servers, sessions, users
+from moonrun.store.schema import endpoints, job_groups, jobs, schedules, servers, sessions, users
 
 Dialect = Literal["sqlite", "mysql", "postgresql"]
 
@@ -22,6 +22,7 @@ ENDPOINT_COLUMNS: Final = tuple(column.name for column in endpoints.columns)
 SESSION_COLUMNS: Final = tuple(column.name for column in sessions.columns)
 USER_COLUMNS: Final = tuple(column.name for column in users.columns)
 SERVER_COLUMNS: Final = tuple(column.name for column in servers.columns)
+GROUP_COLUMNS: Final = tuple(column.name for column in job_groups.columns)
 SCHEDULE_COLUMNS: Final = tuple(column.name for column in schedules.columns)
 
 COUNT_SHARDS: Final = 16
@@ -39,6 +40,7 @@ _ENDPOINT: Final = _columns("endpoints", ENDPOINT_COLUMNS)
 _SESSION: Final = _columns("sessions", SESSION_COLUMNS)
 _USER: Final = _columns("users", USER_COLUMNS)
 _SERVER: Final = _columns("servers", SERVER_COLUMNS)
+_GROUP: Final = _columns("job_groups", GROUP_COLUMNS)
 _SCHEDULE: Final = _columns("schedules", SCHEDULE_COLUMNS)
 
 _AFTER: Final = (
@@ -236,6 +238,32 @@ class Queries:
             "INSERT INTO server_admins (server_id, user_id, position) "
             "VALUES (:server_id, :user_id, :position)"
         )
+        self.insert_group = self._insert("job_groups", GROUP_COLUMNS)
+        self.get_group = render(f"SELECT {_GROUP} FROM job_groups WHERE id = :id")
+        # Releases of one group take turns on its row (SQLite has one writer).
+        self.lock_group = render(
+            "SELECT id FROM job_groups WHERE id = :id"
+            + (" FOR UPDATE" if dialect != "sqlite" else "")
+        )
+        self.group_counts = render(
+            "SELECT state, COUNT(*) FROM jobs @ix_jobs_group_state "
+            "WHERE group_id = :group_id GROUP BY state"
+        )
+        self.group_held_count = render(
+            "SELECT COUNT(*) FROM jobs @ix_jobs_held WHERE held_group_id = :group_id"
+        )
+        self.group_held_locked = render(
+            f"SELECT {JOB} FROM jobs @ix_jobs_held WHERE held_group_id = :group_id "
+            "ORDER BY created_at, id LIMIT :limit" + (" FOR UPDATE" if dialect != "sqlite" else "")
+        )
+        self.first_held_group = render(
+            "SELECT held_group_id FROM jobs @ix_jobs_held WHERE held_group_id IS NOT NULL "
+            "ORDER BY held_group_id LIMIT 1"
+        )
+        self.next_held_group = render(
+            "SELECT held_group_id FROM jobs @ix_jobs_held WHERE held_group_id > :after "
+            "ORDER BY held_group_id LIMIT 1"
+        )
         self.delete_schedules_of_server = render(
             "DELETE FROM schedules WHERE server_id = :server_id"
         )
@@ -361,10 +389,18 @@ class Queries:
         after: bool,
         by_kind: bool = False,
         by_prefix: bool = False,
+        by_group: bool = False,
     ) -> str:
         """Newest first (created_at, id descending), walking the listing's own index; by id
-        prefix, the primary key's range of ids with that prefix (few rows, sorted after)."""
-        if by_prefix:
+        prefix, the primary key's range of ids with that prefix (few rows, sorted after); by
+        group, the group's own listing (a kind or prefix then checked row by row)."""
+        if by_group:
+            index = "ix_jobs_group_state" if by_state else "ix_jobs_group_listing"
+            where = "group_id = :group_id"
+            where += " AND state = :state" if by_state else ""
+            where += " AND kind = :kind" if by_kind else ""
+            where += " AND id >= :id_low AND id < :id_high" if by_prefix else ""
+        elif by_prefix:
             index = "pk_jobs"
             where = "id >= :id_low AND id < :id_high"
             where += " AND server_id = :server_id" if by_server else ""

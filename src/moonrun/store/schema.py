@@ -116,6 +116,9 @@ jobs = Table(
     Column("reconcile_at", BigInteger),
     Column("reconcile_generation", BigInteger),
     Column("history_json", Text, nullable=False),
+    Column("group_id", ID),
+    Column("held", Boolean, nullable=False, server_default=text("false")),
+    Column("held_group_id", ID),
     Column("schedule_id", ID),
     Column("scheduled_for", BigInteger),
     Index("ix_jobs_claim", "endpoint_id", "claimable_at", "created_at", "id"),
@@ -128,7 +131,8 @@ jobs = Table(
     Index("ix_jobs_kind_listing", "kind", "created_at", "id"),
     Index("ix_jobs_server_kind_listing", "server_id", "kind", "created_at", "id"),
     Index("ix_jobs_finished", "terminal_at", "id"),
-    # And ix_jobs_owner_claim, made by migration 8 (OWNER_CLAIM_INDEX).
+    # And ix_jobs_owner_claim, made by migration 8 (OWNER_CLAIM_INDEX), and the groups'
+    # indexes, made by migration 11 (GROUP_INDEXES).
     **TABLE_OPTIONS,
 )
 
@@ -258,6 +262,22 @@ job_counts = Table(
 """How many jobs are in each state: the sum of `n` over a state's shards. Kept by the stores in
 the transaction of every job write, so `/metrics` never counts the jobs table itself."""
 
+job_groups = Table(
+    "job_groups",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("creator_id", ID, nullable=False),
+    Column("selector", Text, nullable=False),
+    Column("kind", SHORT, nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    Column("job_count", Integer, nullable=False),
+    Column("max_parallel", Integer),
+    Column("stop_on_failure", Boolean, nullable=False),
+    Column("version", BigInteger, nullable=False),
+    **TABLE_OPTIONS,
+)
+"""Fan-out groups (`scheduling/groups.py`); their jobs carry `group_id`. Named so, because
+GROUPS is a reserved word of MySQL."""
 schedules = Table(
     "schedules",
     metadata,
@@ -291,6 +311,7 @@ DATA_TABLES: Final = (
     web_sessions,
     job_counts,
     endpoint_kinds,
+    job_groups,
     schedules,
 )
 
@@ -433,7 +454,39 @@ def _schedules_v10(connection: Connection) -> None:
         schedules.create(connection)
 
 
-def _retention_v11(connection: Connection) -> None:
+GROUP_INDEXES: Final = {
+    "ix_jobs_group_listing": "CREATE INDEX ix_jobs_group_listing ON jobs "
+    "(group_id, created_at, id)",
+    "ix_jobs_group_state": "CREATE INDEX ix_jobs_group_state ON jobs "
+    "(group_id, state, created_at, id)",
+    "ix_jobs_held": "CREATE INDEX ix_jobs_held ON jobs (held_group_id, created_at, id)",
+}
+"""A group's jobs newest first, its counts by state (and its jobs in one state), and its held
+jobs in release order (`held_group_id` is NULL but while a job is held). Not declared on `jobs`
+for the reason OWNER_CLAIM_INDEX is not."""
+
+
+def _groups_v11(connection: Connection) -> None:
+    """Fan-out groups (docs/protocol.md, "Groups"): their table, and each job's group and
+    whether it is held; every existing job is in no group and not held."""
+    inspector = inspect(connection)
+    present = {c["name"] for c in inspector.get_columns("jobs")}
+    for column, kind in (
+        ("group_id", "VARCHAR(64)"),
+        ("held", "BOOLEAN NOT NULL DEFAULT false"),
+        ("held_group_id", "VARCHAR(64)"),
+    ):
+        if column not in present:
+            connection.execute(text(f"ALTER TABLE jobs ADD COLUMN {column} {kind}"))
+    if "job_groups" not in inspector.get_table_names():
+        job_groups.create(connection)
+    indexes = {index["name"] for index in inspector.get_indexes("jobs")}
+    for name, statement in GROUP_INDEXES.items():
+        if name not in indexes:
+            connection.execute(text(statement))
+
+
+def _retention_v12(connection: Connection) -> None:
     """Retention (docs/operations.md, "Retention"): finished jobs by when they ended, and the
     idempotency record of a job, so that deleting a batch of jobs reads only their rows."""
     inspector = inspect(connection)
@@ -458,7 +511,8 @@ MIGRATIONS: Final[Sequence[Callable[[Connection], None]]] = (
     _owner_turns_v8,
     _labels_v9,
     _schedules_v10,
-    _retention_v11,
+    _groups_v11,
+    _retention_v12,
 )
 """Migration n (1-based) brings the schema from version n-1 to n; never edit a shipped one.
 

@@ -21,6 +21,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from moonrun.errors import AlreadyExists, SchemaTooNew, StoreUnavailable
 from moonrun.scheduling.fairness import take_turns
+from moonrun.scheduling.groups import Group
 from moonrun.scheduling.jobs import Job, JobState
 from moonrun.scheduling.records import Advertisement, Endpoint, Server, Session, User
 from moonrun.scheduling.schedules import Schedule
@@ -29,6 +30,7 @@ from moonrun.store import codec
 from moonrun.store.protocol import IdempotencyRecord, JobCursor, ScheduleWrite
 from moonrun.store.queries import (
     ENDPOINT_COLUMNS,
+    GROUP_COLUMNS,
     JOB_COLUMNS,
     SCHEDULE_COLUMNS,
     SERVER_COLUMNS,
@@ -233,7 +235,10 @@ class SqlStore:
         self.insert_jobs([job])
 
     def insert_jobs(
-        self, jobs: Sequence[Job], idempotency: IdempotencyRecord | None = None
+        self,
+        jobs: Sequence[Job],
+        idempotency: IdempotencyRecord | None = None,
+        group: Group | None = None,
     ) -> None:
         rows = [codec.job_to_row(job) for job in jobs]
         deltas = Counter(job.state.value for job in jobs)
@@ -241,6 +246,8 @@ class SqlStore:
         def work(cursor: Cursor) -> None:
             if idempotency is not None:
                 cursor.execute(self._sql.remember_idempotent, _idempotency_row(idempotency))
+            if group is not None:
+                cursor.execute(self._sql.insert_group, codec.group_to_row(group))
             if len(rows) == 1:
                 cursor.execute(self._sql.insert_job, rows[0])
             elif rows:
@@ -417,6 +424,7 @@ class SqlStore:
         after: JobCursor | None = None,
         kind: str | None = None,
         id_prefix: str | None = None,
+        group_id: str | None = None,
     ) -> list[Job]:
         parameters: dict[str, Any] = {"limit": limit}
         if state is not None:
@@ -431,6 +439,10 @@ class SqlStore:
             parameters["id_low"], parameters["id_high"] = id_prefix, id_prefix + "~"
         shape = (state is not None, after is not None, kind is not None, id_prefix is not None)
         by_state, by_after, by_kind, by_prefix = shape
+        if group_id is not None:
+            parameters["group_id"] = group_id
+            sql = self._sql.list_jobs(False, by_state, by_after, by_kind, by_prefix, True)
+            return self._jobs(sql, parameters)
         if server_ids is None:
             sql = self._sql.list_jobs(False, by_state, by_after, by_kind, by_prefix)
             return self._jobs(sql, parameters)
@@ -451,6 +463,72 @@ class SqlStore:
         fingerprint, job_id, job_ids_json, created_at = rows[0]
         job_ids = tuple(json.loads(job_ids_json)) if job_ids_json else (job_id,)
         return IdempotencyRecord(user_id, key, fingerprint, job_ids, int(created_at))
+
+    # -- groups ----------------------------------------------------------------------------
+
+    def get_group(self, group_id: str) -> Group | None:
+        def make(row: Row) -> Group:
+            return codec.row_to_group(dict(zip(GROUP_COLUMNS, row, strict=True)))
+
+        return self._one(self._sql.get_group, {"id": group_id}, make)
+
+    def _group_counts(self, cursor: Cursor, group_id: str) -> dict[JobState, int]:
+        cursor.execute(self._sql.group_counts, {"group_id": group_id})
+        return {JobState(state): int(n) for state, n in cursor.fetchall() if n}
+
+    def group_counts(self, group_id: str) -> dict[JobState, int]:
+        return self._read(lambda cursor: self._group_counts(cursor, group_id))
+
+    def release_held(
+        self,
+        group_id: str,
+        how_many: Callable[[int, int], int],
+        release: Callable[[Job], Job],
+    ) -> dict[str, tuple[Job, Job]]:
+        sql = self._sql
+        key = {"group_id": group_id}
+
+        def work(cursor: Cursor) -> dict[str, tuple[Job, Job]]:
+            cursor.execute(sql.lock_group, {"id": group_id})
+            cursor.fetchall()
+            counts = self._group_counts(cursor, group_id)
+            cursor.execute(sql.group_held_count, key)
+            held = int(cursor.fetchall()[0][0])
+            live = sum(n for state, n in counts.items() if not state.is_terminal) - held
+            wanted = how_many(live, held)
+            done: dict[str, tuple[Job, Job]] = {}
+            if wanted <= 0:
+                return done
+            cursor.execute(sql.group_held_locked, {**key, "limit": wanted})
+            deltas: Counter[str] = Counter()
+            for stored, row in [_job_and_row(row) for row in cursor.fetchall()]:
+                changed = release(stored)
+                # A job another write changed meanwhile stays held: a later release (or the
+                # sweeper's) takes it, and under-releasing never breaks max_parallel.
+                if changed is stored or self._cas(cursor, changed, stored, deltas, row):
+                    done[stored.id] = (stored, changed)
+            self._count(cursor, deltas)
+            return done
+
+        return self._write(work)
+
+    def held_groups(self, after: str | None, limit: int) -> list[str]:
+        def work(cursor: Cursor) -> list[str]:
+            found: list[str] = []
+            last = after
+            while len(found) < limit:
+                if last is None:
+                    cursor.execute(self._sql.first_held_group, {})
+                else:
+                    cursor.execute(self._sql.next_held_group, {"after": last})
+                row = cursor.fetchone()
+                if row is None:
+                    break
+                last = str(row[0])
+                found.append(last)
+            return found
+
+        return self._read(work)
 
     # -- endpoints and sessions ------------------------------------------------------------
 

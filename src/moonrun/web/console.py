@@ -13,7 +13,16 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from moonrun.errors import MoonrunError, Unauthenticated
 from moonrun.service.websessions import SESSION_COOKIE
-from moonrun.web import account, endpoints, jobs, progressview, schedules, servers, users
+from moonrun.web import (
+    account,
+    endpoints,
+    groups,
+    jobs,
+    progressview,
+    schedules,
+    servers,
+    users,
+)
 from moonrun.web.pages import (
     TERMINAL_STATES,
     ConsolePlatform,
@@ -27,7 +36,7 @@ NOT_CONSOLE = ("/api/", "/run/", "/healthz", "/metrics", "/openapi.json", "/docs
 
 router = APIRouter(include_in_schema=False)
 """Every console route, each resource's in its own module."""
-for resource in (account, jobs, servers, schedules, endpoints, users):
+for resource in (account, jobs, groups, servers, schedules, endpoints, users):
     router.include_router(resource.router)
 
 

@@ -114,6 +114,16 @@ class ProgressAnswer(TypedDict):
     cancel_requested: bool
 
 
+class CancelledAttempt(TypedDict):
+    job_id: str
+    attempt: int
+
+
+class CancelWatchAnswer(TypedDict):
+    cancels: list[CancelledAttempt]
+    """The endpoint's active attempts a user asked to cancel (but those Run said it knows)."""
+
+
 class CancelPollAnswer(TypedDict):
     cancel_requested: bool
     requested_at: str | None

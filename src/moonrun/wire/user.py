@@ -76,6 +76,15 @@ class PastAttemptView(TypedDict):
     code: str | None
 
 
+class JobGroupView(TypedDict):
+    """The fan-out group a job belongs to (docs/protocol.md, "Groups")."""
+
+    id: str
+    held: bool
+    """Queued but not claimable yet: its group has `max_parallel` jobs under way, and one of
+    them must end first."""
+
+
 class JobScheduleView(TypedDict):
     """The schedule firing that made a job."""
 
@@ -101,6 +110,8 @@ class JobView(TypedDict):
     terminal: TerminalView | None
     reconcile: ReconcileView
     history: list[PastAttemptView]
+    group: JobGroupView | None
+    """The fan-out group that made it, if one did."""
     logs_complete: bool
     """The latest attempt's log lines are all in: it ended and its Run sent its last batch, or
     the transfer grace after its end passed (docs/protocol.md, "Reading logs")."""
@@ -134,6 +145,34 @@ class ServerView(TypedDict):
     labels: dict[str, str]
     """The server's own labels; selectors match them over its endpoint's (docs/protocol.md,
     "Labels")."""
+
+
+class GroupCountsView(TypedDict):
+    """How many of a group's jobs are in each state."""
+
+    queued: int
+    accepted: int
+    running: int
+    retrying: int
+    succeeded: int
+    failed: int
+    cancelled: int
+
+
+class GroupView(TypedDict):
+    """A fan-out group (docs/protocol.md, "Groups"): what made it and where its jobs are."""
+
+    id: str
+    creator_id: str
+    selector: str
+    kind: str
+    created_at: str
+    job_count: int
+    max_parallel: int | None
+    stop_on_failure: bool
+    counts: GroupCountsView
+    done: bool
+    """Every job of the group has ended."""
 
 
 class BackoffAsked(TypedDict):
@@ -251,6 +290,12 @@ class CreatedEndpointAnswer(TypedDict):
 
 class CreatedJobsAnswer(TypedDict):
     jobs: list[JobView]
+
+
+class FanoutAnswer(TypedDict):
+    group: GroupView
+    jobs: list[JobView]
+    """One per matching server, in the order held jobs are released."""
 
 
 class JobsAnswer(TypedDict):

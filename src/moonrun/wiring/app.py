@@ -12,7 +12,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from moonrun import __version__
-from moonrun.http import run_api, schedule_api, user_api
+from moonrun.http import group_api, run_api, schedule_api, user_api
 from moonrun.http.api import Api, openapi_paths
 from moonrun.http.platform import AnonymousBodies, BodyLimit, RequestLog, Scope, error_response
 from moonrun.http.schemas import HealthAnswer
@@ -24,7 +24,7 @@ from moonrun.wire.error_body import ErrorBody
 from moonrun.wiring.error_handlers import install_error_handlers
 from moonrun.wiring.platform import Platform
 
-API_ROUTES = (*run_api.ROUTES, *user_api.ROUTES, *schedule_api.ROUTES)
+API_ROUTES = (*run_api.ROUTES, *user_api.ROUTES, *schedule_api.ROUTES, *group_api.ROUTES)
 """The routes `Api` serves: everything under /run/ and /api/."""
 
 
@@ -69,6 +69,9 @@ def create_app(platform: Platform, *, sweep: bool = True, api_docs: bool = False
             on_pruned=platform.metrics.pruned.inc,
         )
         app.state.sweeper = sweeper
+        peers = platform.peers
+        if peers is not None:
+            peers.start()
         async with anyio.create_task_group() as tasks:
             if sweep:
                 tasks.start_soon(sweeper.run, stop)
@@ -78,6 +81,8 @@ def create_app(platform: Platform, *, sweep: bool = True, api_docs: bool = False
                 yield
             finally:
                 stop.set()
+                if peers is not None:
+                    await anyio.to_thread.run_sync(peers.stop)
 
     app = PlatformApp(
         title="moonrun platform",

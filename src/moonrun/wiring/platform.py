@@ -24,6 +24,7 @@ from moonrun.service.directory import Directory
 from moonrun.service.scheduling import SchedulingService
 from moonrun.service.waiting import Watch
 from moonrun.service.websessions import SignInThrottle, WebSessions
+from moonrun.store.pg_wakeups import PostgresWakeups
 
 
 @dataclass
@@ -40,6 +41,9 @@ class Platform:
     logs: LogStore
     artifacts: ArtifactStore
     release: Callable[[], None] = lambda: None
+    peers: PostgresWakeups | None = None
+    """Wake-ups across the platform processes on one PostgreSQL database (None on the other
+    stores): the app's lifespan starts and stops them."""
     channels: Channels = field(default_factory=Channels.with_limits)
     http: HttpSettings = field(default_factory=HttpSettings)
     metrics: Metrics = field(init=False)

@@ -23,11 +23,15 @@ from moonrun.security.tokens import SystemTokenSource
 from moonrun.service.config import SchedulingSettings, WaitLimits
 from moonrun.service.directory import Bootstrap, Directory
 from moonrun.service.scheduling import SchedulingService
+from moonrun.service.waiting import Announcer
 from moonrun.service.websessions import WebSessions
 from moonrun.store import DEFAULT_STORE_URL, open_store
 from moonrun.store.file import FileStore
 from moonrun.store.memory import MemoryStore
 from moonrun.store.mysql import MySQLStore
+from moonrun.store.pg_wakeups import PostgresWakeups
+from moonrun.store.postgres import PostgresStore
+from moonrun.store.protocol import Store
 from moonrun.wiring.platform import Platform
 
 
@@ -112,18 +116,41 @@ def log_store(config: PlatformConfig, store: object) -> LogStore:
     return FileLogStore(config.logs_dir, **bounds)
 
 
+SHARED_RECHECK_S = 0.25
+"""How often a waiting request looks again over a store several platform processes share."""
+
+
+def recheck_s(store: Store) -> float:
+    """How often a waiting request looks again (`WaitLimits.recheck_s`) over `store`.
+
+    On MySQL the only way to see a change another platform process made over the same store,
+    so its bound: 0.25 s. On PostgreSQL what covers a lost notification. A FileStore or
+    MemoryStore has one platform process, whose own changes wake its waiters at once: its look
+    is a slow safety net (an idle fleet of 5,000 Runs then costs 1,000 reads a second, not
+    5,000)."""
+    return SHARED_RECHECK_S if isinstance(store, MySQLStore | PostgresStore) else 5.0
+
+
+def share_wakeups(store: Store, service: SchedulingService) -> PostgresWakeups | None:
+    """On PostgreSQL, wake-ups across the platform processes on one database: the service's
+    committed job changes are announced to the others, and theirs wake its waiters (started
+    and stopped by the app's lifespan). None on the other stores."""
+    if not isinstance(store, PostgresStore):
+        return None
+    wakeups = store.wakeups(service.waiters.peer_changed, service.waiters.peers_missed)
+    service.listen(Announcer(wakeups))
+    return wakeups
+
+
 def build_platform(config: PlatformConfig) -> Platform:
     """Open everything the platform needs; errors are `MoonrunError`s with one clear line."""
     store = open_store(config.store_url)
     try:
         secret = load_or_create_secret(config.secret_path)
         clock, tokens = SystemClock(), SystemTokenSource()
-        # A waiting request looks again this often: the only way to see a change another
-        # platform process made over the same MySQL store. A FileStore or MemoryStore has one
-        # platform process, whose own changes wake its waiters at once: its look is a slow
-        # safety net (an idle fleet of 5,000 Runs then costs 1,000 reads a second, not 5,000).
-        waiting = WaitLimits(recheck_s=0.25 if isinstance(store, MySQLStore) else 5.0)
+        waiting = WaitLimits(recheck_s=recheck_s(store))
         service = SchedulingService(store, clock, tokens, config.scheduling, waiting)
+        peers = share_wakeups(store, service)
         directory = Directory(store, clock, tokens)
         if config.bootstrap_admin_token:
             admin, outcome = directory.bootstrap_admin(config.bootstrap_admin_token)
@@ -159,6 +186,7 @@ def build_platform(config: PlatformConfig) -> Platform:
             channels=Channels.with_limits(inline=isinstance(store, MemoryStore | FileStore)),
             http=HttpSettings(sweep_interval_s=config.sweep_interval_s),
             release=store.close,
+            peers=peers,
         )
     except BaseException:
         store.close()

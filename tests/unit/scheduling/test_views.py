@@ -53,6 +53,7 @@ JOB_KEYS = {
     "terminal",
     "reconcile",
     "history",
+    "group",
     "logs_complete",
     "schedule",
 }
@@ -294,6 +295,7 @@ def test_rich_job_view_values() -> None:
                 "code": None,
             },
         ],
+        "group": None,
         "logs_complete": False,
         "schedule": None,
     }

@@ -205,3 +205,27 @@ def test_a_retention_shorter_than_the_transfer_grace_waits_for_the_grace(
         world.store.close()
 
     assert (early, [gone.id for gone in late]) == ([], [job.id])
+
+
+def test_a_groups_finished_jobs_stay_until_every_job_of_the_group_has_ended(
+    world: World,
+) -> None:
+    """An unfinished group still reads its finished jobs (its counts, whether it is done):
+    neither pruning nor a delete takes them before the group's last job has ended."""
+    from tests.unit.service.test_groups import SPEC, web_servers
+
+    web_servers(world, 2)
+    first, second = world.service.groups.fanout(world.owner, "role=web", SPEC).jobs
+    world.service.cancel_job(world.owner, first.id)
+    world.clock.advance(DAY_MS)
+
+    kept = world.service.prune(Forgotten())
+    with pytest.raises(JobNotFinished) as refused:
+        world.service.delete_job(world.owner, first.id, Forgotten())
+    world.service.cancel_job(world.owner, second.id)
+    world.clock.advance(DAY_MS)
+    pruned = world.service.prune(Forgotten())
+
+    assert kept == []
+    assert "group has not ended" in refused.value.message
+    assert sorted(job.id for job in pruned) == sorted([first.id, second.id])

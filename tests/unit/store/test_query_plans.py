@@ -27,6 +27,7 @@ from typing import Any, Final
 
 import pytest
 
+from moonrun.scheduling.groups import Group
 from moonrun.scheduling.jobs import Job, JobState
 from moonrun.scheduling.records import Endpoint, Session, User
 from moonrun.store.file import FileStore
@@ -53,6 +54,8 @@ OWNER = "usr-1"
 """The owner of every job of the skewed store but one (tests/support/jobkit.py's)."""
 OTHER_OWNER = "usr-2"
 """The owner of one queued job, on another server of the same endpoint."""
+GROUP = "grp_1"
+"""A fan-out group of a few of the skewed store's queued jobs (held but one)."""
 SESSION = "ses-1"
 USER = "usr-1"
 API_TOKEN_HASH = "a" * 64
@@ -128,6 +131,16 @@ EXPECTED_PLANS: dict[str, list[Step]] = {
     # A prefix of 7 or more characters holds few ids: their range of the primary key, sorted.
     "list_jobs by id prefix": [*_search("PRIMARY"), ("", "SORT", None)],
     "list_jobs by server and id prefix": [*_search("PRIMARY"), ("", "SORT", None)],
+    # Fan-out groups: a group's jobs, counts and held jobs are ranges of its own indexes,
+    # whatever other jobs the store holds; the sweeper finds groups with held jobs by dives.
+    "list_jobs by group": _search("ix_jobs_group_listing"),
+    "list_jobs by group after": _search("ix_jobs_group_listing"),
+    "list_jobs by group and state": _search("ix_jobs_group_state"),
+    "group_counts": _search("ix_jobs_group_state"),
+    "group_held_count": _search("ix_jobs_held"),
+    "group_held_locked": _search("ix_jobs_held"),
+    "first_held_group": _search("ix_jobs_held"),
+    "next_held_group": _search("ix_jobs_held"),
 }
 """What each hot query must do, the same on SQLite and MySQL (but see MYSQL_PLANS)."""
 
@@ -214,6 +227,21 @@ def hot_queries(sql: Queries) -> dict[str, tuple[str, dict[str, Any]]]:
         sql.list_jobs(True, False, False, False, True),
         {**prefix, "server_id": SERVER},
     )
+    group = {"limit": 51, "group_id": GROUP}
+    queries["list_jobs by group"] = (sql.list_jobs(False, False, False, by_group=True), group)
+    queries["list_jobs by group after"] = (
+        sql.list_jobs(False, False, True, by_group=True),
+        {**group, **after},
+    )
+    queries["list_jobs by group and state"] = (
+        sql.list_jobs(False, True, False, by_group=True),
+        {**group, "state": JobState.QUEUED.value},
+    )
+    queries["group_counts"] = (sql.group_counts, {"group_id": GROUP})
+    queries["group_held_count"] = (sql.group_held_count, {"group_id": GROUP})
+    queries["group_held_locked"] = (sql.group_held_locked, {"group_id": GROUP, "limit": 4})
+    queries["first_held_group"] = (sql.first_held_group, {})
+    queries["next_held_group"] = (sql.next_held_group, {"after": GROUP})
     return queries
 
 
@@ -265,6 +293,16 @@ def load(store: SqlStore) -> None:
     store.insert_jobs(list(skewed_jobs()))
     other = queued_job(job_id="job-other", now=T0 + JOBS)
     store.insert_jobs([replace(other, server_id="srv-2", owner_id=OTHER_OWNER)])
+    members = [
+        replace(
+            queued_job(job_id=f"job-group-{n}", now=T0 + JOBS),
+            server_id=f"srv-g{n}",
+            group_id=GROUP,
+            held=n > 0,
+        )
+        for n in range(5)
+    ]
+    store.insert_jobs(members, None, Group(GROUP, USER, "role=web", "deploy.web", T0, 5, 1))
 
 
 class Skewed:

@@ -124,6 +124,8 @@ def every_run_answer(cast: Cast) -> Sent:
     sent.note("POST", "/run/v1/jobs/{job_id}/progress", progress)
     poll = runner.cancel_poll(cancelled, attempts[cancelled])
     sent.note("POST", "/run/v1/jobs/{job_id}/cancel-poll", poll)
+    watched = runner.post("/run/v1/jobs/cancels", {"wait_s": 0})
+    assert sent.note("POST", "/run/v1/jobs/cancels", watched)["cancels"], watched.text
     failed = runner.result(failing, attempts[failing], "failed", retryable=True)
     sent.note("POST", "/run/v1/jobs/{job_id}/result", failed)
     results = [

@@ -1,0 +1,217 @@
+"""Wake-ups across platform processes on one PostgreSQL database (LISTEN/NOTIFY).
+
+Each process announces its committed job changes on the channel `moonrun_jobs` and listens
+to everyone's. A payload is small: `<origin> <job id>`, plus ` <endpoint id>` when the change
+concerns the endpoint's waiting claims (a job became claimable, or an active one ended).
+`origin` names the process, so that it skips its own announcements (its waiters heard of the
+change already, from the service).
+
+Two threads per process:
+
+- **the sender** takes what the service announced after each commit (`announce`, which never
+  blocks), and sends everything waiting in one statement (`SELECT pg_notify(...) FROM
+  unnest(...)`, in autocommit) on a connection of the store's pool. The job write itself is
+  untouched: it holds its row locks no longer, and PostgreSQL's notification queue lock, taken
+  at a notifying commit, is never taken inside it. A change announced while the database
+  does not answer, or past `QUEUE_BOUND` waiting, is dropped: a wake-up is a shortcut, and
+  every waiting request looks again at its re-check anyway.
+- **the listener** holds one dedicated connection (autocommit, TCP keepalives) that runs
+  `LISTEN moonrun_jobs`, and hands each notification of another process to `heard(job_id,
+  endpoint_id or None)`. When its connection breaks it connects again, pausing as the project's
+  backoff says (`moonrun.backoff`), and once listening again calls `missed()`: what was
+  announced in between is lost, so every waiter should look again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import logging
+import queue
+import secrets
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from moonrun.backoff import Backoff
+
+CHANNEL = "moonrun_jobs"
+QUEUE_BOUND = 10_000
+"""Announcements waiting to be sent, at most: past it they are dropped (a database that does
+not answer must not make the process hold every change it made meanwhile)."""
+BATCH = 500
+"""Announcements sent in one statement, at most."""
+POLL_S = 0.2
+"""How often the listener looks whether it should stop (between notifications)."""
+RECONNECT = Backoff(initial_s=0.05, max_s=5.0)
+SEND = "SELECT pg_notify(%s, payload) FROM unnest(%s::text[]) AS payload"
+
+log = logging.getLogger("moonrun.store.wakeups")
+
+_STOP = ""
+"""Tells the sender to stop (no payload is empty)."""
+
+
+class PostgresWakeups:
+    """This process's announcements to, and wake-ups from, the other platform processes."""
+
+    def __init__(
+        self,
+        conninfo: str,
+        send: Callable[[str, tuple[Any, ...]], None],
+        heard: Callable[[str, str | None], None],
+        missed: Callable[[], None],
+        *,
+        reconnect: Backoff = RECONNECT,
+    ) -> None:
+        self._conninfo = conninfo
+        self._send = send
+        self._heard = heard
+        self._missed = missed
+        self._reconnect = reconnect
+        self.origin = secrets.token_hex(4)
+        """Names this process in its payloads (it skips its own)."""
+        self._psycopg: Any = importlib.import_module("psycopg")
+        self._queue: queue.Queue[str] = queue.Queue(QUEUE_BOUND)
+        self._stopping = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._connection: Any = None
+        self.listening = threading.Event()
+        """Set while the listener's LISTEN is in force (cleared when its connection breaks)."""
+        self.connects = 0
+        """Times the listener connected and listened (1, plus one per reconnection)."""
+        self.dropped = 0
+        """Announcements never sent (the queue was full or the database did not answer)."""
+
+    # -- announcing ------------------------------------------------------------------------
+
+    def announce(self, job_id: str, endpoint_id: str | None) -> None:
+        """A job change this process committed: tell the others (soon, never blocking)."""
+        if self._stopping.is_set() or not self._threads:
+            return
+        payload = f"{self.origin} {job_id}" + (f" {endpoint_id}" if endpoint_id else "")
+        try:
+            self._queue.put_nowait(payload)
+        except queue.Full:
+            self.dropped += 1
+
+    def _sender(self) -> None:
+        while True:
+            payload = self._queue.get()
+            if payload == _STOP:
+                return
+            batch = {payload: None}  # ordered, without repeats
+            while len(batch) < BATCH:
+                try:
+                    more = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if more == _STOP:
+                    self._flush(list(batch))
+                    return
+                batch[more] = None
+            self._flush(list(batch))
+
+    def _flush(self, payloads: list[str]) -> None:
+        try:
+            self._send(SEND, (CHANNEL, payloads))
+        except Exception as error:  # the store said why; the waiters' re-check covers the loss
+            self.dropped += len(payloads)
+            log.warning(f"wake-ups not sent to the other platform processes: {error}")
+
+    # -- listening -------------------------------------------------------------------------
+
+    def _listener(self) -> None:
+        delays = self._reconnect.delays()
+        while not self._stopping.is_set():
+            connects = self.connects
+            try:
+                self._listen()
+            except Exception as error:  # a broken connection, mostly: connect again
+                self.listening.clear()
+                if self._stopping.is_set():
+                    return
+                if self.connects > connects:  # it listened since: the pauses start afresh
+                    delays = self._reconnect.delays()
+                pause = next(delays)
+                detail = str(error).strip().splitlines()[0] if str(error).strip() else ""
+                detail = detail or type(error).__name__
+                log.warning(
+                    f"listening for other platform processes' changes failed ({detail}); "
+                    f"trying again in {pause:.2f} s"
+                )
+                self._stopping.wait(pause)
+
+    def _listen(self) -> None:
+        psycopg = self._psycopg
+        with psycopg.connect(
+            self._conninfo,
+            autocommit=True,
+            keepalives=1,
+            keepalives_idle=10,
+            keepalives_interval=5,
+            keepalives_count=3,
+        ) as connection:
+            self._connection = connection
+            connection.execute(f"LISTEN {CHANNEL}")
+            self.connects += 1
+            self.listening.set()
+            if self.connects > 1:
+                self._tell(self._missed)  # what was announced while it was away is lost
+            while not self._stopping.is_set():
+                for notify in connection.notifies(timeout=POLL_S):
+                    self._hear(notify.payload)
+
+    def _hear(self, payload: str) -> None:
+        parts = payload.split(" ")
+        if len(parts) not in (2, 3) or parts[0] == self.origin:
+            return
+        self._tell(self._heard, parts[1], parts[2] if len(parts) == 3 else None)
+
+    def _tell(self, callback: Callable[..., None], *args: object) -> None:
+        # A failing waker must not stop the listening: the waiters' re-check covers it.
+        try:
+            callback(*args)
+        except Exception:
+            log.exception("waking waiters for another platform process's change failed")
+
+    @property
+    def listener_pid(self) -> int | None:
+        """The listener connection's server process (tests end it to see a reconnection)."""
+        connection = self._connection
+        if connection is None or connection.closed:
+            return None
+        pid: int = connection.info.backend_pid
+        return pid
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start listening and announcing (once)."""
+        if self._threads:
+            return
+        self._threads = [
+            threading.Thread(target=self._listener, name="moonrun-wakeups-listen", daemon=True),
+            threading.Thread(target=self._sender, name="moonrun-wakeups-send", daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        """Stop both threads (the listener within `POLL_S`); what waits to be sent is sent,
+        unless the database has not taken it for a second."""
+        self._stopping.set()
+        if not self._threads:
+            return
+        try:
+            self._queue.put(_STOP, timeout=1.0)
+        except queue.Full:  # the database does not take them: drop what waits, and stop
+            with contextlib.suppress(queue.Empty):
+                while True:
+                    self._queue.get_nowait()
+                    self.dropped += 1
+            with contextlib.suppress(queue.Full):
+                self._queue.put_nowait(_STOP)
+        for thread in self._threads:
+            thread.join(timeout=10)
+        self.listening.clear()
