@@ -504,7 +504,10 @@ def _follow(
                         note = retry_note(seen)
                         if note is not None and note not in said:
                             said.add(note)
-                            bar.console.print(note, markup=False, highlight=False)
+                            if live:  # above the status line, with the log lines
+                                bar.console.print(note, markup=False, highlight=False)
+                            else:  # never among the job's own lines on stdout
+                                typer.echo(note, err=True)
                     stop.wait(PROGRESS_POLL_S)
 
         watcher = threading.Thread(target=watch, name="moonrun-progress", daemon=True)
