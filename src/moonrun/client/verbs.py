@@ -528,7 +528,10 @@ def _follow(
                         note = retry_note(seen)
                         if note is not None and note not in said:
                             said.add(note)
-                            bar.console.print(note, markup=False, highlight=False)
+                            if live:  # above the status line, with the log lines
+                                bar.console.print(note, markup=False, highlight=False)
+                            else:  # never among the job's own lines on stdout
+                                typer.echo(note, err=True)
                     stop.wait(PROGRESS_POLL_S)
 
         watcher = threading.Thread(target=watch, name="moonrun-progress", daemon=True)
@@ -754,6 +757,24 @@ def job_cancel(
                 typer.echo(f"job {answer.id} is {answer.state}; cancel requested")
     if refused:
         raise typer.Exit(EXIT_ERROR)
+
+
+@job_app.command("delete")
+@user_errors
+def job_delete(
+    ctx: typer.Context,
+    job_id: JobIdArgument,
+    profile: ProfileOption = profiles.DEFAULT_PROFILE,
+    as_json: JsonOption = False,
+) -> None:
+    """Delete a finished job now, with its logs and artifacts (exit 1 `job_not_finished`
+    while it has not ended; `not_found` for a job you may not manage)."""
+    with connect(ctx, profile) as client:
+        job = client.delete(job_id)
+    if as_json:
+        print_json(job.data)
+    else:
+        typer.echo(f"job {job.id} deleted ({job.state})")
 
 
 def _cancelled_entry(job_id: str, answer: Job | MoonrunError) -> dict[str, Any]:

@@ -137,8 +137,9 @@ jobs = Table(
     Index("ix_jobs_listing", "created_at", "id"),
     Index("ix_jobs_kind_listing", "kind", "created_at", "id"),
     Index("ix_jobs_server_kind_listing", "server_id", "kind", "created_at", "id"),
+    Index("ix_jobs_finished", "terminal_at", "id"),
     # And ix_jobs_owner_claim, made by migration 8 (OWNER_CLAIM_INDEX), the groups'
-    # indexes, made by migration 11 (GROUP_INDEXES), and the keys', by migration 12
+    # indexes, made by migration 11 (GROUP_INDEXES), and the keys', by migration 13
     # (KEY_INDEXES).
     **TABLE_OPTIONS,
 )
@@ -243,6 +244,7 @@ idempotency_keys = Table(
     Column("job_id", ID, nullable=False),
     Column("created_at", BigInteger, nullable=False),
     Column("job_ids_json", Text),
+    Index("ix_idempotency_keys_job", "job_id"),
     **TABLE_OPTIONS,
 )
 
@@ -503,6 +505,20 @@ def _groups_v11(connection: Connection) -> None:
             connection.execute(text(statement))
 
 
+def _retention_v12(connection: Connection) -> None:
+    """Retention (docs/operations.md, "Retention"): finished jobs by when they ended, and the
+    idempotency record of a job, so that deleting a batch of jobs reads only their rows."""
+    inspector = inspect(connection)
+    present = {index["name"] for index in inspector.get_indexes("jobs")}
+    for index in jobs.indexes:
+        if index.name not in present:
+            index.create(connection)
+    keyed = {index["name"] for index in inspector.get_indexes("idempotency_keys")}
+    for index in idempotency_keys.indexes:
+        if index.name not in keyed:
+            index.create(connection)
+
+
 KEY_INDEXES: Final = {
     "ix_jobs_key_held": "CREATE INDEX ix_jobs_key_held ON jobs "
     "(held_key, owner_id, created_at, id)",
@@ -513,7 +529,7 @@ its live jobs, counted (`live_key` is NULL but while a job takes one of its key'
 declared on `jobs` for the reason OWNER_CLAIM_INDEX is not."""
 
 
-def _concurrency_keys_v12(connection: Connection) -> None:
+def _concurrency_keys_v13(connection: Connection) -> None:
     """Concurrency keys (docs/protocol.md, "Concurrency keys"): the keys' table, and each
     job's key, limit and whether its key holds it; every existing job has no key."""
     inspector = inspect(connection)
@@ -549,7 +565,8 @@ MIGRATIONS: Final[Sequence[Callable[[Connection], None]]] = (
     _labels_v9,
     _schedules_v10,
     _groups_v11,
-    _concurrency_keys_v12,
+    _retention_v12,
+    _concurrency_keys_v13,
 )
 """Migration n (1-based) brings the schema from version n-1 to n; never edit a shipped one.
 
