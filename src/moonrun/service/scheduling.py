@@ -1231,7 +1231,8 @@ class SchedulingService:
         return self._store.get_advertisement(server.endpoint_id)
 
     def rerun_job(self, actor: User, job_id: str, *, idempotency_key: str | None = None) -> Job:
-        """Queue a new job like a finished one: same server, kind, payload and retry policy."""
+        """Queue a new job like a finished one: same server, kind, payload, retry policy and
+        concurrency key."""
         old = self._accessible_job(actor, job_id)
         if not old.state.is_terminal:
             raise JobNotFinished()
@@ -1245,6 +1246,7 @@ class SchedulingService:
             old.payload(),
             policy.max_attempts,
             {**backoff, "max_s": policy.max_s},
+            concurrency=old.concurrency,
         )
         return self._create(actor, server.id, [spec], idempotency_key, batch=False)[0]
 

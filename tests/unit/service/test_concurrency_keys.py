@@ -138,3 +138,14 @@ def test_a_bad_limit_is_refused_naming_the_field(world: World) -> None:
     with pytest.raises(InvalidRequest) as refused:
         submit(world, concurrency={"key": "\x00"})
     assert refused.value.fields[0][0] == "concurrency.key"
+
+
+def test_a_rerun_keeps_its_jobs_concurrency_key(world: World) -> None:
+    first = submit(world, concurrency={"key": "deploy", "limit": 1})
+    world.service.cancel_job(world.owner, first.id)
+    blocker = submit(world, concurrency={"key": "deploy", "limit": 1})
+    again = world.service.rerun_job(world.owner, first.id)
+    assert again.concurrency == first.concurrency
+    assert again.key_held
+    world.service.cancel_job(world.owner, blocker.id)
+    assert not world.job(again.id).key_held
