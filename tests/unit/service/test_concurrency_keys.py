@@ -7,13 +7,15 @@ key."""
 from __future__ import annotations
 
 import random
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from moonrun.errors import InvalidRequest
 from moonrun.scheduling.jobs import Job, JobState, request_cancel
-from moonrun.service.scheduling import JobSpec
+from moonrun.service.scheduling import JobSpec, SchedulingService
 from tests.support.harness import Run, World
 from tests.support.stores import StoreFactory
 
@@ -149,3 +151,35 @@ def test_a_rerun_keeps_its_jobs_concurrency_key(world: World) -> None:
     assert again.key_held
     world.service.cancel_job(world.owner, blocker.id)
     assert not world.job(again.id).key_held
+
+
+def test_creates_and_cancels_racing_on_two_platforms_keep_a_key_exactly_at_its_limit(
+    world: World, store_factory: StoreFactory
+) -> None:
+    """Two platforms on one database (one store object elsewhere), four threads each,
+    creating keyed jobs and cancelling some at once: in the end exactly the limit of the
+    key's jobs are released (never more, and no release lost under contention)."""
+    shared = store_factory.name in ("mysql", "postgres")
+    second = type(world.store)(store_factory.url()) if shared else world.store  # type: ignore[call-arg]
+    other = SchedulingService(second, world.clock, world.tokens, world.settings)
+    platforms = [world.service, other] * 4
+    barrier = threading.Barrier(len(platforms))
+    key = {"key": "race", "limit": 2}
+
+    def work(service: SchedulingService) -> None:
+        barrier.wait()
+        made = [
+            service.create_job(world.owner, world.server.id, kind="noop", concurrency=key)
+            for _ in range(3)
+        ]
+        service.cancel_job(world.owner, made[0].id)
+
+    try:
+        with ThreadPoolExecutor(len(platforms)) as pool:
+            list(pool.map(work, platforms))
+        jobs = world.store.list_jobs(server_ids=None, state=JobState.QUEUED, limit=100)
+        assert len(jobs) == 16
+        assert sum(1 for job in jobs if not job.key_held) == 2
+    finally:
+        if second is not world.store:
+            second.close()
