@@ -12,6 +12,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from moonrun.errors import InvalidRequest
+from moonrun.scheduling.dependencies import MAX_AFTER
 from moonrun.scheduling.groups import MAX_PARALLEL_LIMIT
 from moonrun.scheduling.jobs import KIND_PATTERN
 from moonrun.scheduling.labels import KEY_PATTERN, MAX_LABELS, MAX_VALUE_LENGTH
@@ -211,7 +212,7 @@ class BackoffModel(UserRequest):
     max_s: float | None = None
 
 
-class CreateJobRequest(UserRequest):
+class JobRequest(UserRequest):
     kind: str = Field(pattern=KIND_PATTERN.pattern)
     payload: dict[str, Any] | None = None
     max_attempts: int | None = None
@@ -219,7 +220,20 @@ class CreateJobRequest(UserRequest):
     not_before: str | None = None
 
 
-class FanoutRequest(CreateJobRequest):
+class CreateJobRequest(JobRequest):
+    after: list[str] | None = Field(
+        default=None,
+        max_length=MAX_AFTER,
+        description="Jobs this one waits on: it is held until each succeeded, and cancelled "
+        "(dependency_failed) once one did not",
+    )
+    after_group: str | None = Field(
+        default=None,
+        description="A group this one waits on: held until every job of it succeeded",
+    )
+
+
+class FanoutRequest(JobRequest):
     selector: str = Field(
         description="The label selector the servers must match (k=v, k!=v, k in (a,b), "
         "k notin (a,b), k, !k; a comma is AND); at least one requirement"

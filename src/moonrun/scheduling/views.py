@@ -133,6 +133,9 @@ def job_view(job: Job, *, logs_complete: bool = False) -> JobView:
         "schedule": None
         if job.schedule_id is None or job.scheduled_for is None
         else {"id": job.schedule_id, "scheduled_for": format_instant(job.scheduled_for)},
+        "waiting_for": {"jobs": list(job.after), "group": job.after_group}
+        if job.dependency_held
+        else None,
     }
     return view
 

@@ -77,6 +77,7 @@ from moonrun.service.answers import (
     ReportBuilder,
 )
 from moonrun.service.config import SchedulingSettings, WaitLimits
+from moonrun.service.dependencies import Dependencies
 from moonrun.service.extensions import SessionExtensions
 from moonrun.service.groups import Groups
 from moonrun.service.schedules import Schedules
@@ -160,6 +161,10 @@ class SchedulingService:
         after it. Kept here only; a restart starts the turns afresh."""
         self.groups = Groups(store, clock, tokens, self)
         """Fan-out groups (`service/groups.py`), whose jobs are made and ended through here."""
+        self.dependencies = Dependencies(
+            store, clock, self._refused_jobs, self.groups.accessible, self.job_written
+        )
+        """Jobs waiting on others (`service/dependencies.py`), settled after every job's end."""
         self.schedules = Schedules(store, clock, tokens, self)
         """Recurring jobs (`service/schedules.py`), which make their jobs through this service."""
 
@@ -922,10 +927,17 @@ class SchedulingService:
         return answers
 
     def _follow_ends(self, done: Iterable[tuple[Job, Job]]) -> None:
-        """What a write that ended jobs of groups brings about (`Groups.jobs_ended`)."""
-        ended = [after for before, after in done if groups_domain.ended(before, after)]
-        if ended:
-            self.groups.jobs_ended(ended)
+        """What a write that ended jobs brings about: their groups' releases and stops
+        (`Groups.jobs_ended`), and the jobs waiting on them settled (`Dependencies.jobs_ended`),
+        whose own ends are followed in turn."""
+        done = list(done)
+        grouped = [after for before, after in done if groups_domain.ended(before, after)]
+        if grouped:
+            self.groups.jobs_ended(grouped)
+        ended = [after for before, after in done if _ended(before, after)]
+        while ended:
+            settled = self.dependencies.jobs_ended(ended)
+            ended = [after for before, after in settled if _ended(before, after)]
 
     def job_written(self, job: Job, before: Job | None) -> None:
         """Tell waiting claims and reads of a job write another use case made (a fan-out, a
@@ -957,8 +969,10 @@ class SchedulingService:
         now = self._clock.now()
         due = self._store.due_jobs(now, limit or self._settings.sweep_batch)
         # Releases a lost write left undone (a crash between a job's end and its group's
-        # release); not counted, so that they never make the sweeper hurry.
+        # release, or its waiters' settling); not counted, so that they never make the
+        # sweeper hurry.
         self.groups.repair()
+        self._follow_ends(self.dependencies.repair())
         if not due:
             return 0
         answers = self._apply_many([job.id for job in due], _deadline_decision(now))
@@ -977,13 +991,18 @@ class SchedulingService:
         backoff: Mapping[str, float] | None = None,
         not_before: Instant | None = None,
         idempotency_key: str | None = None,
+        after: Sequence[str] = (),
+        after_group: str | None = None,
     ) -> Job:
-        """Queue a job for a server the actor may manage.
+        """Queue a job for a server the actor may manage; with `after` (job ids) or
+        `after_group`, held until each of them succeeded (docs/protocol.md, "Dependencies").
 
         With an `idempotency_key`, the same key and the same request give the same job again;
         the same key with a different request is `IdempotencyConflict`.
         """
-        spec = JobSpec(kind, payload, max_attempts, backoff, not_before)
+        spec = JobSpec(
+            kind, payload, max_attempts, backoff, not_before, tuple(after or ()), after_group
+        )
         return self._create(actor, server_id, [spec], idempotency_key, batch=False)[0]
 
     def create_jobs(
@@ -1012,6 +1031,9 @@ class SchedulingService:
     ) -> list[Job]:
         server = self._server_for(actor, server_id)
         self._check_kinds(server, specs)
+        specs = [
+            self._check_dependencies(actor, spec, index, batch) for index, spec in enumerate(specs)
+        ]
         now = self._clock.now()
 
         def build(spec: JobSpec, job_id: str) -> Job:
@@ -1025,6 +1047,8 @@ class SchedulingService:
                 policy=self._policy(spec.max_attempts, spec.backoff),
                 now=now,
                 not_before=spec.not_before,
+                after=spec.after,
+                after_group=spec.after_group,
             )
 
         jobs = [build(spec, self._tokens.identifier("job_")) for spec in specs]
@@ -1064,7 +1088,31 @@ class SchedulingService:
             return [found[job_id] for job_id in taken.job_ids]
         for job in jobs:
             self._events.job_changed(job, None)
+        waiting = [job.id for job in jobs if job.held]
+        if waiting:
+            # What they name may have ended already: released (or cancelled) at once.
+            settled = self.dependencies.settle(waiting)
+            self._follow_ends(settled)
+            now_are = {after.id: after for _, after in settled}
+            jobs = [now_are.get(job.id, job) for job in jobs]
         return jobs
+
+    def _check_dependencies(self, actor: User, spec: JobSpec, index: int, batch: bool) -> JobSpec:
+        """The spec with what it waits on checked (`Dependencies.check`); in a batch, a
+        refusal names the job by its index."""
+        if not spec.after and spec.after_group is None:
+            return spec
+        try:
+            after, group = self.dependencies.check(actor, spec.after, spec.after_group)
+        except InvalidRequest as error:
+            if not batch:
+                raise
+            where = f"jobs[{index}]"
+            raise InvalidRequest(
+                f"{where}.{error.message}",
+                fields=tuple((f"{where}.{f}", m) for f, m in error.fields),
+            ) from None
+        return replace(spec, after=after, after_group=group)
 
     def _check_kinds(self, server: Server, specs: Sequence[JobSpec]) -> None:
         """Refuse jobs that the server's Run said it cannot run (nothing advertised: all
@@ -1388,6 +1436,11 @@ def _answer(decision: Decision[T]) -> T:
         raise decision.error
     assert decision.answer is not None
     return decision.answer
+
+
+def _ended(before: Job | None, after: Job) -> bool:
+    """The write ended the job (it became terminal)."""
+    return after.state.is_terminal and (before is None or not before.state.is_terminal)
 
 
 def _deadline_decision(now: Instant) -> Callable[[Job, Instant, float], Decision[bool]]:

@@ -19,10 +19,15 @@ class JobSpec:
     max_attempts: int | None = None
     backoff: Mapping[str, float] | None = None
     not_before: Instant | None = None
+    after: tuple[str, ...] = ()
+    """The jobs it waits on (docs/protocol.md, "Dependencies")."""
+    after_group: str | None = None
+    """The group it waits on."""
 
     def request(self, server_id: str) -> dict[str, Any]:
-        """The request as the idempotency fingerprint sees it."""
-        return {
+        """The request as the idempotency fingerprint sees it (dependencies only when named,
+        so that the fingerprint of a request naming none is what it always was)."""
+        request = {
             "server_id": server_id,
             "kind": self.kind,
             "payload": self.payload,
@@ -30,3 +35,8 @@ class JobSpec:
             "backoff": dict(self.backoff) if self.backoff is not None else None,
             "not_before": self.not_before,
         }
+        if self.after:
+            request["after"] = list(self.after)
+        if self.after_group is not None:
+            request["after_group"] = self.after_group
+        return request

@@ -109,6 +109,9 @@ def job_to_row(job: Job) -> dict[str, Any]:
         "held_group_id": job.held_group_id,
         "schedule_id": job.schedule_id,
         "scheduled_for": job.scheduled_for,
+        "after_json": json.dumps(list(job.after), separators=(",", ":")) if job.after else None,
+        "after_group_id": job.after_group,
+        "dependency_held": 1 if job.dependency_held else None,
     }
 
 
@@ -199,6 +202,8 @@ def row_to_job(row: Row) -> Job:
         held=bool(row["held"]),
         schedule_id=row["schedule_id"],
         scheduled_for=row["scheduled_for"],
+        after=() if row["after_json"] is None else tuple(json.loads(row["after_json"])),
+        after_group=row["after_group_id"],
     )
 
 

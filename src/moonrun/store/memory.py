@@ -42,9 +42,15 @@ class _JobIndexes:
     deadlines: list[tuple[Instant, str]] = field(default_factory=list)
     active: dict[str, set[str]] = field(default_factory=dict)
     counts: Counter[JobState] = field(default_factory=Counter)
+    dependency_held: set[str] = field(default_factory=set)
+    """The jobs still held on their dependencies."""
 
     def replace(self, old: Job | None, new: Job) -> None:
         live = self.waiting_key.get(new.id)
+        if new.dependency_held:
+            self.dependency_held.add(new.id)
+        else:
+            self.dependency_held.discard(new.id)
         if old is not None:
             self._remove(old)
             self.counts[old.state] -= 1
@@ -141,6 +147,8 @@ class MemoryStore:
         self._groups: dict[str, Group] = {}
         self._group_jobs: dict[str, list[str]] = {}
         """Group id -> its jobs' ids (a group's jobs are all made with it)."""
+        self._waiters: dict[str, list[str]] = {}
+        """Job or group id -> the ids of the jobs that named it as a dependency."""
         self._schedules: dict[str, Schedule] = {}
 
     # -- jobs ----------------------------------------------------------------------------
@@ -178,6 +186,8 @@ class MemoryStore:
                 self._index.replace(None, job)
                 if job.group_id is not None:
                     self._group_jobs.setdefault(job.group_id, []).append(job.id)
+                for on_id in job.waits_on:
+                    self._waiters.setdefault(on_id, []).append(job.id)
 
     def replace_job(self, job: Job, expected: Job) -> bool:
         with self._lock:
@@ -337,6 +347,19 @@ class MemoryStore:
                 and any(self._jobs[job_id].held_group_id for job_id in ids)
             )
             return holding[:limit]
+
+    # -- dependencies ----------------------------------------------------------------------
+    def waiters(self, on_ids: Collection[str]) -> list[str]:
+        with self._lock:
+            found: dict[str, None] = {}
+            for on_id in on_ids:
+                found.update(dict.fromkeys(self._waiters.get(on_id, ())))
+            return list(found)
+
+    def dependency_held_jobs(self, after: str | None, limit: int) -> list[Job]:
+        with self._lock:
+            ids = sorted(i for i in self._index.dependency_held if after is None or i > after)
+            return [self._jobs[job_id] for job_id in ids[:limit]]
 
     # -- endpoints and sessions ------------------------------------------------------------
     def insert_endpoint(self, endpoint: Endpoint) -> None:

@@ -121,6 +121,9 @@ jobs = Table(
     Column("held_group_id", ID),
     Column("schedule_id", ID),
     Column("scheduled_for", BigInteger),
+    Column("after_json", Text),
+    Column("after_group_id", ID),
+    Column("dependency_held", Integer),
     Index("ix_jobs_claim", "endpoint_id", "claimable_at", "created_at", "id"),
     Index("ix_jobs_active", "endpoint_id", "state"),
     Index("ix_jobs_due", "deadline_at", "id"),
@@ -131,7 +134,8 @@ jobs = Table(
     Index("ix_jobs_kind_listing", "kind", "created_at", "id"),
     Index("ix_jobs_server_kind_listing", "server_id", "kind", "created_at", "id"),
     # And ix_jobs_owner_claim, made by migration 8 (OWNER_CLAIM_INDEX), and the groups'
-    # indexes, made by migration 11 (GROUP_INDEXES).
+    # indexes, made by migration 11 (GROUP_INDEXES), and ix_jobs_dependency_held, made by
+    # migration 12 (DEPENDENCY_INDEX).
     **TABLE_OPTIONS,
 )
 
@@ -276,6 +280,16 @@ job_groups = Table(
 )
 """Fan-out groups (`scheduling/groups.py`); their jobs carry `group_id`. Named so, because
 GROUPS is a reserved word of MySQL."""
+job_dependencies = Table(
+    "job_dependencies",
+    metadata,
+    Column("on_id", ID, primary_key=True),
+    Column("job_id", ID, primary_key=True),
+    **TABLE_OPTIONS,
+)
+"""What each job waits on (`scheduling/dependencies.py`): one row per job or group a job names
+(`on_id`), written with the job and never changed, so that a job's end finds its waiters by one
+range of the key."""
 schedules = Table(
     "schedules",
     metadata,
@@ -311,6 +325,7 @@ DATA_TABLES: Final = (
     endpoint_kinds,
     job_groups,
     schedules,
+    job_dependencies,
 )
 
 
@@ -484,6 +499,30 @@ def _groups_v11(connection: Connection) -> None:
             connection.execute(text(statement))
 
 
+DEPENDENCY_INDEX: Final = "CREATE INDEX ix_jobs_dependency_held ON jobs (dependency_held, id)"
+"""The jobs still held on their dependencies, in id order, for the sweeper's repair
+(`dependency_held` is 1 while a job is, NULL otherwise). Not declared on `jobs` for the reason
+OWNER_CLAIM_INDEX is not."""
+
+
+def _dependencies_v12(connection: Connection) -> None:
+    """Dependencies (docs/protocol.md, "Dependencies"): what each job waits on, its table of
+    waiters, and the index of jobs still held on them; every existing job waits on nothing."""
+    inspector = inspect(connection)
+    present = {c["name"] for c in inspector.get_columns("jobs")}
+    for column, kind in (
+        ("after_json", "TEXT"),
+        ("after_group_id", "VARCHAR(64)"),
+        ("dependency_held", "INTEGER"),
+    ):
+        if column not in present:
+            connection.execute(text(f"ALTER TABLE jobs ADD COLUMN {column} {kind}"))
+    if "job_dependencies" not in inspector.get_table_names():
+        job_dependencies.create(connection)
+    if "ix_jobs_dependency_held" not in {index["name"] for index in inspector.get_indexes("jobs")}:
+        connection.execute(text(DEPENDENCY_INDEX))
+
+
 MIGRATIONS: Final[Sequence[Callable[[Connection], None]]] = (
     _create_v1,
     _idempotency_keys_v2,
@@ -496,6 +535,7 @@ MIGRATIONS: Final[Sequence[Callable[[Connection], None]]] = (
     _labels_v9,
     _schedules_v10,
     _groups_v11,
+    _dependencies_v12,
 )
 """Migration n (1-based) brings the schema from version n-1 to n; never edit a shipped one.
 

@@ -85,6 +85,15 @@ class JobGroupView(TypedDict):
     them must end first."""
 
 
+class WaitingForView(TypedDict):
+    """What a job held on its dependencies waits on (docs/protocol.md, "Dependencies")."""
+
+    jobs: list[str]
+    """The jobs it named (`after`), each to succeed; those that did already are listed too."""
+    group: str | None
+    """The group it named (`after_group`), every job of which is to succeed."""
+
+
 class JobScheduleView(TypedDict):
     """The schedule firing that made a job."""
 
@@ -117,6 +126,9 @@ class JobView(TypedDict):
     the transfer grace after its end passed (docs/protocol.md, "Reading logs")."""
     schedule: JobScheduleView | None
     """The schedule whose firing made the job, if one did."""
+    waiting_for: WaitingForView | None
+    """While it is held on its dependencies, what it waits on; else null. A job whose
+    dependency did not succeed ends `cancelled`, its terminal error `dependency_failed`."""
 
 
 class EndpointView(TypedDict):
