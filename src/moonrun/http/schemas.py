@@ -221,11 +221,11 @@ class JobRequest(UserRequest):
 
 
 class CreateJobRequest(JobRequest):
+    # Checked by the use case (at most MAX_AFTER, each once), whose 422 names the field.
     after: list[str] | None = Field(
         default=None,
-        max_length=MAX_AFTER,
-        description="Jobs this one waits on: it is held until each succeeded, and cancelled "
-        "(dependency_failed) once one did not",
+        description=f"Jobs (at most {MAX_AFTER}) this one waits on: it is held until each "
+        "succeeded, and cancelled (dependency_failed) once one did not",
     )
     after_group: str | None = Field(
         default=None,

@@ -56,6 +56,7 @@ JOB_KEYS = {
     "group",
     "logs_complete",
     "schedule",
+    "waiting_for",
 }
 RETRY_KEYS = {"next_eligible_at", "initial_s", "multiplier", "max_s", "last_failure"}
 FAILURE_KEYS = {"reason", "code", "attempt", "at", "message"}
@@ -298,6 +299,7 @@ def test_rich_job_view_values() -> None:
         "group": None,
         "logs_complete": False,
         "schedule": None,
+        "waiting_for": None,
     }
     assert expected == view
 
