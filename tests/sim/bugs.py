@@ -173,6 +173,15 @@ class ReleasesEveryHeldJob(_Wrapper):
         return self._inner.release_held(group_id, lambda live, held: held, release)
 
 
+class ForgetsDependencies(_Wrapper):
+    """A create that forgets to hold a job waiting on others: it is claimable at once."""
+
+    def insert_jobs(self, jobs: Sequence[Job], *args: Any) -> None:
+        self._inner.insert_jobs(
+            [replace(job, held=False) if job.after else job for job in jobs], *args
+        )
+
+
 @dataclass(frozen=True)
 class Bug:
     name: str
@@ -191,5 +200,6 @@ BUGS = {
         Bug("dropped_firing", "schedule_not_fired", wrap_store=DropsFirings),  # type: ignore[arg-type]
         Bug("double_firing", "schedule_twice", wrap_store=FiresTwice),  # type: ignore[arg-type]
         Bug("release_all", "group_parallel", wrap_store=ReleasesEveryHeldJob),  # type: ignore[arg-type]
+        Bug("no_wait", "dependency_order", wrap_store=ForgetsDependencies),  # type: ignore[arg-type]
     )
 }

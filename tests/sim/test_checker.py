@@ -25,6 +25,7 @@ PLANTED = [
     ("dropped_firing", "memory"),
     ("double_firing", "file"),
     ("release_all", "memory"),
+    ("no_wait", "memory"),
 ]
 
 

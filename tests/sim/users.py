@@ -70,18 +70,24 @@ class UserNode(Node):
         call: Call
         if len(specs) == 1:
             spec = specs[0]
+            fields: dict[str, Any] = {
+                "kind": spec.kind,
+                "payload": spec.payload,
+                "max_attempts": spec.max_attempts,
+                "backoff": spec.backoff,
+                "not_before": spec.not_before,
+                "idempotency_key": key,
+            }
+            # Now and then a job waits on one or two jobs the user already knows of.
+            chooser = self.sim.dependency_rng
+            if self.known and chooser.random() < 0.3:
+                count = min(len(self.known), chooser.randint(1, 2))
+                fields["after"] = chooser.sample(self.known, count)
             call = Call(
                 "create_job",
                 (user, server.id),
                 USER_TIMEOUT_MS,
-                {
-                    "kind": spec.kind,
-                    "payload": spec.payload,
-                    "max_attempts": spec.max_attempts,
-                    "backoff": spec.backoff,
-                    "not_before": spec.not_before,
-                    "idempotency_key": key,
-                },
+                fields,
                 signed=False,
                 entries={"idempotency_key": key},
             )
