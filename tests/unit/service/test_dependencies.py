@@ -14,7 +14,7 @@ from moonrun.errors import InvalidRequest
 from moonrun.scheduling.dependencies import DEPENDENCY_FAILED, MAX_AFTER
 from moonrun.scheduling.jobs import Job, JobState
 from moonrun.scheduling.views import job_view
-from moonrun.service.scheduling import JobSpec
+from moonrun.service.specs import JobSpec
 from tests.support.harness import Run, World
 from tests.support.stores import StoreFactory
 
