@@ -115,3 +115,14 @@ def test_after_group_naming_a_group_the_caller_may_not_see_is_a_422(cast: Cast) 
     assert answer.json()["error"]["fields"] == [
         {"field": "after_group", "message": "no such group"}
     ]
+
+
+def test_a_fanout_takes_no_dependencies(cast: Cast) -> None:
+    answer = cast.world.api(
+        "POST",
+        "/api/v1/jobs/fanout",
+        token=cast.owner[1],
+        json={"selector": "role=web", "kind": "noop", "after": ["job_nosuchjob"]},
+    )
+    assert answer.status_code == 422, answer.text
+    assert "after" in answer.json()["error"]["message"]
