@@ -11,9 +11,14 @@ import pytest
 
 from moonrun.scheduling import dependencies as domain
 from moonrun.scheduling.jobs import Job, JobState, create_job
+from moonrun.store import open_store
 from moonrun.store.protocol import Store
+from moonrun.store.schema import SCHEMA_VERSION
 from tests.support.jobkit import ENDPOINT, POLICY, T0
 from tests.support.stores import StoreFactory
+from tests.unit.store.test_durable_stores import _raw_sql, private_store_url
+
+__all__ = ["private_store_url"]  # a fixture: a file, or a MySQL database of its own
 
 
 def job(job_id: str, after: tuple[str, ...] = (), after_group: str | None = None) -> Job:
@@ -87,3 +92,33 @@ def test_jobs_held_on_dependencies_are_walked_a_few_at_a_time_in_id_order(store:
     ended = store.get_job("job-w3")
     assert ended is not None
     assert ended.state is JobState.CANCELLED
+
+
+def test_an_older_store_gains_dependencies_on_open(private_store_url: str) -> None:
+    """A store of schema 11 (no dependencies) opens at the current version, its jobs waiting
+    on nothing, and keeps what new jobs wait on from then on."""
+    store = open_store(private_store_url)
+    store.insert_jobs([job("job-a")])
+    store.close()
+    on = "" if private_store_url.startswith("file:") else " ON jobs"
+    _raw_sql(
+        private_store_url,
+        f"DROP INDEX ix_jobs_dependency_held{on}",
+        "ALTER TABLE jobs DROP COLUMN dependency_held",
+        "ALTER TABLE jobs DROP COLUMN after_json",
+        "ALTER TABLE jobs DROP COLUMN after_group_id",
+        "DROP TABLE job_dependencies",
+        "UPDATE schema_version SET version = 11",
+    )
+    store = open_store(private_store_url)
+    try:
+        assert store.schema_version() == SCHEMA_VERSION  # type: ignore[attr-defined]
+        old = store.get_job("job-a")
+        assert old is not None
+        assert old.after == ()
+        assert not old.held
+        store.insert_jobs([job("job-w", after=("job-a",))])
+        assert store.waiters(["job-a"]) == ["job-w"]
+        assert [j.id for j in store.dependency_held_jobs(None, 10)] == ["job-w"]
+    finally:
+        store.close()
