@@ -82,6 +82,7 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python bench/peer_bench.py
 	$(BIN)/python bench/wakeup_bench.py
 	$(BIN)/python bench/scale_bench.py
+	$(BIN)/python bench/retention_bench.py
 	$(BIN)/python bench/fleet_bench.py --steps $(FLEET_STEPS)
 
 # Longer runs of the property, crash (KILLS: the store's and the serving platform's) and race

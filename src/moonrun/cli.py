@@ -167,6 +167,31 @@ def store_backup(
         )
 
 
+@store_app.command("compact")
+@one_line_errors
+def store_compact(store: StoreOption = DEFAULT_STORE_URL) -> None:
+    """Give a file store's free space back to the file system now (SQLite's VACUUM).
+
+    It also turns on incremental vacuum for a file made before it, after which the sweeper
+    gives pruned space back by itself. It holds the store's write lock while it rewrites the
+    file: run it while the platform is stopped or quiet (docs/operations.md, Retention).
+    Exit codes: 0 compacted; 1 an error; 2 bad usage (not a file store).
+    """
+    from moonrun.store import open_store
+    from moonrun.store.compact import compact_database
+    from moonrun.wiring.settings import PlatformConfig
+
+    path = PlatformConfig(store_url=store).store_path
+    if path is None:
+        raise usage_error(
+            "moonrun store compact compacts a file: store; MySQL gives space back with "
+            "OPTIMIZE TABLE (docs/operations.md, Retention)"
+        )
+    open_store(store).close()  # a file that is a moonrun store, migrated
+    done = compact_database(path)
+    typer.echo(f"compacted {store}: {done.before_bytes} bytes before, {done.after_bytes} after")
+
+
 def _bytes(name: str, default: int, text: str) -> Any:
     return typer.Option(
         default,
@@ -217,6 +242,15 @@ def platform_serve(
     session_ttl_s: float = _seconds("session-ttl-s", 50, "Session lifetime after its last request"),
     heartbeat_interval_s: float = _seconds("heartbeat-interval-s", 10, "Run's heartbeat cadence"),
     sweep_interval_s: float = _seconds("sweep-interval-s", 1, "How often the sweeper runs"),
+    retain_finished: Annotated[
+        str,
+        typer.Option(
+            "--retain-finished",
+            envvar="MOONRUN_RETAIN_FINISHED",
+            help="How long finished jobs are kept, with their logs and artifacts "
+            "(30d, 12h, 90m, 45s; 0 keeps them forever)",
+        ),
+    ] = "30d",
     join_token_ttl_s: float = _seconds("join-token-ttl-s", 900, "Lifetime of join tokens"),
     max_attempts: Annotated[
         int, typer.Option("--max-attempts", envvar="MOONRUN_MAX_ATTEMPTS", min=1, max=1000)
@@ -326,8 +360,12 @@ def platform_serve(
     from moonrun.service.config import SchedulingSettings
     from moonrun.service.directory import check_bootstrap_token
     from moonrun.wiring.app import create_app
-    from moonrun.wiring.settings import PlatformConfig, build_platform
+    from moonrun.wiring.settings import PlatformConfig, build_platform, parse_retention
 
+    try:  # before the logs are configured: a usage error changes nothing
+        retain_finished_s = parse_retention(retain_finished)
+    except ValueError as error:
+        raise usage_error(str(error)) from None
     jsonlog.configure(log_level)
     bootstrap_token = os.environ.get("MOONRUN_BOOTSTRAP_ADMIN_TOKEN") or None
     if bootstrap_token is not None:
@@ -351,6 +389,7 @@ def platform_serve(
             backoff_initial_s=backoff_initial_s,
             backoff_multiplier=backoff_multiplier,
             backoff_max_s=backoff_max_s,
+            retain_finished_s=retain_finished_s,
         ),
         sweep_interval_s=sweep_interval_s,
         logs=LogLimits(

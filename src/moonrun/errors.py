@@ -137,6 +137,10 @@ class JobNotFinished(MoonrunError):
     """That job has not ended yet; only a finished job can be run again."""
 
 
+class JobNotEnded(JobNotFinished):
+    """That job has not ended yet; only a finished job can be deleted."""
+
+
 class IdempotencyConflict(MoonrunError):
     """That Idempotency-Key was already used with a different request."""
 

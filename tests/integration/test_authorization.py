@@ -623,6 +623,37 @@ ROWS: tuple[Row, ...] = (
         lambda s: f"/api/v1/jobs/{MISSING_JOB}/rerun",
         (NOT_FOUND, NOT_FOUND, NOT_FOUND, NOT_FOUND, UNAUTH, UNAUTH),
     ),
+    # A job the caller may not manage is 404, as if it did not exist (docs/protocol.md, "Jobs").
+    Row(
+        "delete finished job on web-1",
+        "DELETE",
+        "/api/v1/jobs/{job_id}",
+        lambda s: f"/api/v1/jobs/{s.finished_job_id()}",
+        (OK, OK, OK, NOT_FOUND, UNAUTH, UNAUTH),
+        writes=True,
+    ),
+    Row(
+        "delete queued job on web-1",
+        "DELETE",
+        "/api/v1/jobs/{job_id}",
+        lambda s: f"/api/v1/jobs/{s.job_id}",
+        (NOT_FINISHED, NOT_FINISHED, NOT_FINISHED, NOT_FOUND, UNAUTH, UNAUTH),
+    ),
+    Row(
+        "delete finished job on db-1",
+        "DELETE",
+        "/api/v1/jobs/{job_id}",
+        lambda s: f"/api/v1/jobs/{s.finished_other_job_id()}",
+        (OK, NOT_FOUND, NOT_FOUND, OK, UNAUTH, UNAUTH),
+        writes=True,
+    ),
+    Row(
+        "delete missing job",
+        "DELETE",
+        "/api/v1/jobs/{job_id}",
+        lambda s: f"/api/v1/jobs/{MISSING_JOB}",
+        (NOT_FOUND, NOT_FOUND, NOT_FOUND, NOT_FOUND, UNAUTH, UNAUTH),
+    ),
     Row(
         "kinds of web-1",
         "GET",

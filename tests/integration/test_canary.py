@@ -542,6 +542,8 @@ def refused_and_invalid(c: Canary, server_id: str, job_id: str, owner: str, stra
         assert refused.status_code == 422, refused.text
     c.call("POST", "/api/v1/jobs/{job_id}/rerun", token=owner, job_id=job_id)  # 409 not finished
     c.call("POST", "/api/v1/jobs/{job_id}/rerun", token=stranger, job_id=job_id)
+    c.call("DELETE", "/api/v1/jobs/{job_id}", token=owner, job_id=job_id)  # 409 not finished
+    c.call("DELETE", "/api/v1/jobs/{job_id}", token=stranger, job_id=job_id)  # 404
     c.call(
         "POST",
         "/api/v1/servers/{server_id}/jobs",

@@ -1,5 +1,6 @@
 """Two platforms on one database decide the same 100 schedules at the same moments, over
-several firings: every (schedule, time) has exactly one job, on MySQL and on one FileStore."""
+several firings: every (schedule, time) has exactly one job, on PostgreSQL, MySQL and one
+FileStore."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from moonrun.service.scheduling import SchedulingService
 from moonrun.service.specs import JobSpec
 from moonrun.store.file import FileStore
 from moonrun.store.mysql import MySQLStore
+from moonrun.store.postgres import PostgresStore
 from moonrun.store.protocol import Store
 from tests.conftest import build_factory
 from tests.support.stores import StoreFactory
@@ -27,7 +29,7 @@ RACERS = 4
 """Firing passes at once each time: two per platform."""
 
 
-@pytest.fixture(params=["file", "mysql"])
+@pytest.fixture(params=["file", "mysql", "postgres"])
 def factory(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> StoreFactory:
@@ -38,6 +40,8 @@ def another_platforms_store(factory: StoreFactory, store: Store) -> Store:
     """A second store object, with its own connections, over the same database."""
     if isinstance(store, FileStore):
         return FileStore(store.path)
+    if isinstance(store, PostgresStore):
+        return PostgresStore(factory.url())
     assert isinstance(store, MySQLStore)
     return MySQLStore(factory.url())
 

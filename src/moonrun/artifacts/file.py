@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import threading
 from collections import OrderedDict
 from pathlib import Path
@@ -94,6 +95,21 @@ class FileArtifactStore:
 
     def read_chunk(self, job_id: str, attempt: int, name: str, index: int) -> bytes:
         return (self._root / job_id / str(attempt) / name / f"{index:06d}.chunk").read_bytes()
+
+    def delete_job(self, job_id: str, attempts: int) -> None:
+        if not NAME_PATTERN.match(job_id):
+            return  # no directory of ours has that name
+        with self._lock:
+            for attempt in range(1, attempts + 1):
+                self._held.pop((job_id, attempt), None)
+            try:
+                shutil.rmtree(self._root / job_id)
+            except FileNotFoundError:
+                pass
+            except OSError as error:
+                raise StoreUnavailable(
+                    f"cannot delete artifacts under {self._root}: {error.strerror}"
+                ) from None
 
     def _bytes_held(self, job_id: str, attempt: int) -> int:
         """The bytes of the attempt's stored chunks (under the lock)."""

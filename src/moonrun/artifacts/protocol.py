@@ -46,6 +46,10 @@ class ArtifactStore(Protocol):
         """Chunk `index` of a stored artifact."""
         ...
 
+    def delete_job(self, job_id: str, attempts: int) -> None:
+        """Delete every artifact of the job's attempts 1 to `attempts` (the job was deleted)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class ArtifactLimits:

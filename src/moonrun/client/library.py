@@ -35,6 +35,7 @@ from moonrun.errors import (
     AlreadyExists,
     InvalidRequest,
     MoonrunError,
+    NotFound,
     Unauthenticated,
     Unreachable,
     WaitTimedOut,
@@ -558,6 +559,11 @@ class Client:
                     f"{problem.message} (this request was sent again after a lost "
                     "answer: the first try may have created it)"
                 )
+            if retried and method == "DELETE" and isinstance(problem, NotFound):
+                raise NotFound(
+                    f"{problem.message} (this request was sent again after a lost "
+                    "answer: the first try may have deleted it)"
+                )
             raise _answered(response, problem)
 
         return self._retrying(send)
@@ -918,6 +924,12 @@ class Client:
             else _error_named(_int(entry.get("status")), entry.get("error"))
             for entry in body["answers"]
         ]
+
+    def delete(self, job_id: str) -> Job:
+        """Delete a finished job now, with its attempts, logs, artifacts and Idempotency-Key;
+        answers the job as it was. `JobNotFinished` while it has not ended; `NotFound` for a
+        job the caller may not manage, as for one that does not exist."""
+        return Job.of(self._request("DELETE", f"/api/v1/jobs/{job_id}"))
 
     def wait(self, job_id: str, timeout_s: float | None = None, *, logs: bool = False) -> Job:
         """The job once it has ended, by blocking reads; `WaitTimedOut` after `timeout_s`.

@@ -757,6 +757,24 @@ def job_cancel(
         raise typer.Exit(EXIT_ERROR)
 
 
+@job_app.command("delete")
+@user_errors
+def job_delete(
+    ctx: typer.Context,
+    job_id: JobIdArgument,
+    profile: ProfileOption = profiles.DEFAULT_PROFILE,
+    as_json: JsonOption = False,
+) -> None:
+    """Delete a finished job now, with its logs and artifacts (exit 1 `job_not_finished`
+    while it has not ended; `not_found` for a job you may not manage)."""
+    with connect(ctx, profile) as client:
+        job = client.delete(job_id)
+    if as_json:
+        print_json(job.data)
+    else:
+        typer.echo(f"job {job.id} deleted ({job.state})")
+
+
 def _cancelled_entry(job_id: str, answer: Job | MoonrunError) -> dict[str, Any]:
     if isinstance(answer, MoonrunError):
         return {"job_id": job_id, "error": {"code": answer.code, "message": answer.message}}

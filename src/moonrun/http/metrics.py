@@ -88,6 +88,11 @@ class Metrics:
             "Job messages refused by fencing or state checks (nothing was written)",
             registry=self.registry,
         )
+        self.pruned = Counter(
+            "moonrun_jobs_pruned",
+            "Finished jobs deleted by retention (--retain-finished), with their data",
+            registry=self.registry,
+        )
         self.latency = Histogram(
             "moonrun_request_seconds",
             "Request latency by channel",

@@ -40,6 +40,7 @@ from moonrun.scheduling.records import Server, User
 from moonrun.scheduling.time import format_instant, parse_instant
 from moonrun.scheduling.views import endpoint_view, job_view, server_view, user_view
 from moonrun.service.answers import CancelOutcome
+from moonrun.service.retention import job_data
 from moonrun.service.specs import JobSpec
 from moonrun.wire.user import (
     ArtifactsAnswer,
@@ -464,6 +465,19 @@ async def get_job(call: Call) -> JsonReply[JobView] | JsonReply[None]:
     return job_reply(platform, job)
 
 
+async def delete_job(call: Call) -> JobView:
+    """Delete a finished job now, with its attempts, logs, artifacts and idempotency record;
+    the answer is the job as it was. A job the caller may not manage is 404, as if it did not
+    exist; one that has not ended is 409 `job_not_finished`."""
+    platform = call.platform
+    forget = job_data(platform.logs, platform.artifacts)
+    # On a thread: it deletes the job's files.
+    job = await as_caller_on_a_thread(
+        call, platform.service.delete_job, call.params["job_id"], forget
+    )
+    return job_view(job)
+
+
 async def cancel_job(call: Call) -> JsonReply[JobView]:
     """Cancel: waiting jobs end at once (200); running ones get a durable intent (202)."""
     outcome = await as_caller(call, call.platform.service.cancel_job, call.params["job_id"])
@@ -754,6 +768,10 @@ ROUTES: tuple[Route, ...] = (
         method="GET", path="/api/v1/jobs/{job_id}", channel="user", auth="user", answer=JobView,
         status=200, handler=get_job, query=JobReadQuery, headers=("If-None-Match",),
         also={304: (None, "Not modified: the job still has the If-None-Match tag")},
+    ),
+    Route(
+        method="DELETE", path="/api/v1/jobs/{job_id}", channel="user", auth="user",
+        answer=JobView, status=200, handler=delete_job,
     ),
     Route(
         method="POST", path="/api/v1/jobs/cancel", channel="user", auth="user",

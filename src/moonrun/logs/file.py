@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import threading
 from collections import deque
 from pathlib import Path
@@ -128,6 +129,20 @@ class FileLogStore(MemoryLogStore):
         with self._lock:
             self._load()
         return super().complete(job_id, attempt)
+
+    def delete_job(self, job_id: str, attempts: int) -> None:
+        try:
+            with self._lock:
+                self._load()
+            super().delete_job(job_id, attempts)  # each attempt's file goes with it (`_forget`)
+            # What is left: files of attempts the index had let go, a rewrite's temporary file.
+            shutil.rmtree(self._path((job_id, 1)).parent)
+        except FileNotFoundError:
+            pass
+        except OSError as error:
+            raise StoreUnavailable(
+                f"cannot delete log lines under {self._root}: {error.strerror}"
+            ) from None
 
     # -- files -----------------------------------------------------------------------------
 

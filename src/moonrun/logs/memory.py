@@ -195,6 +195,15 @@ class MemoryLogStore:
                 if job == job_id and log.has_lines
             )
 
+    def delete_job(self, job_id: str, attempts: int) -> None:
+        with self._lock:
+            for attempt in range(1, attempts + 1):
+                key = (job_id, attempt)
+                log = self._logs.pop(key, None)
+                if log is not None:
+                    self._bytes -= log.bytes + log.lines * LINE_RECORD_BYTES
+                    self._forget(key)
+
     @staticmethod
     def _page(
         attempt: int, log: _AttemptLog, lines: list[LogLine], last: int, more: bool

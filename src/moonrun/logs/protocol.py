@@ -63,6 +63,10 @@ class LogStore(Protocol):
         lines makes none)."""
         ...
 
+    def delete_job(self, job_id: str, attempts: int) -> None:
+        """Forget every line of the job's attempts 1 to `attempts` (the job was deleted)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class LogLimits:

@@ -71,15 +71,18 @@ def settle(
     now: Instant,
 ) -> Job:
     """What becomes of a waiting job, given the states of the jobs it names (`states`; one
-    missing counts as not ended) and its group's counts by state (None when it names no group):
-    cancelled with `dependency_failed` once one of them ended failed or cancelled, released
-    once every one succeeded, else the very record (settling twice changes nothing)."""
+    missing was deleted, which only a finished job can be) and its group's counts by state
+    (None when it names no group): cancelled with `dependency_failed` once one of them ended
+    failed or cancelled (or was deleted), released once every one succeeded, else the very
+    record (settling twice changes nothing)."""
     if not waits(job):
         return job
     for job_id in job.after:
         state = states.get(job_id)
         if state in _FAILED:
             return dependency_failed(job, f"job {job_id} ended {state}", now)
+        if state is None:  # deleted: only a finished job can be, and it can no longer tell
+            return dependency_failed(job, f"job {job_id} was deleted", now)
     if job.after_group is not None:
         counts = group_counts or {}
         for state in (JobState.FAILED, JobState.CANCELLED):

@@ -118,6 +118,23 @@ class Dependencies:
             self._written(after, before)
         return changed
 
+    def awaited(self, jobs: Iterable[Job]) -> frozenset[str]:
+        """Of these jobs and their groups, the ids some job still held on its dependencies
+        waits on (retention keeps those: `scheduling/retention.py`'s `still_needed`)."""
+        on_ids: dict[str, None] = {}
+        for job in jobs:
+            on_ids[job.id] = None
+            if job.group_id is not None:
+                on_ids[job.group_id] = None
+        if not on_ids:
+            return frozenset()
+        waiting = [
+            job
+            for job in self._store.get_jobs(self._store.waiters(list(on_ids))).values()
+            if domain.waits(job)
+        ]
+        return frozenset(i for job in waiting for i in job.waits_on if i in on_ids)
+
     def repair(self, limit: int = REPAIR_BATCH) -> list[tuple[Job, Job]]:
         """Settle what lost writes left waiting, a few jobs held on their dependencies at every
         call (the next few each time, round and round); (before, after) of each it changed."""

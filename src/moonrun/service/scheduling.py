@@ -26,6 +26,7 @@ from moonrun.errors import (
     IdempotencyConflict,
     InvalidPayload,
     InvalidRequest,
+    JobNotEnded,
     JobNotFinished,
     JobNotFound,
     JoinTokenInvalid,
@@ -43,7 +44,7 @@ from moonrun.errors import (
 from moonrun.scheduling import groups as groups_domain
 from moonrun.scheduling import jobs as jobs_domain
 from moonrun.scheduling import kinds as kinds_domain
-from moonrun.scheduling import messages
+from moonrun.scheduling import messages, retention
 from moonrun.scheduling import reconcile as reconcile_domain
 from moonrun.scheduling.fingerprint import JsonValue, canonical_json, token_hash
 from moonrun.scheduling.jobs import Job, JobState, RunResult
@@ -60,7 +61,7 @@ from moonrun.scheduling.messages import (
 from moonrun.scheduling.reconcile import ReconcileEntry
 from moonrun.scheduling.records import Advertisement, Endpoint, Server, Session, User
 from moonrun.scheduling.retry import RetryPolicy, check_int
-from moonrun.scheduling.time import Instant
+from moonrun.scheduling.time import Instant, seconds_to_ms
 from moonrun.scheduling.views import EndpointView, endpoint_view
 from moonrun.scheduling.views import logs_complete as logs_complete_rule
 from moonrun.security.access import can_manage_jobs, require, require_platform_admin
@@ -978,6 +979,51 @@ class SchedulingService:
         answers = self._apply_many([job.id for job in due], _deadline_decision(now))
         return sum(1 for changed in answers if changed is True)
 
+    def prune(self, forget: Callable[[Job], None], limit: int | None = None) -> list[Job]:
+        """Delete one bounded batch of finished jobs that ended `retain_finished_s` ago or
+        more, oldest first, in one commit: `forget` first deletes what each keeps beside the
+        store (its logs and artifacts), then the store its record, attempts and idempotency
+        record. Answers the deleted jobs (none while retention is off)."""
+        now = self._clock.now()
+        retain_ms = self._settings.retain_finished_ms
+        if retain_ms > 0:
+            # Never while Run may still send the job's logs and artifacts: a file written after
+            # its job was deleted would be reached by nothing.
+            retain_ms = max(retain_ms, seconds_to_ms(self._settings.transfer_grace_s) + 1)
+        ended_by = retention.prune_before(now, retain_ms)
+        if ended_by is None:
+            return []
+        batch = min(limit or self._settings.prune_batch, retention.PRUNE_BATCH_LIMIT)
+        candidates = self._store.finished_jobs(ended_by, batch)
+        # A group only ever goes from unfinished to finished (its jobs are all made at once),
+        # so what is read here can only keep a job one pass longer than needed.
+        busy = self._unfinished_groups(candidates)
+        awaited = self.dependencies.awaited(candidates)
+        found = [
+            job for job in candidates if retention.prunable(job, now, retain_ms, busy, awaited)
+        ]
+        # Their data beside the store goes first: a crash between the two leaves a job
+        # without logs (deleted again at the next pass), never files nobody can reach.
+        for job in found:
+            forget(job)
+        return self._store.delete_jobs(
+            [job.id for job in found],
+            lambda job: retention.prunable(job, now, retain_ms, busy, awaited),
+        )
+
+    def _unfinished_groups(self, jobs: Iterable[Job]) -> frozenset[str]:
+        """Of the groups these jobs belong to, those with a job that has not ended."""
+        group_ids = {job.group_id for job in jobs if job.group_id is not None}
+        return frozenset(
+            group_id
+            for group_id in group_ids
+            if not groups_domain.is_done(self._store.group_counts(group_id))
+        )
+
+    def release_space(self, pages: int) -> int:
+        """Give up to `pages` of the space deleted jobs left back to the file system."""
+        return self._store.release_space(pages)
+
     # -- users ----------------------------------------------------------------------------------
 
     def create_job(
@@ -1076,16 +1122,16 @@ class SchedulingService:
             if taken.fingerprint != record.fingerprint:
                 raise IdempotencyConflict() from None
             found = self._store.get_jobs(taken.job_ids)
-            missing = [
-                build(spec, job_id)
-                for spec, job_id in zip(specs, taken.job_ids, strict=True)
-                if job_id not in found
-            ]
-            if missing:  # a key taken by an older moonrun that stopped before its insert
+            if not found:  # a key taken by an older moonrun that stopped before its insert
+                # (a key whose first job was deleted went with it: this is never a deletion)
                 with contextlib.suppress(AlreadyExists):
-                    self._store.insert_jobs(missing)
+                    self._store.insert_jobs(
+                        [build(s, i) for s, i in zip(specs, taken.job_ids, strict=True)]
+                    )
                 found = self._store.get_jobs(taken.job_ids)
-            return [found[job_id] for job_id in taken.job_ids]
+            # A batch some of whose later jobs were deleted answers the jobs that remain: a
+            # deleted job is never made again.
+            return [found[job_id] for job_id in taken.job_ids if job_id in found]
         for job in jobs:
             self._events.job_changed(job, None)
         waiting = [job.id for job in jobs if job.held]
@@ -1322,6 +1368,46 @@ class SchedulingService:
         allowed = [job_id for job_id in job_ids if job_id not in refused]
         outcomes = iter(self._apply_many(allowed, _cancel_decision(actor)) if allowed else ())
         return [refused[job_id] if job_id in refused else next(outcomes) for job_id in job_ids]
+
+    def delete_job(self, actor: User, job_id: str, forget: Callable[[Job], None]) -> Job:
+        """Delete a finished job the actor may manage, now: `forget` first deletes what it
+        keeps beside the store (its logs and artifacts), then the store its record, attempts
+        and idempotency record. Answers the job as it was.
+
+        A job the actor may not manage is 404 as if it did not exist (its id reveals
+        nothing); one that has not ended (or that something still needs) is `JobNotEnded`.
+        """
+        job = self._store.get_job(job_id)
+        if job is None:
+            raise NotFound("no such job")
+        try:
+            _require_job_access(actor, self._store.get_server(job.server_id))
+        except Forbidden:
+            raise NotFound("no such job") from None
+        now = self._clock.now()
+        busy = self._unfinished_groups([job])
+        awaited = self.dependencies.awaited([job])
+        if not retention.deletable(job, now, busy, awaited):
+            if job.state.is_terminal and job.id in awaited:
+                raise JobNotEnded(
+                    "A job waiting on that one has not been released yet; it can be deleted "
+                    "once it has."
+                )
+            if job.state.is_terminal:
+                raise JobNotEnded(
+                    "That job's group has not ended yet; its jobs can be deleted once all have."
+                )
+            raise JobNotEnded()
+        # A log batch or artifact chunk whose evidence was checked just before this (within
+        # the transfer grace of the job's end) may still land after it: a race of milliseconds,
+        # left to the user who deletes a job at the moment it ends.
+        forget(job)
+        deleted = self._store.delete_jobs(
+            [job_id], lambda stored: retention.deletable(stored, now, busy, awaited)
+        )
+        if not deleted:  # another request deleted it meanwhile
+            raise NotFound("no such job")
+        return job
 
     def list_jobs(
         self,

@@ -45,6 +45,8 @@ T = TypeVar("T")
 
 DEFAULT_PATH = Path(".moonrun") / "platform.db"
 DEFAULT_BUSY_TIMEOUT_MS = 5000
+INCREMENTAL = 2
+"""`PRAGMA auto_vacuum`'s answer for incremental vacuum."""
 
 
 class FileStore(SqlStore):
@@ -87,6 +89,10 @@ class FileStore(SqlStore):
                 self.path, isolation_level=None, check_same_thread=False, cached_statements=512
             )
             connection.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
+            # Before anything writes the file's header (WAL does): a new file keeps a map of
+            # its pages, so pruned space goes back to the file system bit by bit
+            # (`release_space`). An older file keeps its mode until `moonrun store compact`.
+            connection.execute("PRAGMA auto_vacuum = INCREMENTAL")
             connection.execute("PRAGMA journal_mode = WAL")
             connection.execute("PRAGMA synchronous = FULL")
         except sqlite3.Error as error:
@@ -148,6 +154,29 @@ class FileStore(SqlStore):
         if "unable to open" in detail or "readonly" in detail:
             return StoreUnavailable(f"cannot open {self.path} for reading and writing ({detail})")
         return StoreUnavailable(f"store file:{self.path} failed: {detail}")
+
+    def release_space(self, pages: int) -> int:
+        """Move up to `pages` free pages to the file's end and cut them off (incremental
+        vacuum, in one short write; the file shrinks at the next checkpoint). A file made
+        before incremental vacuum keeps its space until `moonrun store compact`."""
+
+        def work(cursor: Cursor) -> int:
+            cursor.execute("PRAGMA auto_vacuum")
+            mode = cursor.fetchall()
+            cursor.execute("PRAGMA freelist_count")
+            free = int(cursor.fetchall()[0][0])
+            if not mode or int(mode[0][0]) != INCREMENTAL or free == 0:
+                return 0
+            count = min(pages, free)
+            # Python's sqlite3 steps a statement without columns once, and each step of this
+            # pragma frees one page: so one execute per page (microseconds each).
+            for _ in range(count):
+                cursor.execute(f"PRAGMA incremental_vacuum({count})")
+            cursor.execute("SELECT 1")  # finish the last pragma before the savepoint ends
+            cursor.fetchall()
+            return count
+
+        return self._write(work) if pages > 0 else 0
 
     @property
     def groups_committed(self) -> int:

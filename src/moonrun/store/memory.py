@@ -40,6 +40,10 @@ class _JobIndexes:
     owners: dict[str, list[str]] = field(default_factory=dict)
     waiting_count: Counter[tuple[str, str]] = field(default_factory=Counter)
     deadlines: list[tuple[Instant, str]] = field(default_factory=list)
+    finished: list[tuple[Instant, str]] = field(default_factory=list)
+    """A heap of (terminal.at, id) of the finished jobs, for retention: pruning takes from its
+    front, where a sorted list would shift every entry. A deleted job's entry is stale, and
+    dropped when it surfaces (`first_finished`)."""
     active: dict[str, set[str]] = field(default_factory=dict)
     counts: Counter[JobState] = field(default_factory=Counter)
     dependency_held: set[str] = field(default_factory=set)
@@ -65,6 +69,8 @@ class _JobIndexes:
             self._count_owner(new, 1)
         if new.deadline_at is not None:
             bisect.insort(self.deadlines, (new.deadline_at, new.id))
+        if new.terminal is not None and (old is None or old.terminal != new.terminal):
+            heapq.heappush(self.finished, (new.terminal.at, new.id))
         if new.state.is_active:
             self.active.setdefault(new.endpoint_id, set()).add(new.id)
 
@@ -73,12 +79,32 @@ class _JobIndexes:
             self.waiting_key.pop(job.id, None)
             self._count_owner(job, -1)
         if job.deadline_at is not None:
-            key = (job.deadline_at, job.id)
-            index = bisect.bisect_left(self.deadlines, key)
-            if index < len(self.deadlines) and self.deadlines[index] == key:
-                del self.deadlines[index]
+            _discard(self.deadlines, (job.deadline_at, job.id))
         if job.state.is_active:
             self.active[job.endpoint_id].discard(job.id)
+
+    def first_finished(self, jobs: Mapping[str, Job], ended_by: Instant, limit: int) -> list[str]:
+        """Ids of up to `limit` finished jobs that ended by `ended_by`, earliest first."""
+        heap = self.finished
+        taken: list[tuple[Instant, str]] = []
+        while heap and len(taken) < limit:
+            key = heap[0]
+            job = jobs.get(key[1])
+            live = job is not None and job.terminal is not None and job.terminal.at == key[0]
+            if not live or (taken and key == taken[-1]):
+                heapq.heappop(heap)  # deleted, or a duplicate of a live key: drop it for good
+                continue
+            if key[0] > ended_by:
+                break
+            taken.append(heapq.heappop(heap))
+        for key in taken:
+            heapq.heappush(heap, key)
+        return [key[1] for key in taken]
+
+    def delete(self, job: Job) -> None:
+        """The job leaves the store."""
+        self._remove(job)
+        self.counts[job.state] -= 1
 
     def _count_owner(self, job: Job, delta: int) -> None:
         """One more (or one fewer) waiting job of the job's owner on its endpoint."""
@@ -129,6 +155,13 @@ class _JobIndexes:
         return heap[0][0] if heap else None
 
 
+def _discard(keys: list[tuple[Instant, str]], key: tuple[Instant, str]) -> None:
+    """Remove `key` from the sorted `keys`, if it is there."""
+    index = bisect.bisect_left(keys, key)
+    if index < len(keys) and keys[index] == key:
+        del keys[index]
+
+
 class MemoryStore:
     """Everything in dicts behind one lock; lost when the process ends."""
 
@@ -143,6 +176,8 @@ class MemoryStore:
         self._tokens: dict[str, str] = {}
         self._servers: dict[str, Server] = {}
         self._idempotency: dict[tuple[str, str], IdempotencyRecord] = {}
+        self._idempotency_of: dict[str, tuple[str, str]] = {}
+        """The idempotency record's key by the first job of its request (deleted with it)."""
         self._web_sessions: dict[str, tuple[str, Instant]] = {}
         self._groups: dict[str, Group] = {}
         self._group_jobs: dict[str, list[str]] = {}
@@ -179,6 +214,8 @@ class MemoryStore:
                 if key in self._idempotency:
                     raise AlreadyExists("that Idempotency-Key was already used")
                 self._idempotency[key] = idempotency
+                if idempotency.job_ids:
+                    self._idempotency_of[idempotency.job_ids[0]] = key
             if group is not None:
                 self._groups[group.id] = group
             for job in jobs:
@@ -307,6 +344,35 @@ class MemoryStore:
 
     def idempotency_record(self, user_id: str, key: str) -> IdempotencyRecord | None:
         return self._idempotency.get((user_id, key))
+
+    def finished_jobs(self, ended_by: Instant, limit: int) -> list[Job]:
+        with self._lock:
+            jobs = self._jobs
+            return [jobs[i] for i in self._index.first_finished(jobs, ended_by, limit)]
+
+    def delete_jobs(self, job_ids: Sequence[str], deletable: Callable[[Job], bool]) -> list[Job]:
+        with self._lock:
+            deleted: list[Job] = []
+            for job_id in dict.fromkeys(job_ids):
+                stored = self._jobs.get(job_id)
+                if stored is None or not deletable(stored):
+                    continue
+                del self._jobs[job_id]
+                self._index.delete(stored)
+                if stored.group_id is not None:
+                    members = self._group_jobs.get(stored.group_id)
+                    if members is not None and job_id in members:
+                        members.remove(job_id)
+                self._waiters.pop(job_id, None)
+                key = self._idempotency_of.pop(job_id, None)
+                if key is not None:
+                    self._idempotency.pop(key, None)
+                deleted.append(stored)
+            return deleted
+
+    def release_space(self, pages: int) -> int:
+        """Deleted records are gone at once: nothing to give back."""
+        return 0
 
     # -- groups ----------------------------------------------------------------------------
     def get_group(self, group_id: str) -> Group | None:

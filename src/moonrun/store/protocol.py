@@ -141,6 +141,23 @@ class Store(Protocol):
         (then `server_ids` must be None)."""
         ...
 
+    def finished_jobs(self, ended_by: Instant, limit: int) -> list[Job]:
+        """Up to `limit` finished jobs that ended at or before `ended_by` (`terminal.at`),
+        earliest first (then by id); its cost grows with `limit`, not with the jobs stored."""
+        ...
+
+    def delete_jobs(self, job_ids: Sequence[str], deletable: Callable[[Job], bool]) -> list[Job]:
+        """Delete, in one write, each job of `job_ids` for which `deletable(job)` holds of the
+        record as stored at that moment, with the idempotency record of the request that made
+        it (a record goes with the first job of its request). Answers the deleted jobs; unknown
+        ids and jobs `deletable` refuses are left as they are."""
+        ...
+
+    def release_space(self, pages: int) -> int:
+        """Give back to the file system up to `pages` of the space deleted rows left free, in
+        one short write; answers how many were given back (0 for stores that keep none)."""
+        ...
+
     def idempotency_record(self, user_id: str, key: str) -> IdempotencyRecord | None:
         """What the user's Idempotency-Key was taken for, if it was."""
         ...

@@ -101,6 +101,10 @@ class Queries:
             f"SELECT {JOB} FROM jobs @ix_jobs_due WHERE deadline_at <= :now "
             "ORDER BY deadline_at, id LIMIT :limit"
         )
+        self.finished = render(
+            f"SELECT {JOB} FROM jobs @ix_jobs_finished WHERE terminal_at <= :ended_by "
+            "ORDER BY terminal_at, id LIMIT :limit"
+        )
         self.active = render(
             f"SELECT {JOB} FROM jobs @ix_jobs_active "
             "WHERE endpoint_id = :endpoint_id AND state IN ('accepted', 'running')"
@@ -370,9 +374,26 @@ class Queries:
         )
 
     @functools.lru_cache(maxsize=64)  # noqa: B019
+    def delete_waiters_of(self, count: int) -> str:
+        """Forget who waited on `count` deleted jobs (`:on<n>`): ranges of the key."""
+        marks = ", ".join(f":on{n}" for n in range(count))
+        return self.render(f"DELETE FROM job_dependencies WHERE on_id IN ({marks})")
+
+    @functools.lru_cache(maxsize=64)  # noqa: B019
     def get_jobs_locked(self, count: int) -> str:
         """`get_jobs` inside a write transaction, locking the rows (MySQL) until it ends."""
         return self.get_jobs(count) + (" FOR UPDATE" if self.dialect != "sqlite" else "")
+
+    @functools.lru_cache(maxsize=64)  # noqa: B019
+    def delete_jobs(self, count: int) -> str:
+        marks = ", ".join(f":id{n}" for n in range(count))
+        return self.render(f"DELETE FROM jobs WHERE id IN ({marks})")
+
+    @functools.lru_cache(maxsize=64)  # noqa: B019
+    def delete_idempotency_of(self, count: int) -> str:
+        """The idempotency records whose request made these jobs first (by its job index)."""
+        marks = ", ".join(f":id{n}" for n in range(count))
+        return self.render(f"DELETE FROM idempotency_keys WHERE job_id IN ({marks})")
 
     @functools.lru_cache(maxsize=64)  # noqa: B019
     def admins_of(self, count: int) -> str:

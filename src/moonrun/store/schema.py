@@ -133,9 +133,10 @@ jobs = Table(
     Index("ix_jobs_listing", "created_at", "id"),
     Index("ix_jobs_kind_listing", "kind", "created_at", "id"),
     Index("ix_jobs_server_kind_listing", "server_id", "kind", "created_at", "id"),
+    Index("ix_jobs_finished", "terminal_at", "id"),
     # And ix_jobs_owner_claim, made by migration 8 (OWNER_CLAIM_INDEX), and the groups'
     # indexes, made by migration 11 (GROUP_INDEXES), and ix_jobs_dependency_held, made by
-    # migration 12 (DEPENDENCY_INDEX).
+    # migration 13 (DEPENDENCY_INDEX).
     **TABLE_OPTIONS,
 )
 
@@ -239,6 +240,7 @@ idempotency_keys = Table(
     Column("job_id", ID, nullable=False),
     Column("created_at", BigInteger, nullable=False),
     Column("job_ids_json", Text),
+    Index("ix_idempotency_keys_job", "job_id"),
     **TABLE_OPTIONS,
 )
 
@@ -499,13 +501,27 @@ def _groups_v11(connection: Connection) -> None:
             connection.execute(text(statement))
 
 
+def _retention_v12(connection: Connection) -> None:
+    """Retention (docs/operations.md, "Retention"): finished jobs by when they ended, and the
+    idempotency record of a job, so that deleting a batch of jobs reads only their rows."""
+    inspector = inspect(connection)
+    present = {index["name"] for index in inspector.get_indexes("jobs")}
+    for index in jobs.indexes:
+        if index.name not in present:
+            index.create(connection)
+    keyed = {index["name"] for index in inspector.get_indexes("idempotency_keys")}
+    for index in idempotency_keys.indexes:
+        if index.name not in keyed:
+            index.create(connection)
+
+
 DEPENDENCY_INDEX: Final = "CREATE INDEX ix_jobs_dependency_held ON jobs (dependency_held, id)"
 """The jobs still held on their dependencies, in id order, for the sweeper's repair
 (`dependency_held` is 1 while a job is, NULL otherwise). Not declared on `jobs` for the reason
 OWNER_CLAIM_INDEX is not."""
 
 
-def _dependencies_v12(connection: Connection) -> None:
+def _dependencies_v13(connection: Connection) -> None:
     """Dependencies (docs/protocol.md, "Dependencies"): what each job waits on, its table of
     waiters, and the index of jobs still held on them; every existing job waits on nothing."""
     inspector = inspect(connection)
@@ -535,7 +551,8 @@ MIGRATIONS: Final[Sequence[Callable[[Connection], None]]] = (
     _labels_v9,
     _schedules_v10,
     _groups_v11,
-    _dependencies_v12,
+    _retention_v12,
+    _dependencies_v13,
 )
 """Migration n (1-based) brings the schema from version n-1 to n; never edit a shipped one.
 

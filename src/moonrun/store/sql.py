@@ -350,7 +350,44 @@ class SqlStore:
 
         return self._write(work)
 
+    def delete_jobs(self, job_ids: Sequence[str], deletable: Callable[[Job], bool]) -> list[Job]:
+        ids = list(dict.fromkeys(job_ids))
+
+        def work(cursor: Cursor) -> list[Job]:
+            deleted: list[Job] = []
+            deltas: Counter[str] = Counter()
+            for start in range(0, len(ids), 500):
+                chunk = ids[start : start + 500]
+                parameters = {f"id{n}": job_id for n, job_id in enumerate(chunk)}
+                # Read under the write lock (MySQL: the rows locked), so that what `deletable`
+                # judged is what is deleted.
+                cursor.execute(self._sql.get_jobs_locked(len(chunk)), parameters)
+                gone = [job for job in map(_job, cursor.fetchall()) if deletable(job)]
+                if not gone:
+                    continue
+                marks = {f"id{n}": job.id for n, job in enumerate(gone)}
+                cursor.execute(self._sql.delete_idempotency_of(len(gone)), marks)
+                cursor.execute(self._sql.delete_jobs(len(gone)), marks)
+                # What waited on them was settled before they could go (retention keeps a
+                # job a held job waits on): their waiters' rows go with them.
+                waited = {f"on{n}": job.id for n, job in enumerate(gone)}
+                cursor.execute(self._sql.delete_waiters_of(len(gone)), waited)
+                for job in gone:
+                    deltas[job.state.value] -= 1
+                deleted.extend(gone)
+            self._count(cursor, deltas)
+            return deleted
+
+        return self._write(work) if ids else []
+
+    def release_space(self, pages: int) -> int:
+        """The database reuses the space of deleted rows itself (MySQL: InnoDB's pages)."""
+        return 0
+
     # -- jobs: reading -----------------------------------------------------------------------
+
+    def finished_jobs(self, ended_by: Instant, limit: int) -> list[Job]:
+        return self._jobs(self._sql.finished, {"ended_by": ended_by, "limit": limit})
 
     def get_job(self, job_id: str) -> Job | None:
         return self._one(self._sql.get_job, {"id": job_id}, _job)

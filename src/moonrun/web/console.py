@@ -98,6 +98,8 @@ def _page_of(request: Request) -> str:
         return path.removesuffix("/cancel")  # /jobs/cancel (Cancel selected) -> /jobs
     if path.startswith("/jobs/") and path.endswith("/rerun"):
         return path.removesuffix("/rerun")
+    if path.startswith("/jobs/") and path.endswith("/delete"):
+        return path.removesuffix("/delete")
     if path == "/jobs/new":
         return path
     for page in ("/servers", "/endpoints", "/users", "/account"):

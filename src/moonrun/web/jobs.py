@@ -23,6 +23,7 @@ from moonrun.scheduling.jobs import JobState
 from moonrun.scheduling.records import User
 from moonrun.scheduling.views import job_view, server_view
 from moonrun.service.answers import CancelOutcome, JobPage
+from moonrun.service.retention import job_data
 from moonrun.web import logview, submitform
 from moonrun.web.pages import (
     FORM_FIELDS,
@@ -37,6 +38,8 @@ from moonrun.web.pages import (
 router = APIRouter(include_in_schema=False)
 MAX_BULK_CANCEL = 200
 """Jobs one "Cancel selected" may name."""
+DELETED: Final = "The job was deleted, with its logs and artifacts."
+"""The notice after a job page's Delete (a fixed text: the query only says that it happened)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,13 +80,15 @@ async def jobs_page(
     cancelling: str | None = None,
     ended: str | None = None,
     refused: str | None = None,
+    deleted: str | None = None,
 ) -> Response:
     user = await signed_in(request)
     counts = CancelCounts.of(cancelled, cancelling, ended, refused)
+    notice = counts.notice() or (DELETED if deleted == "1" else "")
     listing = Listing.of(
         {"server_id": server_id, "state": state, "kind": kind, "id": id, "cursor": cursor}
     )
-    return await _jobs(request, user, listing, fragment=fragment, notice=counts.notice())
+    return await _jobs(request, user, listing, fragment=fragment, notice=notice)
 
 
 async def _jobs(
@@ -374,6 +379,18 @@ async def rerun_job(request: Request, job_id: str) -> Response:
     key = fields.get("submit_key") or None
     job = await on_user_channel(request, service.rerun_job, user, job_id, idempotency_key=key)
     return RedirectResponse(f"/jobs/{quote(job.id)}", status_code=303)
+
+
+@router.post("/jobs/{job_id}/delete")
+async def delete_job(request: Request, job_id: str) -> Response:
+    """Delete a finished job now, with its logs and artifacts: the use case the API's
+    `DELETE /api/v1/jobs/{id}` calls."""
+    user = await signed_in(request)
+    await checked_form(request)
+    platform = platform_of(request)
+    forget = job_data(platform.logs, platform.artifacts)
+    await on_user_channel(request, platform.service.delete_job, user, job_id, forget)
+    return RedirectResponse("/jobs?deleted=1", status_code=303)
 
 
 @router.post("/jobs/{job_id}/cancel")

@@ -17,6 +17,7 @@ from moonrun.http.api import Api, openapi_paths
 from moonrun.http.platform import AnonymousBodies, BodyLimit, RequestLog, Scope, error_response
 from moonrun.http.schemas import HealthAnswer
 from moonrun.service.firing import Firer
+from moonrun.service.retention import job_data
 from moonrun.service.sweeper import Sweeper
 from moonrun.web import console
 from moonrun.wire.error_body import ErrorBody
@@ -60,7 +61,13 @@ def create_app(platform: Platform, *, sweep: bool = True, api_docs: bool = False
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         stop = anyio.Event()
-        sweeper = Sweeper(platform.service, platform.channels.ops, platform.http.sweep_interval_s)
+        sweeper = Sweeper(
+            platform.service,
+            platform.channels.ops,
+            platform.http.sweep_interval_s,
+            forget=job_data(platform.logs, platform.artifacts),
+            on_pruned=platform.metrics.pruned.inc,
+        )
         app.state.sweeper = sweeper
         peers = platform.peers
         if peers is not None:

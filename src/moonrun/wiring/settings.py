@@ -80,6 +80,27 @@ class PlatformConfig:
         return (self.data_dir or self.state_dir) / "logs"
 
 
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_retention(text: str) -> float:
+    """`--retain-finished` in seconds: a number with a unit (`30d`, `12h`, `90m`, `45s`), a bare
+    number is seconds, and `0` keeps finished jobs forever. ValueError names what is wrong."""
+    value = text.strip().lower()
+    unit = value[-1:] if value[-1:] in _UNITS else "s"
+    number = value[:-1] if value[-1:] in _UNITS else value
+    try:
+        seconds = float(number) * _UNITS[unit]
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0 or seconds == float("inf"):
+        raise ValueError(
+            f"--retain-finished must be a duration such as 30d, 12h, 90m or 45s (0 keeps "
+            f"finished jobs forever), not {text!r}"
+        )
+    return seconds
+
+
 def log_store(config: PlatformConfig, store: object) -> LogStore:
     """Logs on disk beside a durable store (`<data dir>/logs`), in memory beside memory://."""
     limits = config.logs

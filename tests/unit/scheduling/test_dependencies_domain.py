@@ -41,7 +41,7 @@ def test_a_job_naming_dependencies_is_made_held_and_not_claimable() -> None:
 def test_settle_waits_until_every_named_job_succeeded_then_releases() -> None:
     job = waiting()
     assert domain.settle(job, {"job-a": S, "job-b": R}, None, T0 + 5) is job
-    assert domain.settle(job, {"job-a": S}, None, T0 + 5) is job
+    assert domain.settle(job, {"job-a": S, "job-b": JobState.QUEUED}, None, T0 + 5) is job
     released = domain.settle(job, {"job-a": S, "job-b": S}, None, T0 + 5)
     assert not released.held
     assert released.state is JobState.QUEUED

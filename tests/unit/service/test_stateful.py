@@ -2,8 +2,9 @@
 
 Two endpoints with one Run each, a manual clock, and rules for create, claim, ack, progress,
 cancel-poll, result (replays and conflicting ones included), user cancel, clock advances,
-sweeps, reconcile with good and stale entries, session rotation, messages with stale
-attempt/lease/session/endpoint, and platform restarts (a new service over the same store).
+sweeps, retention (the sweeper's pruning and users' deletes), reconcile with good and stale
+entries, session rotation, messages with stale attempt/lease/session/endpoint, and platform
+restarts (a new service over the same store).
 The invariants hold after every step. `make soak` raises the counts; a failure prints its seed.
 """
 
@@ -25,8 +26,10 @@ from hypothesis.stateful import (
 
 from moonrun.errors import (
     Forbidden,
+    JobNotFinished,
     JobRejected,
     MoonrunError,
+    NotFound,
     SessionExpired,
     SessionRotated,
     StaleAttempt,
@@ -52,7 +55,11 @@ FAST = SchedulingSettings(
     backoff_max_s=4,
     backoff_jitter=0.5,
     session_extend_granularity_s=0,
+    retain_finished_s=5,
+    transfer_grace_s=2,
 )
+RETAIN_MS = 5_000
+"""What `prune` keeps a finished job for here: FAST's retention, which is past its grace."""
 ENDPOINTS = ("a", "b")
 FINISHES: list[tuple[str, bool] | None] = [
     None,
@@ -124,6 +131,7 @@ class SchedulingMachine(RuleBasedStateMachine):
         self.leases: set[str] = set()
         self.recorded: dict[tuple[str, int], str] = {}
         self.reported: dict[tuple[str, int], tuple[str, bool, dict[str, int] | None]] = {}
+        self.deleted: set[str] = set()
 
     def teardown(self) -> None:
         self.world.store.close()
@@ -447,6 +455,50 @@ class SchedulingMachine(RuleBasedStateMachine):
         self.world.service.sweep()
 
     @rule()
+    def prune(self) -> None:
+        """The sweeper's retention pass: only a finished job that ended RETAIN_MS ago or more
+        goes, with nothing of it left behind."""
+        now = self.world.clock.now()
+        for job in self.world.service.prune(lambda job: None):
+            prior = self.snapshot[job.id]
+            assert prior.state.is_terminal
+            assert job == prior
+            assert prior.terminal is not None
+            assert prior.terminal.at <= now - RETAIN_MS
+            self._deleted(job.id)
+
+    @rule(index=st.integers(0, MAX_JOBS), actor=st.sampled_from(["owner", "stranger", "admin"]))
+    def user_delete(self, index: int, actor: str) -> None:
+        """A user deletes a job: only a finished one, only one they may manage (404 else)."""
+        job_id = self._job(index)
+        if job_id is None:
+            return
+        home = self.job_endpoint[job_id]
+        user = {
+            "owner": self.owners[home],
+            "stranger": self.owners["b" if home == "a" else "a"],
+            "admin": self.world.admin,
+        }[actor]
+        before = self.world.job(job_id)
+        try:
+            self.world.service.delete_job(user, job_id, lambda job: None)
+        except NotFound:
+            assert actor == "stranger"
+            assert before == self.world.job(job_id)
+            return
+        except JobNotFinished:
+            assert not before.state.is_terminal
+            assert before == self.world.job(job_id)
+            return
+        assert actor != "stranger"
+        assert before.state.is_terminal
+        self._deleted(job_id)
+
+    def _deleted(self, job_id: str) -> None:
+        self.job_ids.remove(job_id)
+        self.deleted.add(job_id)
+
+    @rule()
     def restart(self) -> None:
         """A platform restart: close the store, reopen it as a new object, new services."""
         self.world.restart()
@@ -477,6 +529,10 @@ class SchedulingMachine(RuleBasedStateMachine):
             if job.state.is_terminal and job.cancel is not None:
                 assert job.cancel.result is not None
             self.snapshot[job_id] = job
+
+    @invariant()
+    def a_deleted_job_stays_gone(self) -> None:
+        assert self.world.store.get_jobs(self.deleted) == {}
 
     @invariant()
     def generations_never_decrease(self) -> None:
@@ -535,5 +591,7 @@ def test_machine_rules_cover_the_acceptance_list() -> None:
         "heartbeat",
         "sweep",
         "restart",
+        "prune",
+        "user_delete",
     }
     assert rules <= set(vars(SchedulingMachine))

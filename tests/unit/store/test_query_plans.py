@@ -109,6 +109,11 @@ EXPECTED_PLANS: dict[str, list[Step]] = {
     "claimable_of_owners_locked": _search("ix_jobs_owner_claim"),
     "claimable_of_owners_locked, two owners": _sqlite_union_of_two("ix_jobs_owner_claim"),
     "due": _search("ix_jobs_due"),
+    # Retention: the finished jobs that ended longest ago, then each batch deleted by its ids,
+    # their idempotency records by the index of their first job.
+    "finished": _search("ix_jobs_finished"),
+    "delete_jobs": _search("PRIMARY"),
+    "delete_idempotency_of": [("idempotency_keys", "SEARCH", "ix_idempotency_keys_job")],
     "active": _search("ix_jobs_active"),
     "active_deadlines": _search("ix_jobs_active"),
     "session_with_endpoint": [
@@ -189,6 +194,12 @@ def hot_queries(sql: Queries) -> dict[str, tuple[str, dict[str, Any]]]:
             },
         ),
         "due": (sql.due, {"now": NOW, "limit": 500}),
+        "finished": (sql.finished, {"ended_by": NOW, "limit": 200}),
+        "delete_jobs": (sql.delete_jobs(2), {"id0": "job-00001", "id1": "job-00002"}),
+        "delete_idempotency_of": (
+            sql.delete_idempotency_of(2),
+            {"id0": "job-00001", "id1": "job-00002"},
+        ),
         "active": (sql.active, {"endpoint_id": ENDPOINT}),
         "active_deadlines": (sql.active_deadlines, {"endpoint_id": ENDPOINT}),
         "session_with_endpoint": (sql.session_with_endpoint, {"id": SESSION}),
