@@ -86,3 +86,11 @@ def test_what_may_be_named_is_checked_naming_the_field() -> None:
         with pytest.raises(InvalidRequest) as refused:
             domain.check_after(after, group)
         assert refused.value.fields[0][0] == field
+
+
+def test_a_deleted_dependency_cancels_the_job_naming_it() -> None:
+    job = domain.settle(waiting(), {"job-a": S}, None, T0 + 5)
+    assert job.state is JobState.CANCELLED
+    assert job.terminal is not None
+    assert job.terminal.error is not None
+    assert job.terminal.error.message == "job job-b was deleted"

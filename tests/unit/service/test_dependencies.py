@@ -219,3 +219,20 @@ def test_the_sweeper_settles_what_a_lost_write_left_waiting(world: World) -> Non
     before = world.job(waiting.id)
     world.service.sweep()
     assert world.job(waiting.id) == before
+
+
+def test_a_finished_job_a_held_job_waits_on_is_not_deleted_until_it_is_released(
+    world: World,
+) -> None:
+    from moonrun.errors import JobNotEnded
+
+    run = world.run().start(8)
+    first, second = world.submit(), world.submit()
+    waiting = world.submit(after=[first.id, second.id])
+    finish(run, first.id)
+    with pytest.raises(JobNotEnded):
+        world.service.delete_job(world.owner, first.id, lambda job: None)
+    finish(run, second.id)
+    assert not world.job(waiting.id).held
+    assert world.service.delete_job(world.owner, first.id, lambda job: None).id == first.id
+    assert world.store.waiters([first.id]) == []
