@@ -407,7 +407,8 @@ def job_submit(
     --follow then prints a line per server as its job ends, and exits 3 if any failed. With
     --wait or --follow, a platform restart of up to --outage-grace seconds is ridden through."""
     if selector is not None:
-        if server is not None and kind is not None:
+        # With --selector the one positional is the KIND; a server id there is a SERVER too.
+        if (server is not None and kind is not None) or (server or "").startswith("srv_"):
             raise typer.BadParameter("give a SERVER or --selector, not both")
         kind = kind if kind is not None else server
         server = None
