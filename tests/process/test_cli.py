@@ -422,3 +422,20 @@ def test_schedule_verbs_create_list_trigger_pause_resume_and_delete(
     assert (paused["paused"], resumed["paused"]) == (True, False)
     assert triggered["job_id"] in shown
     one_error_line(gone, "not_found")
+
+
+def test_follow_off_a_terminal_says_a_failed_attempt_on_stderr_never_among_the_jobs_lines(
+    shell: Shell, server_id: str
+) -> None:
+    """`--follow` piped: stdout holds the job's own lines only; each failed attempt and its
+    retry are said on stderr."""
+    payload = '{"seconds": 0.2, "fail": "retryable"}'
+    followed = shell(
+        "job", "submit", server_id, "--max-attempts", "2", "sleep", "--payload", payload, "--follow"
+    )
+
+    # (Whether the status poll catches the retry's wait at all depends on timing: only
+    # where a note goes is asserted.)
+    assert followed.code == 3, followed.err
+    assert "failed" not in followed.out
+    assert set(followed.out.splitlines()) == {"slept 0.2 s"}

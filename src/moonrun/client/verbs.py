@@ -428,7 +428,8 @@ def job_submit(
     With --after JOB_ID (repeatable) or --after-group GROUP_ID, the job waits until each of them
     succeeded."""
     if selector is not None:
-        if server is not None and kind is not None:
+        # With --selector the one positional is the KIND; a server id there is a SERVER too.
+        if (server is not None and kind is not None) or (server or "").startswith("srv_"):
             raise typer.BadParameter("give a SERVER or --selector, not both")
         if after or after_group is not None:
             raise typer.BadParameter("--after and --after-group take a SERVER, not --selector")
@@ -529,7 +530,10 @@ def _follow(
                         note = retry_note(seen)
                         if note is not None and note not in said:
                             said.add(note)
-                            bar.console.print(note, markup=False, highlight=False)
+                            if live:  # above the status line, with the log lines
+                                bar.console.print(note, markup=False, highlight=False)
+                            else:  # never among the job's own lines on stdout
+                                typer.echo(note, err=True)
                     stop.wait(PROGRESS_POLL_S)
 
         watcher = threading.Thread(target=watch, name="moonrun-progress", daemon=True)

@@ -240,7 +240,7 @@ def _driver_url(url: str) -> URL:
     mysqlclient where it is installed, else PyMySQL."""
     try:
         parsed = make_url(url)
-    except ArgumentError:
+    except (ArgumentError, ValueError):  # ValueError: a port that is not a number
         raise StoreUnavailable(f"not a MySQL URL: {redact(url)}") from None
     if parsed.drivername not in ("mysql", *DRIVERS) or not parsed.database:
         raise StoreUnavailable(
@@ -271,7 +271,7 @@ def redact(url: str) -> str:
     """The URL with any password replaced by `***`."""
     try:
         return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
+    except (ArgumentError, ValueError):  # ValueError: a port that is not a number
         return "mysql://<unparseable URL>"
 
 

@@ -172,7 +172,7 @@ class PostgresStore(SqlStore):
 def _parse(url: str) -> URL:
     try:
         parsed = make_url(url)
-    except ArgumentError:
+    except (ArgumentError, ValueError):  # ValueError: a port that is not a number
         raise StoreUnavailable(f"not a PostgreSQL URL: {redact(url)}") from None
     if parsed.drivername not in ("postgresql", "postgres", "postgresql+psycopg"):
         raise StoreUnavailable(f"not a PostgreSQL URL: {redact(url)}")
@@ -200,5 +200,5 @@ def redact(url: str) -> str:
     """The URL with any password replaced by `***`."""
     try:
         return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
+    except (ArgumentError, ValueError):  # ValueError: a port that is not a number
         return "postgresql://<unparseable URL>"

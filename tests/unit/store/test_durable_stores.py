@@ -157,6 +157,11 @@ def bad_stores(tmp_path: Path, mysql_url: str) -> dict[str, tuple[str, str]]:
             "has no database",
         ),
         "unknown scheme": ("redis://db/moonrun", "unknown store 'redis'"),
+        "mysql port not a number": (f"mysql://u:{CANARY}@127.0.0.1:port/x", "not a MySQL URL"),
+        "postgres port not a number": (
+            f"postgresql://u:{CANARY}@127.0.0.1:port/x",
+            "not a PostgreSQL URL",
+        ),
         "unreachable postgres": (
             f"postgresql://postgres:{CANARY}@127.0.0.1:1/moonrun",
             "cannot reach PostgreSQL at 127.0.0.1:1",
@@ -183,6 +188,8 @@ def bad_stores(tmp_path: Path, mysql_url: str) -> dict[str, tuple[str, str]]:
         "bad credentials",
         "unknown database",
         "unknown scheme",
+        "mysql port not a number",
+        "postgres port not a number",
         "unreachable postgres",
         "postgres bad credentials",
         "postgres unknown database",
