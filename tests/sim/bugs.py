@@ -190,6 +190,15 @@ class ReleasesEveryKeyedJob(_Wrapper):
         )
 
 
+class ForgetsDependencies(_Wrapper):
+    """A create that forgets to hold a job waiting on others: it is claimable at once."""
+
+    def insert_jobs(self, jobs: Sequence[Job], *args: Any) -> None:
+        self._inner.insert_jobs(
+            [replace(job, held=False) if job.after else job for job in jobs], *args
+        )
+
+
 @dataclass(frozen=True)
 class Bug:
     name: str
@@ -209,5 +218,6 @@ BUGS = {
         Bug("double_firing", "schedule_twice", wrap_store=FiresTwice),  # type: ignore[arg-type]
         Bug("release_all", "group_parallel", wrap_store=ReleasesEveryHeldJob),  # type: ignore[arg-type]
         Bug("key_release_all", "key_limit", wrap_store=ReleasesEveryKeyedJob),  # type: ignore[arg-type]
+        Bug("no_wait", "dependency_order", wrap_store=ForgetsDependencies),  # type: ignore[arg-type]
     )
 }

@@ -33,6 +33,9 @@ acknowledged; from each Run it knows what was worked on and when. The rules:
 - `schedule_twice`, `schedule_off_calendar`, `schedule_not_fired`: a (schedule, time) with two
   jobs; a firing for a time its calendar does not have; a time with no job although a
   platform was up from it through the firing's slack (schedules with `overlap: allow`).
+- `dependency_order`, `dependency_cancel`: a job waiting on others is claimed or released
+  before each of them succeeded; one ends `dependency_failed` while none of them had failed
+  or been cancelled.
 - `internal_error`: the platform failed with a 500 (an `IllegalTransition` or an exception).
 """
 
@@ -44,6 +47,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from moonrun.scheduling.dependencies import DEPENDENCY_FAILED
 from moonrun.scheduling.fingerprint import token_hash
 from moonrun.scheduling.jobs import FailureReason, Job, JobState
 from moonrun.scheduling.messages import AckAnswer, Evidence, ProgressAnswer, ResultAnswer
@@ -129,6 +133,7 @@ class Checker:
         self._schedules()
         self._groups()
         self._keys()
+        self._dependencies()
         for at, cause, error in self.h.internal_errors:
             self.flag("internal_error", at, None, f"{cause.kind} from {cause.sender}: {error}")
         return self.violations
@@ -250,6 +255,8 @@ class Checker:
                     f"waiting job cancelled by {cause.kind if cause else 'no call'}, "
                     "not by a user or its group",
                 )
+        elif _dependency_failed(a):
+            pass  # one of the jobs it waited on did not succeed (`_dependencies` checks which)
         elif a.state is JobState.CANCELLED:
             # A user's cancel, or a schedule's `cancel_previous` before its next firing.
             if cause is None or cause.kind not in ("cancel_job", "fire_due") or a.cancel is None:
@@ -781,6 +788,47 @@ class Checker:
                     None,
                     f"group {group_id} counts {counts} (done {done}), its jobs {expected}",
                 )
+
+    def _dependencies(self) -> None:
+        """No job starts (nor is released) before every job it waits on succeeded, and none
+        ends `dependency_failed` unless one of them had ended failed or cancelled, in the order
+        the store committed their writes."""
+        state: dict[str, JobState] = {}
+        for write in self.h.writes:
+            a, b = write.after, write.before
+            if a.after and b is not None:
+                started = a.attempt > b.attempt
+                released = b.held and not a.held
+                if started or released:
+                    pending = [i for i in a.after if state.get(i) is not JobState.SUCCEEDED]
+                    if pending:
+                        self.flag(
+                            "dependency_order",
+                            write.at,
+                            a.id,
+                            f"{'claimed' if started else 'released'} while {pending[0]} is "
+                            f"{state.get(pending[0], 'not stored')}",
+                        )
+                if _dependency_failed(a) and not b.state.is_terminal:
+                    failed = [i for i in a.after if state.get(i) in DID_NOT_SUCCEED]
+                    if not failed:
+                        self.flag(
+                            "dependency_cancel",
+                            write.at,
+                            a.id,
+                            "cancelled dependency_failed while every job it waits on is "
+                            "succeeded or not ended",
+                        )
+            state[a.id] = a.state
+
+
+DID_NOT_SUCCEED = (JobState.FAILED, JobState.CANCELLED)
+
+
+def _dependency_failed(job: Job) -> bool:
+    """The job ended cancelled because one of the jobs it waited on did not succeed."""
+    error = None if job.terminal is None else job.terminal.error
+    return job.state is JobState.CANCELLED and error is not None and error.code == DEPENDENCY_FAILED
 
 
 def _covered(intervals: list[tuple[int, int]], start: int, end: int) -> bool:

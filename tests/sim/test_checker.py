@@ -26,6 +26,7 @@ PLANTED = [
     ("double_firing", "file"),
     ("release_all", "memory"),
     ("key_release_all", "memory"),
+    ("no_wait", "memory"),
 ]
 
 

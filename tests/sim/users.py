@@ -70,19 +70,25 @@ class UserNode(Node):
         call: Call
         if len(specs) == 1:
             spec = specs[0]
+            fields: dict[str, Any] = {
+                "kind": spec.kind,
+                "payload": spec.payload,
+                "max_attempts": spec.max_attempts,
+                "backoff": spec.backoff,
+                "not_before": spec.not_before,
+                "idempotency_key": key,
+                "concurrency": spec.concurrency,
+            }
+            # Now and then a job waits on one or two jobs the user already knows of.
+            chooser = self.sim.dependency_rng
+            if self.known and chooser.random() < 0.3:
+                count = min(len(self.known), chooser.randint(1, 2))
+                fields["after"] = chooser.sample(self.known, count)
             call = Call(
                 "create_job",
                 (user, server.id),
                 USER_TIMEOUT_MS,
-                {
-                    "kind": spec.kind,
-                    "payload": spec.payload,
-                    "max_attempts": spec.max_attempts,
-                    "backoff": spec.backoff,
-                    "not_before": spec.not_before,
-                    "idempotency_key": key,
-                    "concurrency": spec.concurrency,
-                },
+                fields,
                 signed=False,
                 entries={"idempotency_key": key},
             )
@@ -176,7 +182,14 @@ def spec_of(sim: Simulation) -> JobSpec:
     if rng.random() < 0.3:
         key = rng.choice(list(KEY_LIMITS))
         concurrency = {"key": key, "limit": KEY_LIMITS[key]}
-    return JobSpec(kind, payload, max_attempts, backoff, not_before, concurrency)
+    return JobSpec(
+        kind=kind,
+        payload=payload,
+        max_attempts=max_attempts,
+        backoff=backoff,
+        not_before=not_before,
+        concurrency=concurrency,
+    )
 
 
 KEY_LIMITS: dict[str, int] = {"sim-one": 1, "sim-two": 2}

@@ -174,6 +174,8 @@ class Simulation:
         self.known_bug_names = known_bugs
         self.known = KnownBugs.named(known_bugs)
         self.rng = random.Random(seed)
+        self.dependency_rng = random.Random(f"dependencies-{seed}")
+        """Which jobs wait on others (drawn apart, so that the other draws stay as they were)."""
         self.scenario = Scenario.draw(seed, store, self.rng)
         self.bug = bug
         self.settings = SETTINGS
@@ -419,8 +421,25 @@ class Simulation:
             (math.ceil(count / KEY_LIMITS.get(key, 1)) for (_, key), count in keyed.items()),
             default=1,
         )
+        # A job waiting on others starts only once they ended: one more wave per link of the
+        # longest chain of dependencies (a settle a crash lost, made by the next sweep).
+        waves *= 1 + self._dependency_depth()
         worst = waves * key_waves * (worst + SWEEP_INTERVAL_MS)
         return math.ceil(delay + settle + expire + MAX_NOT_BEFORE_MS + worst)
+
+    def _dependency_depth(self) -> int:
+        """The longest chain of jobs each waiting on the next (0: no job waits on another)."""
+        latest = self.history.latest
+        depth: dict[str, int] = {}
+
+        def of(job_id: str) -> int:
+            if job_id not in depth:
+                job = latest.get(job_id)
+                named = () if job is None else job.after
+                depth[job_id] = max((1 + of(other) for other in named), default=0)
+            return depth[job_id]
+
+        return max((of(job_id) for job_id in latest), default=0)
 
     def _group_sizes(self) -> dict[str, int]:
         sizes: dict[str, int] = {}

@@ -167,6 +167,12 @@ class Job:
         complete = self.data.get("logs_complete")
         return self.ended if complete is None else bool(complete)
 
+    @property
+    def waiting_for(self) -> dict[str, Any] | None:
+        """While it waits on its dependencies, `{"jobs": [...], "group": ...}`; else None."""
+        found = self.data.get("waiting_for")
+        return None if found is None else dict(found)
+
 
 @dataclass(frozen=True)
 class Group:
@@ -830,13 +836,23 @@ class Client:
         idempotency_key: str | None = None,
         concurrency_key: str | None = None,
         concurrency_limit: int | None = None,
+        after: Sequence[str] | None = None,
+        after_group: str | None = None,
     ) -> Job:
         """Queue a job. It always carries an Idempotency-Key (a fresh random one unless given),
         so a retry after a lost answer answers the same job instead of making a second. With a
         `concurrency_key`, at most `concurrency_limit` (default 1) of your jobs with that key
-        are claimed or running at once; the others wait their turn, oldest first."""
+        are claimed or running at once; the others wait their turn, oldest first.
+
+        With `after` (job ids, at most 100) or `after_group` (a group id), the job waits until
+        each of them succeeded (its `waiting_for` says what it waits on), and ends cancelled
+        with `dependency_failed` once one of them did not."""
         body: dict[str, Any] = {"kind": kind}
         _concurrency(body, concurrency_key, concurrency_limit)
+        if after:
+            body["after"] = list(after)
+        if after_group is not None:
+            body["after_group"] = after_group
         if payload is not None:
             body["payload"] = payload
         if max_attempts is not None:

@@ -191,6 +191,12 @@ def job_fields(job: Job) -> dict[str, Any]:
         else None
     )
     data["cancel_requested"] = (data.get("cancel") or {}).get("requested")
+    waiting = job.waiting_for
+    if waiting is not None:
+        named = list(waiting.get("jobs") or [])
+        if waiting.get("group"):
+            named.append(f"group {waiting['group']}")
+        data["waiting_for"] = ", ".join(named)
     return data
 
 
@@ -231,7 +237,9 @@ def show_job(job: Job, as_json: bool) -> None:
     if as_json:
         print_json(job.data)
     else:
-        print_fields(job_fields(job), JOB_FIELDS)
+        # A job held on its dependencies says what it waits on (the line is there only then).
+        names = JOB_FIELDS if job.waiting_for is None else (*JOB_FIELDS, "waiting_for")
+        print_fields(job_fields(job), names)
 
 
 def ending(job: Job) -> str:
@@ -410,6 +418,17 @@ def job_submit(
             "--concurrency-limit", min=1, max=1000, help="With --concurrency-key (default 1)"
         ),
     ] = None,
+    after: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--after",
+            help="Wait until this job succeeded (repeatable; cancelled if one does not)",
+        ),
+    ] = None,
+    after_group: Annotated[
+        str | None,
+        typer.Option("--after-group", help="Wait until every job of this group succeeded"),
+    ] = None,
     outage_grace: OutageGraceOption = OUTAGE_GRACE_S,
     profile: ProfileOption = profiles.DEFAULT_PROFILE,
     as_json: JsonOption = False,
@@ -418,10 +437,15 @@ def job_submit(
     `command` job whose payload is {"argv": [CMD, ARG...]}. With --selector instead of a
     SERVER, one job on each matching server, as a group (`submit --selector role=web KIND`);
     --follow then prints a line per server as its job ends, and exits 3 if any failed. With
-    --wait or --follow, a platform restart of up to --outage-grace seconds is ridden through."""
+    --wait or --follow, a platform restart of up to --outage-grace seconds is ridden through.
+    With --after JOB_ID (repeatable) or --after-group GROUP_ID, the job waits until each of them
+    succeeded."""
     if selector is not None:
-        if server is not None and kind is not None:
+        # With --selector the one positional is the KIND; a server id there is a SERVER too.
+        if (server is not None and kind is not None) or (server or "").startswith("srv_"):
             raise typer.BadParameter("give a SERVER or --selector, not both")
+        if after or after_group is not None:
+            raise typer.BadParameter("--after and --after-group take a SERVER, not --selector")
         kind = kind if kind is not None else server
         server = None
     elif server is None:
@@ -474,6 +498,8 @@ def job_submit(
             idempotency_key=idempotency_key,
             concurrency_key=concurrency_key,
             concurrency_limit=concurrency_limit,
+            after=after,
+            after_group=after_group,
         )
         if follow:
             job = _follow(ctx, profile, client, job, logs_to_stderr=as_json)

@@ -33,7 +33,9 @@ def view(state: ScheduleState) -> ScheduleView:
 
 def _job(body: ScheduleJobRequest) -> JobSpec:
     backoff = None if body.backoff is None else body.backoff.model_dump(exclude_none=True)
-    return JobSpec(body.kind, body.payload, body.max_attempts, backoff)
+    return JobSpec(
+        kind=body.kind, payload=body.payload, max_attempts=body.max_attempts, backoff=backoff
+    )
 
 
 async def create_schedule(call: Call) -> ScheduleView:

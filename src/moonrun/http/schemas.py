@@ -14,6 +14,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from moonrun.errors import InvalidRequest
 from moonrun.scheduling.concurrency import MAX_KEY_LENGTH
 from moonrun.scheduling.concurrency import MAX_LIMIT as MAX_CONCURRENCY_LIMIT
+from moonrun.scheduling.dependencies import MAX_AFTER
 from moonrun.scheduling.groups import MAX_PARALLEL_LIMIT
 from moonrun.scheduling.jobs import KIND_PATTERN
 from moonrun.scheduling.labels import KEY_PATTERN, MAX_LABELS, MAX_VALUE_LENGTH
@@ -227,7 +228,7 @@ class ConcurrencyModel(UserRequest):
     )
 
 
-class CreateJobRequest(UserRequest):
+class JobRequest(UserRequest):
     kind: str = Field(pattern=KIND_PATTERN.pattern)
     payload: dict[str, Any] | None = None
     max_attempts: int | None = None
@@ -236,7 +237,20 @@ class CreateJobRequest(UserRequest):
     concurrency: ConcurrencyModel | None = None
 
 
-class FanoutRequest(CreateJobRequest):
+class CreateJobRequest(JobRequest):
+    # Checked by the use case (at most MAX_AFTER, each once), whose 422 names the field.
+    after: list[str] | None = Field(
+        default=None,
+        description=f"Jobs (at most {MAX_AFTER}) this one waits on: it is held until each "
+        "succeeded, and cancelled (dependency_failed) once one did not",
+    )
+    after_group: str | None = Field(
+        default=None,
+        description="A group this one waits on: held until every job of it succeeded",
+    )
+
+
+class FanoutRequest(JobRequest):
     selector: str = Field(
         description="The label selector the servers must match (k=v, k!=v, k in (a,b), "
         "k notin (a,b), k, !k; a comma is AND); at least one requirement"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncGenerator, Callable, Sequence
+from dataclasses import replace
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -28,6 +29,7 @@ from moonrun.http.schemas import (
     CreateJobsRequest,
     CreateServerRequest,
     CreateUserRequest,
+    JobRequest,
     SetLabelsRequest,
     SetPasswordRequest,
 )
@@ -315,12 +317,22 @@ async def remove_endpoint(call: Call) -> EndpointView:
 # -- jobs --------------------------------------------------------------------------------------
 
 
-def job_spec(body: CreateJobRequest) -> JobSpec:
+def job_spec(body: JobRequest) -> JobSpec:
     """The job a create (or a fan-out) asks for, as a value."""
     backoff = None if body.backoff is None else body.backoff.model_dump(exclude_none=True)
     not_before = None if body.not_before is None else parse_instant(body.not_before, "not_before")
     concurrency = None if body.concurrency is None else body.concurrency.model_dump()
-    return JobSpec(body.kind, body.payload, body.max_attempts, backoff, not_before, concurrency)
+    spec = JobSpec(
+        kind=body.kind,
+        payload=body.payload,
+        max_attempts=body.max_attempts,
+        backoff=backoff,
+        not_before=not_before,
+        concurrency=concurrency,
+    )
+    if isinstance(body, CreateJobRequest):
+        spec = replace(spec, after=tuple(body.after or ()), after_group=body.after_group)
+    return spec
 
 
 def logs_complete(platform: HttpPlatform, job: Job) -> bool:
@@ -361,6 +373,8 @@ async def create_job(call: Call) -> JsonReply[JobView]:
             not_before=spec.not_before,
             idempotency_key=key,
             concurrency=spec.concurrency,
+            after=spec.after,
+            after_group=spec.after_group,
         )
 
     return job_reply(call.platform, await as_caller(call, create), 201)

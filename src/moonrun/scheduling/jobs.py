@@ -81,6 +81,7 @@ class Event(StrEnum):
     RECONCILE_CONFIRM = "reconcile_confirm"
     RECONCILE_LOST = "reconcile_lost"
     USER_CANCEL = "user_cancel"
+    DEPENDENCY_FAILED = "dependency_failed"
 
 
 Q, A, R, W = JobState.QUEUED, JobState.ACCEPTED, JobState.RUNNING, JobState.RETRYING
@@ -98,6 +99,7 @@ TRANSITIONS: Final[Mapping[Event, Mapping[JobState, frozenset[JobState]]]] = {
     Event.RECONCILE_CONFIRM: {A: frozenset({A}), R: frozenset({R})},
     Event.RECONCILE_LOST: {A: _ENDINGS, R: _ENDINGS},
     Event.USER_CANCEL: {Q: frozenset({C}), W: frozenset({C}), A: frozenset({A}), R: frozenset({R})},
+    Event.DEPENDENCY_FAILED: {Q: frozenset({C})},
 }
 """The job state machine: event -> from-state -> the states it may lead to."""
 
@@ -321,6 +323,10 @@ class Job:
     """The schedule whose firing made the job, if one did."""
     scheduled_for: Instant | None = None
     """The calendar time (or trigger time) of that firing."""
+    after: tuple[str, ...] = ()
+    """The jobs it waits on: held until each has succeeded (`scheduling/dependencies.py`)."""
+    after_group: str | None = None
+    """The group it waits on: held until every job of it has succeeded."""
 
     @property
     def max_attempts(self) -> int:
@@ -376,6 +382,18 @@ class Job:
             version=self.version + 1,
             updated_at=now,
         )
+
+    @property
+    def waits_on(self) -> tuple[str, ...]:
+        """The ids it names as dependencies (jobs, then its group), whether or not it still
+        waits. Stores index them to find a job's waiters."""
+        return self.after if self.after_group is None else (*self.after, self.after_group)
+
+    @property
+    def dependency_held(self) -> bool:
+        """Held on its dependencies: still queued, held, and naming some. Stores index it for
+        the sweeper's repair."""
+        return self.held and self.state is JobState.QUEUED and bool(self.after or self.after_group)
 
     def unheld(self, now: Instant) -> Job:
         """The held job made claimable from `now` on (or from its `not_before`)."""
@@ -444,9 +462,11 @@ def create_job(
     schedule_id: str | None = None,
     scheduled_for: Instant | None = None,
     concurrency: Concurrency | None = None,
+    after: tuple[str, ...] = (),
+    after_group: str | None = None,
 ) -> Job:
     """A new queued job, eligible at `not_before` (or now); `held` until its group releases
-    it."""
+    it, and held as well while it names dependencies (`after`, `after_group`)."""
     if not isinstance(kind, str) or not KIND_PATTERN.match(kind):
         raise InvalidRequest("kind must match ^[a-z][a-z0-9_.-]{0,63}$")
     if payload is None:
@@ -471,11 +491,13 @@ def create_job(
         created_at=now,
         updated_at=now,
         group_id=group_id,
-        held=held,
+        held=held or bool(after) or after_group is not None,
         concurrency=concurrency,
         key_held=concurrency is not None,
         schedule_id=schedule_id,
         scheduled_for=scheduled_for,
+        after=after,
+        after_group=after_group,
     )
 
 

@@ -140,6 +140,9 @@ def job_view(job: Job, *, logs_complete: bool = False) -> JobView:
             "limit": job.concurrency.limit,
             "held": job.key_held and job.state is JobState.QUEUED,
         },
+        "waiting_for": {"jobs": list(job.after), "group": job.after_group}
+        if job.dependency_held
+        else None,
     }
     return view
 

@@ -79,6 +79,7 @@ from moonrun.service.answers import (
     ReportBuilder,
 )
 from moonrun.service.config import SchedulingSettings, WaitLimits
+from moonrun.service.dependencies import Dependencies
 from moonrun.service.extensions import SessionExtensions
 from moonrun.service.groups import Groups
 from moonrun.service.keys import ConcurrencyKeys
@@ -165,6 +166,10 @@ class SchedulingService:
         """Fan-out groups (`service/groups.py`), whose jobs are made and ended through here."""
         self.keys = ConcurrencyKeys(store, clock, self.job_written)
         """Concurrency keys' releases (`service/keys.py`)."""
+        self.dependencies = Dependencies(
+            store, clock, self._refused_jobs, self.groups.accessible, self.job_written
+        )
+        """Jobs waiting on others (`service/dependencies.py`), settled after every job's end."""
         self.schedules = Schedules(store, clock, tokens, self)
         """Recurring jobs (`service/schedules.py`), which make their jobs through this service."""
 
@@ -927,13 +932,22 @@ class SchedulingService:
         return answers
 
     def _follow_ends(self, done: Iterable[tuple[Job, Job]]) -> None:
-        """What a write that ended jobs of groups or with keys brings about
-        (`Groups.jobs_ended`, `ConcurrencyKeys.follow`)."""
+        """What a write that ended jobs brings about: their groups' releases and stops
+        (`Groups.jobs_ended`), the jobs waiting on them settled (`Dependencies.jobs_ended`),
+        whose own ends are followed in turn, and their keys' releases (`ConcurrencyKeys.follow`)
+        for every write of these, the settled waiters' too (a cancelled waiter frees nothing
+        but is harmless; a released one may now be its key's to release)."""
         done = list(done)
-        ended = [after for before, after in done if groups_domain.ended(before, after)]
-        if ended:
-            self.groups.jobs_ended(ended)
-        self.keys.follow(done)
+        grouped = [after for before, after in done if groups_domain.ended(before, after)]
+        if grouped:
+            self.groups.jobs_ended(grouped)
+        followed = list(done)
+        ended = [after for before, after in done if _ended(before, after)]
+        while ended:
+            settled = self.dependencies.jobs_ended(ended)
+            followed.extend(settled)
+            ended = [after for before, after in settled if _ended(before, after)]
+        self.keys.follow(followed)
 
     def job_written(self, job: Job, before: Job | None) -> None:
         """Tell waiting claims and reads of a job write another use case made (a fan-out, a
@@ -965,9 +979,11 @@ class SchedulingService:
         now = self._clock.now()
         due = self._store.due_jobs(now, limit or self._settings.sweep_batch)
         # Releases a lost write left undone (a crash between a job's end and its group's
-        # release); not counted, so that they never make the sweeper hurry.
+        # release, or its waiters' settling); not counted, so that they never make the
+        # sweeper hurry.
         self.groups.repair()
         self.keys.repair()
+        self._follow_ends(self.dependencies.repair())
         if not due:
             return 0
         answers = self._apply_many([job.id for job in due], _deadline_decision(now))
@@ -992,13 +1008,17 @@ class SchedulingService:
         # A group only ever goes from unfinished to finished (its jobs are all made at once),
         # so what is read here can only keep a job one pass longer than needed.
         busy = self._unfinished_groups(candidates)
-        found = [job for job in candidates if retention.prunable(job, now, retain_ms, busy)]
+        awaited = self.dependencies.awaited(candidates)
+        found = [
+            job for job in candidates if retention.prunable(job, now, retain_ms, busy, awaited)
+        ]
         # Their data beside the store goes first: a crash between the two leaves a job
         # without logs (deleted again at the next pass), never files nobody can reach.
         for job in found:
             forget(job)
         return self._store.delete_jobs(
-            [job.id for job in found], lambda job: retention.prunable(job, now, retain_ms, busy)
+            [job.id for job in found],
+            lambda job: retention.prunable(job, now, retain_ms, busy, awaited),
         )
 
     def _unfinished_groups(self, jobs: Iterable[Job]) -> frozenset[str]:
@@ -1028,14 +1048,26 @@ class SchedulingService:
         not_before: Instant | None = None,
         idempotency_key: str | None = None,
         concurrency: object = None,
+        after: Sequence[str] = (),
+        after_group: str | None = None,
     ) -> Job:
-        """Queue a job for a server the actor may manage (with a concurrency key, held by it
-        until its key's limit allows it: `service/keys.py`).
+        """Queue a job for a server the actor may manage; with a concurrency key, held by it
+        until its key's limit allows it (`service/keys.py`); with `after` (job ids) or
+        `after_group`, held until each of them succeeded (docs/protocol.md, "Dependencies").
 
         With an `idempotency_key`, the same key and the same request give the same job again;
         the same key with a different request is `IdempotencyConflict`.
         """
-        spec = JobSpec(kind, payload, max_attempts, backoff, not_before, concurrency)
+        spec = JobSpec(
+            kind=kind,
+            payload=payload,
+            max_attempts=max_attempts,
+            backoff=backoff,
+            not_before=not_before,
+            concurrency=concurrency,
+            after=tuple(after or ()),
+            after_group=after_group,
+        )
         return self._create(actor, server_id, [spec], idempotency_key, batch=False)[0]
 
     def create_jobs(
@@ -1064,6 +1096,9 @@ class SchedulingService:
     ) -> list[Job]:
         server = self._server_for(actor, server_id)
         self._check_kinds(server, specs)
+        specs = [
+            self._check_dependencies(actor, spec, index, batch) for index, spec in enumerate(specs)
+        ]
         now = self._clock.now()
 
         def build(spec: JobSpec, job_id: str) -> Job:
@@ -1078,6 +1113,8 @@ class SchedulingService:
                 now=now,
                 not_before=spec.not_before,
                 concurrency=concurrency_domain.check(spec.concurrency),
+                after=spec.after,
+                after_group=spec.after_group,
             )
 
         jobs = [build(spec, self._tokens.identifier("job_")) for spec in specs]
@@ -1117,6 +1154,14 @@ class SchedulingService:
             return [found[job_id] for job_id in taken.job_ids if job_id in found]
         for job in jobs:
             self._events.job_changed(job, None)
+        waiting = [job.id for job in jobs if job.held]
+        if waiting:
+            # What they name may have ended already: released (or cancelled) at once.
+            settled = self.dependencies.settle(waiting)
+            self._follow_ends(settled)
+            now_are = {after.id: after for _, after in settled}
+            jobs = [now_are.get(job.id, job) for job in jobs]
+        # Then their keys (a job a settle released is its key's now), read back after.
         return self.keys_declared(jobs)
 
     def keys_declared(self, jobs: Sequence[Job]) -> list[Job]:
@@ -1127,6 +1172,23 @@ class SchedulingService:
         self.keys.follow(((None, job) for job in jobs), declare=True)
         found = self._store.get_jobs([job.id for job in jobs])
         return [found.get(job.id, job) for job in jobs]
+
+    def _check_dependencies(self, actor: User, spec: JobSpec, index: int, batch: bool) -> JobSpec:
+        """The spec with what it waits on checked (`Dependencies.check`); in a batch, a
+        refusal names the job by its index."""
+        if not spec.after and spec.after_group is None:
+            return spec
+        try:
+            after, group = self.dependencies.check(actor, spec.after, spec.after_group)
+        except InvalidRequest as error:
+            if not batch:
+                raise
+            where = f"jobs[{index}]"
+            raise InvalidRequest(
+                f"{where}.{error.message}",
+                fields=tuple((f"{where}.{f}", m) for f, m in error.fields),
+            ) from None
+        return replace(spec, after=after, after_group=group)
 
     def _check_kinds(self, server: Server, specs: Sequence[JobSpec]) -> None:
         """Refuse jobs that the server's Run said it cannot run (nothing advertised: all
@@ -1242,10 +1304,10 @@ class SchedulingService:
         policy = old.policy
         backoff = {"initial_s": policy.initial_s, "multiplier": policy.multiplier}
         spec = JobSpec(
-            old.kind,
-            old.payload(),
-            policy.max_attempts,
-            {**backoff, "max_s": policy.max_s},
+            kind=old.kind,
+            payload=old.payload(),
+            max_attempts=policy.max_attempts,
+            backoff={**backoff, "max_s": policy.max_s},
             concurrency=old.concurrency,
         )
         return self._create(actor, server.id, [spec], idempotency_key, batch=False)[0]
@@ -1357,7 +1419,13 @@ class SchedulingService:
             raise NotFound("no such job") from None
         now = self._clock.now()
         busy = self._unfinished_groups([job])
-        if not retention.deletable(job, now, busy):
+        awaited = self.dependencies.awaited([job])
+        if not retention.deletable(job, now, busy, awaited):
+            if job.state.is_terminal and job.id in awaited:
+                raise JobNotEnded(
+                    "A job waiting on that one has not been released yet; it can be deleted "
+                    "once it has."
+                )
             if job.state.is_terminal:
                 raise JobNotEnded(
                     "That job's group has not ended yet; its jobs can be deleted once all have."
@@ -1368,7 +1436,7 @@ class SchedulingService:
         # left to the user who deletes a job at the moment it ends.
         forget(job)
         deleted = self._store.delete_jobs(
-            [job_id], lambda stored: retention.deletable(stored, now, busy)
+            [job_id], lambda stored: retention.deletable(stored, now, busy, awaited)
         )
         if not deleted:  # another request deleted it meanwhile
             raise NotFound("no such job")
@@ -1487,6 +1555,11 @@ def _answer(decision: Decision[T]) -> T:
         raise decision.error
     assert decision.answer is not None
     return decision.answer
+
+
+def _ended(before: Job | None, after: Job) -> bool:
+    """The write ended the job (it became terminal)."""
+    return after.state.is_terminal and (before is None or not before.state.is_terminal)
 
 
 def _deadline_decision(now: Instant) -> Callable[[Job, Instant, float], Decision[bool]]:

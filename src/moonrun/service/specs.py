@@ -22,10 +22,15 @@ class JobSpec:
     not_before: Instant | None = None
     concurrency: object = None
     """`{"key", "limit"?}` as asked, or a `Concurrency` (checked when its job is made)."""
+    after: tuple[str, ...] = ()
+    """The jobs it waits on (docs/protocol.md, "Dependencies")."""
+    after_group: str | None = None
+    """The group it waits on."""
 
     def request(self, server_id: str) -> dict[str, Any]:
-        """The request as the idempotency fingerprint sees it."""
-        return {
+        """The request as the idempotency fingerprint sees it (dependencies only when named,
+        so that the fingerprint of a request naming none is what it always was)."""
+        request = {
             "server_id": server_id,
             "kind": self.kind,
             "payload": self.payload,
@@ -34,6 +39,11 @@ class JobSpec:
             "not_before": self.not_before,
             **({} if self.concurrency is None else {"concurrency": _plain(self.concurrency)}),
         }
+        if self.after:
+            request["after"] = list(self.after)
+        if self.after_group is not None:
+            request["after_group"] = self.after_group
+        return request
 
 
 def _plain(concurrency: object) -> object:

@@ -115,6 +115,9 @@ def job_to_row(job: Job) -> dict[str, Any]:
         "key_held": job.key_held,
         "held_key": job.held_key,
         "live_key": job.live_key,
+        "after_json": json.dumps(list(job.after), separators=(",", ":")) if job.after else None,
+        "after_group_id": job.after_group,
+        "dependency_held": 1 if job.dependency_held else None,
     }
 
 
@@ -209,6 +212,8 @@ def row_to_job(row: Row) -> Job:
         if row["concurrency_key"] is None
         else Concurrency(row["concurrency_key"], row["concurrency_limit"]),
         key_held=bool(row["key_held"]),
+        after=() if row["after_json"] is None else tuple(json.loads(row["after_json"])),
+        after_group=row["after_group_id"],
     )
 
 

@@ -46,9 +46,15 @@ class _JobIndexes:
     dropped when it surfaces (`first_finished`)."""
     active: dict[str, set[str]] = field(default_factory=dict)
     counts: Counter[JobState] = field(default_factory=Counter)
+    dependency_held: set[str] = field(default_factory=set)
+    """The jobs still held on their dependencies."""
 
     def replace(self, old: Job | None, new: Job) -> None:
         live = self.waiting_key.get(new.id)
+        if new.dependency_held:
+            self.dependency_held.add(new.id)
+        else:
+            self.dependency_held.discard(new.id)
         if old is not None:
             self._remove(old)
             self.counts[old.state] -= 1
@@ -180,6 +186,8 @@ class MemoryStore:
         """(owner id, concurrency key) -> the ids of its jobs."""
         self._key_limits: dict[tuple[str, str], int] = {}
         """(owner id, concurrency key) -> the key's limit."""
+        self._waiters: dict[str, list[str]] = {}
+        """Job or group id -> the ids of the jobs that named it as a dependency."""
         self._schedules: dict[str, Schedule] = {}
 
     # -- jobs ----------------------------------------------------------------------------
@@ -222,6 +230,8 @@ class MemoryStore:
                 if job.concurrency is not None:
                     scope = (job.owner_id, job.concurrency.key)
                     self._key_jobs.setdefault(scope, []).append(job.id)
+                for on_id in job.waits_on:
+                    self._waiters.setdefault(on_id, []).append(job.id)
 
     def replace_job(self, job: Job, expected: Job) -> bool:
         with self._lock:
@@ -364,6 +374,7 @@ class MemoryStore:
                     keyed = self._key_jobs.get((stored.owner_id, stored.concurrency.key))
                     if keyed is not None and job_id in keyed:
                         keyed.remove(job_id)
+                self._waiters.pop(job_id, None)
                 key = self._idempotency_of.pop(job_id, None)
                 if key is not None:
                     self._idempotency.pop(key, None)
@@ -451,6 +462,19 @@ class MemoryStore:
                 )
             )
             return [(owner_id, key) for key, owner_id in holding[:limit]]
+
+    # -- dependencies ----------------------------------------------------------------------
+    def waiters(self, on_ids: Collection[str]) -> list[str]:
+        with self._lock:
+            found: dict[str, None] = {}
+            for on_id in on_ids:
+                found.update(dict.fromkeys(self._waiters.get(on_id, ())))
+            return list(found)
+
+    def dependency_held_jobs(self, after: str | None, limit: int) -> list[Job]:
+        with self._lock:
+            ids = sorted(i for i in self._index.dependency_held if after is None or i > after)
+            return [self._jobs[job_id] for job_id in ids[:limit]]
 
     # -- endpoints and sessions ------------------------------------------------------------
     def insert_endpoint(self, endpoint: Endpoint) -> None:

@@ -62,7 +62,8 @@ class Store(Protocol):
         group: Group | None = None,
     ) -> None:
         """Insert every job, and the idempotency record and the group when given, atomically:
-        when an id or the key is taken, `AlreadyExists` and nothing is stored."""
+        when an id or the key is taken, `AlreadyExists` and nothing is stored. What each job
+        waits on (`Job.waits_on`) is recorded with it, for `waiters`."""
         ...
 
     def replace_job(self, job: Job, expected: Job) -> bool:
@@ -206,6 +207,18 @@ class Store(Protocol):
     def held_keys(self, after: tuple[str, str] | None, limit: int) -> list[tuple[str, str]]:
         """Up to `limit` (owner id, key) with held jobs, in (key, owner id) order after
         `after` (the sweeper walks them all, a few at a time)."""
+        ...
+
+    # -- dependencies ----------------------------------------------------------------------
+    def waiters(self, on_ids: Collection[str]) -> list[str]:
+        """The ids of the jobs that named any of `on_ids` (job or group ids) as a dependency,
+        each once, whether they still wait or not (`insert_jobs` records what each job names)."""
+        ...
+
+    def dependency_held_jobs(self, after: str | None, limit: int) -> list[Job]:
+        """Up to `limit` jobs still held on their dependencies (`Job.dependency_held`), in id
+        order after `after` (the sweeper walks them all, a few at a time, to settle what a
+        lost write left waiting)."""
         ...
 
     # -- endpoints and sessions ------------------------------------------------------------

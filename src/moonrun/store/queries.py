@@ -303,6 +303,13 @@ class Queries:
             "SELECT held_key, owner_id FROM jobs @ix_jobs_key_held WHERE held_key >= :key "
             "AND (held_key > :key OR owner_id > :owner_id) ORDER BY held_key, owner_id LIMIT 1"
         )
+        self.insert_dependency = render(
+            "INSERT INTO job_dependencies (on_id, job_id) VALUES (:on_id, :job_id)"
+        )
+        self.dependency_held = render(
+            f"SELECT {JOB} FROM jobs @ix_jobs_dependency_held "
+            "WHERE dependency_held = 1 AND id > :after ORDER BY id LIMIT :limit"
+        )
         self.delete_schedules_of_server = render(
             "DELETE FROM schedules WHERE server_id = :server_id"
         )
@@ -395,6 +402,21 @@ class Queries:
     def get_jobs(self, count: int) -> str:
         marks = ", ".join(f":id{n}" for n in range(count))
         return self.render(f"SELECT {JOB} FROM jobs WHERE id IN ({marks})")
+
+    @functools.lru_cache(maxsize=64)  # noqa: B019
+    def waiters(self, count: int) -> str:
+        """The jobs that named any of `count` ids (`:on<n>`) as a dependency: ranges of the
+        key of job_dependencies."""
+        marks = ", ".join(f":on{n}" for n in range(count))
+        return self.render(
+            f"SELECT job_id FROM job_dependencies @pk_job_dependencies WHERE on_id IN ({marks})"
+        )
+
+    @functools.lru_cache(maxsize=64)  # noqa: B019
+    def delete_waiters_of(self, count: int) -> str:
+        """Forget who waited on `count` deleted jobs (`:on<n>`): ranges of the key."""
+        marks = ", ".join(f":on{n}" for n in range(count))
+        return self.render(f"DELETE FROM job_dependencies WHERE on_id IN ({marks})")
 
     @functools.lru_cache(maxsize=64)  # noqa: B019
     def get_jobs_locked(self, count: int) -> str:

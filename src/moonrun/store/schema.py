@@ -128,6 +128,9 @@ jobs = Table(
     Column("key_held", Boolean, nullable=False, server_default=text("false")),
     Column("held_key", KEY),
     Column("live_key", KEY),
+    Column("after_json", Text),
+    Column("after_group_id", ID),
+    Column("dependency_held", Integer),
     Index("ix_jobs_claim", "endpoint_id", "claimable_at", "created_at", "id"),
     Index("ix_jobs_active", "endpoint_id", "state"),
     Index("ix_jobs_due", "deadline_at", "id"),
@@ -139,8 +142,8 @@ jobs = Table(
     Index("ix_jobs_server_kind_listing", "server_id", "kind", "created_at", "id"),
     Index("ix_jobs_finished", "terminal_at", "id"),
     # And ix_jobs_owner_claim, made by migration 8 (OWNER_CLAIM_INDEX), the groups'
-    # indexes, made by migration 11 (GROUP_INDEXES), and the keys', by migration 13
-    # (KEY_INDEXES).
+    # indexes, made by migration 11 (GROUP_INDEXES), ix_jobs_dependency_held, made by
+    # migration 13 (DEPENDENCY_INDEX), and the keys', by migration 14 (KEY_INDEXES).
     **TABLE_OPTIONS,
 )
 
@@ -296,6 +299,16 @@ concurrency_keys = Table(
 )
 """Each owner's concurrency keys: the key's limit, and the row its releases take turns on
 (`scheduling/concurrency.py`). A key's row is made by its first release."""
+job_dependencies = Table(
+    "job_dependencies",
+    metadata,
+    Column("on_id", ID, primary_key=True),
+    Column("job_id", ID, primary_key=True),
+    **TABLE_OPTIONS,
+)
+"""What each job waits on (`scheduling/dependencies.py`): one row per job or group a job names
+(`on_id`), written with the job and never changed, so that a job's end finds its waiters by one
+range of the key."""
 schedules = Table(
     "schedules",
     metadata,
@@ -332,6 +345,7 @@ DATA_TABLES: Final = (
     job_groups,
     schedules,
     concurrency_keys,
+    job_dependencies,
 )
 
 
@@ -519,6 +533,30 @@ def _retention_v12(connection: Connection) -> None:
             index.create(connection)
 
 
+DEPENDENCY_INDEX: Final = "CREATE INDEX ix_jobs_dependency_held ON jobs (dependency_held, id)"
+"""The jobs still held on their dependencies, in id order, for the sweeper's repair
+(`dependency_held` is 1 while a job is, NULL otherwise). Not declared on `jobs` for the reason
+OWNER_CLAIM_INDEX is not."""
+
+
+def _dependencies_v13(connection: Connection) -> None:
+    """Dependencies (docs/protocol.md, "Dependencies"): what each job waits on, its table of
+    waiters, and the index of jobs still held on them; every existing job waits on nothing."""
+    inspector = inspect(connection)
+    present = {c["name"] for c in inspector.get_columns("jobs")}
+    for column, kind in (
+        ("after_json", "TEXT"),
+        ("after_group_id", "VARCHAR(64)"),
+        ("dependency_held", "INTEGER"),
+    ):
+        if column not in present:
+            connection.execute(text(f"ALTER TABLE jobs ADD COLUMN {column} {kind}"))
+    if "job_dependencies" not in inspector.get_table_names():
+        job_dependencies.create(connection)
+    if "ix_jobs_dependency_held" not in {index["name"] for index in inspector.get_indexes("jobs")}:
+        connection.execute(text(DEPENDENCY_INDEX))
+
+
 KEY_INDEXES: Final = {
     "ix_jobs_key_held": "CREATE INDEX ix_jobs_key_held ON jobs "
     "(held_key, owner_id, created_at, id)",
@@ -529,7 +567,7 @@ its live jobs, counted (`live_key` is NULL but while a job takes one of its key'
 declared on `jobs` for the reason OWNER_CLAIM_INDEX is not."""
 
 
-def _concurrency_keys_v13(connection: Connection) -> None:
+def _concurrency_keys_v14(connection: Connection) -> None:
     """Concurrency keys (docs/protocol.md, "Concurrency keys"): the keys' table, and each
     job's key, limit and whether its key holds it; every existing job has no key."""
     inspector = inspect(connection)
@@ -566,7 +604,8 @@ MIGRATIONS: Final[Sequence[Callable[[Connection], None]]] = (
     _schedules_v10,
     _groups_v11,
     _retention_v12,
-    _concurrency_keys_v13,
+    _dependencies_v13,
+    _concurrency_keys_v14,
 )
 """Migration n (1-based) brings the schema from version n-1 to n; never edit a shipped one.
 

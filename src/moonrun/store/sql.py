@@ -242,6 +242,9 @@ class SqlStore:
     ) -> None:
         rows = [codec.job_to_row(job) for job in jobs]
         deltas = Counter(job.state.value for job in jobs)
+        dependencies = [
+            {"on_id": on_id, "job_id": job.id} for job in jobs for on_id in job.waits_on
+        ]
 
         def work(cursor: Cursor) -> None:
             if idempotency is not None:
@@ -252,6 +255,8 @@ class SqlStore:
                 cursor.execute(self._sql.insert_job, rows[0])
             elif rows:
                 cursor.executemany(self._sql.insert_job, rows)
+            if dependencies:
+                cursor.executemany(self._sql.insert_dependency, dependencies)
             self._count(cursor, deltas)
 
         self._write(work)
@@ -363,6 +368,10 @@ class SqlStore:
                 marks = {f"id{n}": job.id for n, job in enumerate(gone)}
                 cursor.execute(self._sql.delete_idempotency_of(len(gone)), marks)
                 cursor.execute(self._sql.delete_jobs(len(gone)), marks)
+                # What waited on them was settled before they could go (retention keeps a
+                # job a held job waits on): their waiters' rows go with them.
+                waited = {f"on{n}": job.id for n, job in enumerate(gone)}
+                cursor.execute(self._sql.delete_waiters_of(len(gone)), waited)
                 for job in gone:
                     deltas[job.state.value] -= 1
                 deleted.extend(gone)
@@ -585,6 +594,21 @@ class SqlStore:
             return found
 
         return self._read(work)
+
+    # -- dependencies ----------------------------------------------------------------------
+
+    def waiters(self, on_ids: Collection[str]) -> list[str]:
+        found: dict[str, None] = {}
+        ids = list(dict.fromkeys(on_ids))
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            parameters = {f"on{n}": on_id for n, on_id in enumerate(chunk)}
+            for row in self._rows(self._sql.waiters(len(chunk)), parameters):
+                found[str(row[0])] = None
+        return list(found)
+
+    def dependency_held_jobs(self, after: str | None, limit: int) -> list[Job]:
+        return self._jobs(self._sql.dependency_held, {"after": after or "", "limit": limit})
 
     # -- endpoints and sessions ------------------------------------------------------------
 

@@ -43,9 +43,9 @@ async def fan_out(request: Request) -> Response:
     typed["stop_on_failure"] = "on" if fields.get("stop_on_failure") else ""
     try:
         spec = JobSpec(
-            typed["kind"],
-            submitform.parse_payload(typed["payload"]),
-            submitform.parse_attempts(typed["max_attempts"]),
+            kind=typed["kind"],
+            payload=submitform.parse_payload(typed["payload"]),
+            max_attempts=submitform.parse_attempts(typed["max_attempts"]),
         )
         made = await on_user_channel(
             request,

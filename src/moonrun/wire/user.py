@@ -95,6 +95,15 @@ class JobConcurrencyView(TypedDict):
     one of them must end first (or its group holds it still)."""
 
 
+class WaitingForView(TypedDict):
+    """What a job held on its dependencies waits on (docs/protocol.md, "Dependencies")."""
+
+    jobs: list[str]
+    """The jobs it named (`after`), each to succeed; those that did already are listed too."""
+    group: str | None
+    """The group it named (`after_group`), every job of which is to succeed."""
+
+
 class JobScheduleView(TypedDict):
     """The schedule firing that made a job."""
 
@@ -129,6 +138,9 @@ class JobView(TypedDict):
     """The schedule whose firing made the job, if one did."""
     concurrency: JobConcurrencyView | None
     """Its concurrency key, if it carries one."""
+    waiting_for: WaitingForView | None
+    """While it is held on its dependencies, what it waits on; else null. A job whose
+    dependency did not succeed ends `cancelled`, its terminal error `dependency_failed`."""
 
 
 class EndpointView(TypedDict):

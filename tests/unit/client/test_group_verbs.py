@@ -122,3 +122,14 @@ def test_the_python_client_fans_out_reads_waits_and_cancels_groups(terminal: Ter
         assert owner.cancel_group(made.group.id).counts["succeeded"] == 2
         with pytest.raises(NoMatch):
             owner.fanout("role=nothing", "noop")
+
+
+def test_a_server_id_beside_a_selector_is_a_usage_error_saying_so(terminal: Terminal) -> None:
+    for args in (
+        ("job", "submit", terminal.cast.server_id, "--selector", "role=web", "--", "echo", "hi"),
+        ("job", "submit", "--selector", "role=web", terminal.cast.server_id),
+    ):
+        done = terminal(*args)
+
+        assert done.exit_code == 2, done.output
+        assert "give a SERVER or --selector, not both" in done.output

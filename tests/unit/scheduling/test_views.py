@@ -57,6 +57,7 @@ JOB_KEYS = {
     "logs_complete",
     "schedule",
     "concurrency",
+    "waiting_for",
 }
 RETRY_KEYS = {"next_eligible_at", "initial_s", "multiplier", "max_s", "last_failure"}
 FAILURE_KEYS = {"reason", "code", "attempt", "at", "message"}
@@ -300,6 +301,7 @@ def test_rich_job_view_values() -> None:
         "logs_complete": False,
         "schedule": None,
         "concurrency": None,
+        "waiting_for": None,
     }
     assert expected == view
 

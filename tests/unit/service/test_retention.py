@@ -173,7 +173,7 @@ def test_a_batch_replayed_after_one_of_its_later_jobs_was_deleted_answers_those_
     """A deleted job is never made again by its key's replay."""
     from moonrun.service.scheduling import JobSpec
 
-    specs = [JobSpec("noop", None, None, None, None)] * 2
+    specs = [JobSpec(kind="noop")] * 2
     first, second = world.service.create_jobs(
         world.owner, world.server.id, specs, idempotency_key="batch"
     )

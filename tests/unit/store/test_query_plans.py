@@ -64,7 +64,16 @@ API_TOKEN_HASH = "a" * 64
 WEB_HASH = "w" * 64
 NOW = T0 + 3_600_000
 """An hour after the first job: every queued job is claimable, every running one due."""
-ANALYZED = ("jobs", "job_counts", "sessions", "endpoints", "users", "api_tokens", "web_sessions")
+ANALYZED = (
+    "jobs",
+    "job_dependencies",
+    "job_counts",
+    "sessions",
+    "endpoints",
+    "users",
+    "api_tokens",
+    "web_sessions",
+)
 """The tables the hot queries read (SQLite's ANALYZE takes every table)."""
 MIDDLE = (T0 + JOBS // 2, f"job-{JOBS // 2:05d}")
 """A listing cursor (created_at, id) halfway through the jobs."""
@@ -150,6 +159,10 @@ EXPECTED_PLANS: dict[str, list[Step]] = {
     "key_held_locked": _search("ix_jobs_key_held"),
     "first_held_key": _search("ix_jobs_key_held"),
     "next_held_key": _search("ix_jobs_key_held"),
+    # Dependencies: a job's waiters are one range of job_dependencies' key; the sweeper walks
+    # the jobs still held on theirs as one range of their index.
+    "waiters": [("job_dependencies", "SEARCH", "PRIMARY")],
+    "dependency_held": _search("ix_jobs_dependency_held"),
 }
 """What each hot query must do, the same on SQLite and MySQL (but see MYSQL_PLANS)."""
 
@@ -257,6 +270,8 @@ def hot_queries(sql: Queries) -> dict[str, tuple[str, dict[str, Any]]]:
     queries["key_held_locked"] = (sql.key_held_locked, {**scope, "limit": 4})
     queries["first_held_key"] = (sql.first_held_key, {})
     queries["next_held_key"] = (sql.next_held_key, scope)
+    queries["waiters"] = (sql.waiters(2), {"on0": "job-00003", "on1": GROUP})
+    queries["dependency_held"] = (sql.dependency_held, {"after": "job-wait-0100", "limit": 50})
     return queries
 
 
@@ -328,6 +343,17 @@ def load(store: SqlStore) -> None:
         for n in range(5)
     ]
     store.insert_jobs(keyed)
+    # Jobs waiting on others: many waiters of a few jobs, a few still held.
+    store.insert_jobs(
+        [
+            replace(
+                queued_job(job_id=f"job-wait-{n:04d}", now=T0 + JOBS),
+                after=(f"job-{n % 7:05d}",),
+                held=n % 50 == 0,
+            )
+            for n in range(500)
+        ]
+    )
 
 
 class Skewed:

@@ -176,7 +176,7 @@ def test_releases_racing_on_two_platforms_never_pass_the_keys_limit(
 
 
 def test_an_older_store_gains_concurrency_keys_on_open(private_store_url: str) -> None:
-    """A store of schema 12 (no keys) opens at the current version, its jobs without a key
+    """A store of schema 13 (no keys) opens at the current version, its jobs without a key
     and as claimable as before, and keeps keyed jobs from then on."""
     store = open_store(private_store_url)
     store.insert_jobs([queued_job(job_id="job-old")])
@@ -197,7 +197,7 @@ def test_an_older_store_gains_concurrency_keys_on_open(private_store_url: str) -
             )
         ),
         "DROP TABLE concurrency_keys",
-        "UPDATE schema_version SET version = 12",
+        "UPDATE schema_version SET version = 13",
     )
     store = open_store(private_store_url)
     try:
