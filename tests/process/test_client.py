@@ -112,7 +112,8 @@ def test_wait_answers_a_job_that_succeeded(shared: tuple[Cluster, Server], clien
     cl, server = shared
     with cl.explained():
         queued = client.submit(server.id, "noop")
-        done = client.wait(queued.id, timeout_s=30)
+        # With its logs: a view read after that is the same (logs_complete settles too).
+        done = client.wait(queued.id, timeout_s=30, logs=True)
         read = client.job(queued.id)
     assert (queued.state, queued.server_id, queued.kind) == ("queued", server.id, "noop")
     assert ending(done) == ("succeeded", 1, None)
