@@ -797,6 +797,8 @@ JOB_VIEW_FIELDS = {
     "group",
     "logs_complete",
     "schedule",
+    "waiting_for",
+    "concurrency",
 }
 
 
