@@ -466,31 +466,23 @@ class SchedulingService:
         """A platform admin drains an endpoint (no new claims are granted to it; its running
         attempts finish) or undrains it."""
         require_platform_admin(actor)
-        for _ in range(self._settings.cas_retries):
-            endpoint = self._store.get_endpoint(endpoint_id)
-            if endpoint is None:
-                raise NotFound("no such endpoint")
-            updated = endpoint
-            if endpoint.draining != draining:
-                updated = replace(endpoint, draining=draining, version=endpoint.version + 1)
-                if not self._store.replace_endpoint(updated, endpoint.version):
-                    continue
-            sid = updated.current_session_id
-            session = self._store.get_session(sid) if sid else None
-            return endpoint_view(updated, session, self._clock.now())
-        raise Contention()
+        return self._change_endpoint(endpoint_id, draining=draining)
 
     def set_endpoint_labels(self, actor: User, endpoint_id: str, labels: object) -> EndpointView:
         """A platform admin replaces an endpoint's labels (whatever its Run proposed)."""
         require_platform_admin(actor)
-        checked = check_labels(labels)
+        return self._change_endpoint(endpoint_id, labels=check_labels(labels))
+
+    def _change_endpoint(self, endpoint_id: str, **fields: Any) -> EndpointView:
+        """Set `fields` of the endpoint by compare-and-swap (no write when they are already
+        so); its view after."""
         for _ in range(self._settings.cas_retries):
             endpoint = self._store.get_endpoint(endpoint_id)
             if endpoint is None:
                 raise NotFound("no such endpoint")
             updated = endpoint
-            if endpoint.labels != checked:
-                updated = replace(endpoint, labels=checked, version=endpoint.version + 1)
+            if any(getattr(endpoint, name) != value for name, value in fields.items()):
+                updated = replace(endpoint, **fields, version=endpoint.version + 1)
                 if not self._store.replace_endpoint(updated, endpoint.version):
                     continue
             sid = updated.current_session_id
