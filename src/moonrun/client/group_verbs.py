@@ -55,6 +55,7 @@ class FanOutAsked:
     idempotency_key: str | None
     concurrency_key: str | None = None
     concurrency_limit: int | None = None
+    priority: int | None = None
 
 
 def counts_text(counts: dict[str, int]) -> str:
@@ -113,6 +114,7 @@ def fan_out(
             idempotency_key=asked.idempotency_key,
             concurrency_key=asked.concurrency_key,
             concurrency_limit=asked.concurrency_limit,
+            priority=asked.priority,
         )
         if not wait:
             if as_json:

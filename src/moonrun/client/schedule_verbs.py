@@ -31,6 +31,7 @@ SHOW_FIELDS: Final = (
     "cron",
     "timezone",
     "kind",
+    "priority",
     "overlap",
     "catchup_window_s",
     "paused",
@@ -49,6 +50,7 @@ def _fields(schedule: Schedule) -> dict[str, Any]:
     return {
         **data,
         "kind": schedule.kind,
+        "priority": data["job"].get("priority", 5),
         "next": data["next_times"][0] if data["next_times"] else "-",
         "next_times": ", ".join(data["next_times"]) or "-",
         "last_firing": "-"
@@ -91,6 +93,10 @@ def schedule_create(
     max_attempts: Annotated[
         int | None, typer.Option("--max-attempts", help="Attempts of each job")
     ] = None,
+    priority: Annotated[
+        int | None,
+        typer.Option("--priority", min=0, max=9, help="Each job's priority, 0 to 9 (default 5)"),
+    ] = None,
     profile: ProfileOption = profiles.DEFAULT_PROFILE,
     as_json: JsonOption = False,
 ) -> None:
@@ -107,6 +113,7 @@ def schedule_create(
             catchup_window_s=catchup_window_s,
             paused=paused,
             max_attempts=max_attempts,
+            priority=priority,
         )
     _show(schedule, as_json)
 

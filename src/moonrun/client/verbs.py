@@ -223,6 +223,7 @@ JOB_FIELDS: Final = (
     "kind",
     "state",
     "attempt",
+    "priority",
     "created_at",
     "updated_at",
     "progress",
@@ -418,6 +419,15 @@ def job_submit(
             "--concurrency-limit", min=1, max=1000, help="With --concurrency-key (default 1)"
         ),
     ] = None,
+    priority: Annotated[
+        int | None,
+        typer.Option(
+            "--priority",
+            min=0,
+            max=9,
+            help="0 to 9 (default 5): a higher priority is granted first on its endpoint",
+        ),
+    ] = None,
     after: Annotated[
         list[str] | None,
         typer.Option(
@@ -480,6 +490,7 @@ def job_submit(
                 idempotency_key,
                 concurrency_key,
                 concurrency_limit,
+                priority,
             ),
             max_parallel=max_parallel,
             stop_on_failure=stop_on_failure,
@@ -500,6 +511,7 @@ def job_submit(
             concurrency_limit=concurrency_limit,
             after=after,
             after_group=after_group,
+            priority=priority,
         )
         if follow:
             job = _follow(ctx, profile, client, job, logs_to_stderr=as_json)

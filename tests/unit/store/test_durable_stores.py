@@ -306,10 +306,10 @@ def test_an_older_store_learns_each_jobs_owner_from_its_server_on_open(
     on_jobs = "" if private_store_url.startswith("file:") else " ON jobs"
     _raw_sql(
         private_store_url,
-        # The indexes over owner_id (migrations 8 and 12) go before it.
+        # The indexes over owner_id (migrations 12 and 15, in place of 8's) go before it.
         *(
             f"DROP INDEX {index}{on_jobs}"
-            for index in ("ix_jobs_owner_claim", "ix_jobs_key_held", "ix_jobs_key_live")
+            for index in ("ix_jobs_priority_claim", "ix_jobs_key_held", "ix_jobs_key_live")
         ),
         "ALTER TABLE jobs DROP COLUMN claimable_owner_id",
         "ALTER TABLE jobs DROP COLUMN owner_id",
