@@ -38,7 +38,16 @@ async def fan_out(request: Request) -> Response:
     fields = await checked_form(request)
     typed = {
         name: fields.get(name, "").strip()
-        for name in ("selector", "kind", "payload", "max_attempts", "max_parallel")
+        for name in (
+            "selector",
+            "kind",
+            "payload",
+            "max_attempts",
+            "max_parallel",
+            "priority",
+            "concurrency_key",
+            "concurrency_limit",
+        )
     }
     typed["stop_on_failure"] = "on" if fields.get("stop_on_failure") else ""
     try:
@@ -46,6 +55,10 @@ async def fan_out(request: Request) -> Response:
             kind=typed["kind"],
             payload=submitform.parse_payload(typed["payload"]),
             max_attempts=submitform.parse_attempts(typed["max_attempts"]),
+            priority=submitform.parse_priority(typed["priority"]),
+            concurrency=submitform.parse_concurrency(
+                typed["concurrency_key"], typed["concurrency_limit"]
+            ),
         )
         made = await on_user_channel(
             request,

@@ -260,6 +260,10 @@ async def submit_job(request: Request) -> Response:
     fields = await checked_form(request)
     server_id, kind = fields.get("server_id", ""), fields.get("kind", "").strip()
     text, attempts = fields.get("payload", ""), fields.get("max_attempts", "").strip()
+    options = {
+        name: fields.get(name, "").strip()
+        for name in ("priority", "concurrency_key", "concurrency_limit")
+    }
     form = {"server_id": server_id, "kind": kind, "payload": text, "max_attempts": attempts}
     try:
         payload = submitform.parse_payload(text)
@@ -272,10 +276,14 @@ async def submit_job(request: Request) -> Response:
             kind=kind,
             payload=payload,
             max_attempts=max_attempts,
+            priority=submitform.parse_priority(options["priority"]),
+            concurrency=submitform.parse_concurrency(
+                options["concurrency_key"], options["concurrency_limit"]
+            ),
             idempotency_key=fields.get("submit_key") or None,
         )
     except (InvalidRequest, IdempotencyConflict) as error:
-        return await _submit_form(request, user, error=error, **form)
+        return await _submit_form(request, user, error=error, options=options, **form)
     return RedirectResponse(f"/jobs/{quote(job.id)}", status_code=303)
 
 
@@ -287,6 +295,7 @@ async def _submit_form(
     kind: str | None = None,
     payload: str | None = None,
     max_attempts: str = "",
+    options: dict[str, str] | None = None,
     error: MoonrunError | None = None,
 ) -> Response:
     """The submit form for one of the user's servers (the first, unless one is chosen), with
@@ -313,6 +322,7 @@ async def _submit_form(
             "chosen_kind": chosen_kind,
             "payload": skeleton if payload is None else payload,
             "max_attempts": max_attempts,
+            "options": options or {},
             "submit_key": secrets.token_urlsafe(16),
             "error": {"code": error.code, "message": error.message} if error else None,
             "problems": [{"field": f, "message": m} for f, m in error.fields] if error else [],

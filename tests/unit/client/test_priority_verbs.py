@@ -54,7 +54,8 @@ def test_submit_with_a_priority_shows_it(terminal: Terminal) -> None:
     assert json.loads(urgent.stdout)["priority"] == 9
     plain = terminal("job", "submit", server, "noop")
     assert plain.exit_code == 0, plain.output
-    assert "priority" in plain.stdout and "5" in plain.stdout
+    assert "priority" in plain.stdout
+    assert "5" in plain.stdout
     fanned = terminal(
         "job", "submit", "--selector", "role=web", "noop", "--priority", "2", "--json"
     )
@@ -88,7 +89,8 @@ def test_schedule_create_takes_a_priority_for_its_jobs(terminal: Terminal) -> No
     assert json.loads(made.stdout)["job"]["priority"] == 8
     shown = terminal("schedule", "show", json.loads(made.stdout)["id"])
     assert shown.exit_code == 0, shown.output
-    assert "priority" in shown.stdout and "8" in shown.stdout
+    assert "priority" in shown.stdout
+    assert "8" in shown.stdout
 
 
 def test_the_python_client_submits_with_a_priority(terminal: Terminal) -> None:
