@@ -66,14 +66,15 @@ def usage_error(message: str) -> typer.Exit:
 
 
 def one_line_errors(command: Callable[P, R]) -> Callable[P, R]:
-    """Report moonrun's own errors as one line on stderr and exit 1, never a traceback."""
+    """Report moonrun's own errors as one line on stderr, `moonrun: error: <code>: <message>`
+    as the user verbs do (docs/cli.md, "Exit codes"), and exit 1, never a traceback."""
 
     @functools.wraps(command)
     def run(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return command(*args, **kwargs)
         except MoonrunError as error:
-            typer.echo(f"moonrun: error: {error.message}", err=True)
+            typer.echo(f"moonrun: error: {error.code}: {error.message}", err=True)
             raise typer.Exit(1) from None
 
     return run
@@ -533,14 +534,18 @@ def run_join(
     again with backoff when no answer comes; the same token and key again are the same join)."""
     import asyncio
 
-    from moonrun.client.labelargs import parse_pairs
+    from moonrun.client.labelargs import naming_labels, parse_pairs
     from moonrun.run import client, identity
     from moonrun.scheduling.labels import check_labels
     from moonrun.security.tokens import b64url
 
     url = _check_url(platform)
     # Checked here too, so a bad label is said before a key is made or a token is sent.
-    labels = dict(check_labels(parse_pairs(label or [], "--label"))) if label else None
+    labels = None
+    if label:
+        proposed = parse_pairs(label, "--label")
+        with naming_labels(proposed):
+            labels = dict(check_labels(proposed))
     key = identity.join_key(data_dir)
     public = key.public_key().public_bytes_raw()
     try:

@@ -27,7 +27,7 @@ from rich.table import Table
 from rich.text import Text
 
 from moonrun.client import profiles
-from moonrun.client.labelargs import apply_changes, labels_text, parse_pairs
+from moonrun.client.labelargs import apply_changes, labels_text, naming_labels, parse_pairs
 from moonrun.client.library import OUTAGE_GRACE_S, Client, Job, WaitTimedOut
 from moonrun.errors import InvalidRequest, MoonrunError, NotFound, Unauthenticated
 
@@ -989,7 +989,8 @@ def endpoint_label(
         endpoint = current
         if changes or replace:
             labels = apply_changes(current.labels, changes or [], replace=replace)
-            endpoint = client.set_endpoint_labels(endpoint_id, labels)
+            with naming_labels(labels):
+                endpoint = client.set_endpoint_labels(endpoint_id, labels)
     if as_json:
         print_json(endpoint.data)
     else:
@@ -1170,7 +1171,7 @@ def server_create(
 ) -> None:
     """Create a server on an endpoint, owned by a user (platform admins)."""
     labels = parse_pairs(label or [], "--label")
-    with connect(ctx, profile) as client:
+    with connect(ctx, profile) as client, naming_labels(labels):
         server = client.create_server(name, endpoint, owner, labels or None)
     if as_json:
         print_json(server.data)
@@ -1254,7 +1255,8 @@ def server_label(
         server = client.server(server_id)
         if changes or replace:
             labels = apply_changes(server.labels, changes or [], replace=replace)
-            server = client.set_server_labels(server_id, labels)
+            with naming_labels(labels):
+                server = client.set_server_labels(server_id, labels)
     if as_json:
         print_json(server.data)
     else:
