@@ -361,7 +361,12 @@ def platform_serve(
     from moonrun.service.config import SchedulingSettings
     from moonrun.service.directory import check_bootstrap_token
     from moonrun.wiring.app import create_app
-    from moonrun.wiring.settings import PlatformConfig, build_platform, parse_retention
+    from moonrun.wiring.settings import (
+        PlatformConfig,
+        build_platform,
+        parse_retention,
+        secret_created_notice,
+    )
 
     try:  # before the logs are configured: a usage error changes nothing
         retain_finished_s = parse_retention(retain_finished)
@@ -425,8 +430,15 @@ def platform_serve(
         keep_alive_s=keep_alive_s,
         trusted_proxies=tuple(trusted_proxy or ()),
     )
+    secret_is_new = not config.secret_path.exists()
     platform = build_platform(config)
     try:
+        if secret_is_new:
+            # Said once, the start that made it: a secret made without a word (by default in
+            # ./.moonrun) is one an operator will not back up or copy to the next replica.
+            notice = secret_created_notice(config)
+            typer.echo(f"moonrun: note: {notice}", err=True)
+            logging.getLogger("moonrun.platform").info(notice)
         if not platform.directory.has_platform_admin():
             warning = (
                 "the store has no platform admin, so nobody can manage this platform; make one "
