@@ -88,22 +88,46 @@ def version() -> None:
 
 @store_app.command("check")
 @one_line_errors
-def store_check(store: StoreOption = DEFAULT_STORE_URL) -> None:
-    """Open the store (creating and migrating it when needed) and print what it holds."""
+def store_check(
+    store: StoreOption = DEFAULT_STORE_URL,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help='Print one JSON document: {"store", "schema_version", "counts", "jobs"}',
+        ),
+    ] = False,
+) -> None:
+    """Open the store (creating and migrating it when needed) and print what it holds: how
+    many users, endpoints, servers and schedules, and how many jobs in each state."""
+    from moonrun.scheduling.jobs import JobState
     from moonrun.store import open_store
     from moonrun.store.sql import SqlStore
 
     opened = open_store(store)
     try:
-        counts = opened.job_counts()
+        held = opened.job_counts()
+        jobs = {state.value: held.get(state, 0) for state in JobState}
+        counts = {
+            "users": len(opened.list_users()),
+            "endpoints": len(opened.list_endpoints()),
+            "servers": len(opened.list_servers()),
+            "schedules": len(opened.list_schedules()),
+            "jobs": sum(jobs.values()),
+        }
         where = opened.description if isinstance(opened, SqlStore) else store
-        schema = (
-            f", schema version {opened.schema_version()}" if isinstance(opened, SqlStore) else ""
-        )
-        jobs = ", ".join(f"{state}={count}" for state, count in sorted(counts.items())) or "none"
-        typer.echo(f"store {where} is ready{schema}; jobs: {jobs}")
+        version = opened.schema_version() if isinstance(opened, SqlStore) else None
     finally:
         opened.close()
+    if as_json:
+        document = {"store": where, "schema_version": version, "counts": counts, "jobs": jobs}
+        typer.echo(json.dumps(document, indent=2))
+        return
+    schema = f", schema version {version}" if version is not None else ""
+    typer.echo(f"store {where} is ready{schema}")
+    typer.echo("  ".join(f"{name} {count}" for name, count in counts.items()))
+    by_state = ", ".join(f"{state} {count}" for state, count in jobs.items() if count)
+    typer.echo(f"jobs by state: {by_state or 'none'}")
 
 
 @store_app.command("backup")
@@ -170,7 +194,15 @@ def store_backup(
 
 @store_app.command("compact")
 @one_line_errors
-def store_compact(store: StoreOption = DEFAULT_STORE_URL) -> None:
+def store_compact(
+    store: StoreOption = DEFAULT_STORE_URL,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json", help='Print one JSON document: {"store", "before_bytes", "after_bytes"}'
+        ),
+    ] = False,
+) -> None:
     """Give a file store's free space back to the file system now (SQLite's VACUUM).
 
     It also turns on incremental vacuum for a file made before it, after which the sweeper
@@ -190,6 +222,14 @@ def store_compact(store: StoreOption = DEFAULT_STORE_URL) -> None:
         )
     open_store(store).close()  # a file that is a moonrun store, migrated
     done = compact_database(path)
+    if as_json:
+        document = {
+            "store": store,
+            "before_bytes": done.before_bytes,
+            "after_bytes": done.after_bytes,
+        }
+        typer.echo(json.dumps(document, indent=2))
+        return
     typer.echo(f"compacted {store}: {done.before_bytes} bytes before, {done.after_bytes} after")
 
 
