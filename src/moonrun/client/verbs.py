@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import enum
 import functools
 import itertools
@@ -134,6 +135,39 @@ OutageGraceOption = Annotated[
         "(a restart) before giving up",
     ),
 ]
+
+
+def server_named(client: Client, given: str) -> str:
+    """The id of the server `given` names: an id (`srv_...`) as it is; else the one server of
+    that name among those the caller may see. None is `not_found` and several are
+    `invalid_request`, each listing what there is, so the next try can be right."""
+    if given.startswith("srv_"):
+        return given
+    servers = client.servers()
+    named = [server for server in servers if server.name == given]
+    if len(named) == 1:
+        return named[0].id
+    if named:
+        matches = ", ".join(f"{server.id} (endpoint {server.endpoint_id})" for server in named)
+        raise InvalidRequest(f"{len(named)} servers are named {given!r}: {matches}; give its id")
+    seen = ", ".join(sorted(server.name for server in servers)[:20]) or "none"
+    raise NotFound(f"no server {given!r} (not an id, srv_..., nor a name you see: {seen})")
+
+
+def kind_hint(client: Client, kind: str, server_id: str | None) -> str | None:
+    """When a listing by `kind` found nothing: the kinds the Runs of the caller's servers (or
+    of `server_id`) run, and the closest one, in case `kind` was a typo. None when `kind` is
+    one of them (it simply has no jobs) or no Run said what it runs."""
+    ids = [server_id] if server_id is not None else [s.id for s in client.servers()[:50]]
+    known: set[str] = set()
+    for one in ids:
+        known.update(client.kinds(one).schemas)
+    if not known or kind in known:
+        return None
+    close = difflib.get_close_matches(kind, sorted(known), n=1)
+    mean = f" (did you mean {close[0]!r}?)" if close else ""
+    runs = "this server's Run runs" if server_id is not None else "your servers' Runs run"
+    return f"no jobs of kind {kind!r}{mean}; {runs} {', '.join(sorted(known))}"
 
 
 # -- output --------------------------------------------------------------------------------
@@ -367,7 +401,8 @@ def read_payload(text_or_file: str | None) -> dict[str, Any] | None:
 def job_submit(
     ctx: typer.Context,
     server: Annotated[
-        str | None, typer.Argument(help="The server's id (none with --selector)")
+        str | None,
+        typer.Argument(help="The server's id, or its unambiguous name (none with --selector)"),
     ] = None,
     kind: Annotated[
         str | None, typer.Argument(help="The job's kind; omit it with `-- CMD ARG...`")
@@ -490,7 +525,7 @@ def job_submit(
         return
     with connect(ctx, profile, outage_grace_s=outage_grace) as client:
         job = client.submit(
-            server,
+            server_named(client, server),
             kind,
             body,
             max_attempts=max_attempts,
@@ -616,7 +651,9 @@ def _when(text: str) -> datetime:
 @user_errors
 def job_list(
     ctx: typer.Context,
-    server: Annotated[str | None, typer.Option("--server", help="Only this server's jobs")] = None,
+    server: Annotated[
+        str | None, typer.Option("--server", help="Only this server's jobs (its id or name)")
+    ] = None,
     state: Annotated[
         list[str] | None,
         typer.Option("--state", help="Only jobs in this state; repeated: in any of them"),
@@ -638,12 +675,16 @@ def job_list(
     """The jobs you may see, newest first (every page, or the newest --limit)."""
     states: list[str | None] = list(dict.fromkeys(state)) if state else [None]
     with connect(ctx, profile) as client:
+        server = server_named(client, server) if server is not None else None
         jobs: list[Job] = []
         for one in states:  # one listing per state: each is newest first, merged below
             found = client.jobs(
                 server_id=server, state=one, kind=kind, id_prefix=id_prefix, group=group
             )
             jobs += itertools.islice(found, limit)
+        hint = kind_hint(client, kind, server) if kind is not None and not jobs else None
+    if hint is not None:
+        typer.echo(f"moonrun: {hint}", err=True)  # stdout stays the (empty) listing
     jobs.sort(key=lambda job: (job.created_at, job.id), reverse=True)
     jobs = jobs[:limit]
     if as_json:
@@ -1204,7 +1245,9 @@ def server_list(
         print_table(SERVER_FIELDS, (server.data for server in servers))
 
 
-ServerIdArgument = Annotated[str, typer.Argument(help="The server's id")]
+ServerIdArgument = Annotated[
+    str, typer.Argument(help="The server's id, or its name where no other you see has it")
+]
 UserIdArgument = Annotated[str, typer.Argument(help="The user's id")]
 
 
@@ -1218,6 +1261,7 @@ def server_remove(
     """Remove a server none of whose jobs is waiting or running (its owner or a platform
     admin)."""
     with connect(ctx, profile) as client:
+        server_id = server_named(client, server_id)
         client.remove_server(server_id)
     typer.echo(f"server {server_id} removed")
 
@@ -1232,6 +1276,7 @@ def server_show(
 ) -> None:
     """One server."""
     with connect(ctx, profile) as client:
+        server_id = server_named(client, server_id)
         server = client.server(server_id)
     if as_json:
         print_json(server.data)
@@ -1252,6 +1297,7 @@ def server_label(
     """Set or remove the server's labels; with no change, print them (its owner, its
     administrators or a platform admin)."""
     with connect(ctx, profile) as client:
+        server_id = server_named(client, server_id)
         server = client.server(server_id)
         if changes or replace:
             labels = apply_changes(server.labels, changes or [], replace=replace)
@@ -1273,6 +1319,7 @@ def server_kinds(
 ) -> None:
     """The job kinds the server's Run runs, with each payload's fields (--json: the schemas)."""
     with connect(ctx, profile) as client:
+        server_id = server_named(client, server_id)
         kinds = client.kinds(server_id)
     if as_json:
         print_json(kinds.data)
@@ -1313,6 +1360,7 @@ def server_admin_add(
 ) -> None:
     """Make a user an administrator of the server (its owner or a platform admin)."""
     with connect(ctx, profile) as client:
+        server_id = server_named(client, server_id)
         client.add_server_admin(server_id, user_id)
     typer.echo(f"{user_id} administers server {server_id}")
 
@@ -1327,6 +1375,7 @@ def server_admin_remove(
 ) -> None:
     """Take a user's administration of the server away (its owner or a platform admin)."""
     with connect(ctx, profile) as client:
+        server_id = server_named(client, server_id)
         client.remove_server_admin(server_id, user_id)
     typer.echo(f"{user_id} no longer administers server {server_id}")
 
