@@ -764,13 +764,14 @@ class Client:
         *,
         timezone: str = "UTC",
         overlap: str = "skip",
-        catchup_window_s: int = 60,
+        catchup_window_s: int | None = None,
         paused: bool = False,
         max_attempts: int | None = None,
         backoff: dict[str, float] | None = None,
     ) -> Schedule:
         """A schedule that creates a `kind` job at every time of `cron` (5 fields or a macro
-        such as `@daily`) in `timezone`; `overlap` is `skip`, `allow` or `cancel_previous`."""
+        such as `@daily`) in `timezone`; `overlap` is `skip`, `allow` or `cancel_previous`;
+        `catchup_window_s` None is the platform's default (60)."""
         job: dict[str, Any] = {"kind": kind}
         for name_, value in (("payload", payload), ("max_attempts", max_attempts)):
             if value is not None:
@@ -783,9 +784,10 @@ class Client:
             "timezone": timezone,
             "job": job,
             "overlap": overlap,
-            "catchup_window_s": catchup_window_s,
             "paused": paused,
         }
+        if catchup_window_s is not None:
+            body["catchup_window_s"] = catchup_window_s
         path = f"/api/v1/servers/{server_id}/schedules"
         return Schedule.of(self._request("POST", path, json=body))
 

@@ -88,8 +88,12 @@ def schedule_create(
         typer.Option("--overlap", help="While the previous job runs: skip, allow, cancel_previous"),
     ] = "skip",
     catchup_window_s: Annotated[
-        int, typer.Option("--catchup-window", help="Seconds a missed time may still fire")
-    ] = 60,
+        int | None,
+        typer.Option(
+            "--catchup-window",
+            help="Seconds a missed time may still fire [default: the platform's, 60]",
+        ),
+    ] = None,
     paused: Annotated[bool, typer.Option("--paused", help="Create it paused")] = False,
     max_attempts: Annotated[
         int | None, typer.Option("--max-attempts", help="Attempts of each job")
