@@ -581,6 +581,9 @@ def run_join(
             "an admin set win, and an admin may change them later",
         ),
     ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help='Print {"platform", "endpoint_id"} as JSON')
+    ] = False,
 ) -> None:
     """Join a platform once: create the identity key (0600) and burn the join token (tried
     again with backoff when no answer comes; the same token and key again are the same join)."""
@@ -608,7 +611,10 @@ def run_join(
         identity.forget_key(data_dir)
         raise
     identity.save_endpoint(data_dir, endpoint_id, url)
-    typer.echo(f"joined {url} as endpoint {endpoint_id}")
+    if as_json:
+        typer.echo(json.dumps({"platform": url, "endpoint_id": endpoint_id}))
+    else:
+        typer.echo(f"joined {url} as endpoint {endpoint_id}")
 
 
 @run_app.command("start")

@@ -201,8 +201,12 @@ def schedule_delete(
     ctx: typer.Context,
     schedule_id: ScheduleIdArgument,
     profile: ProfileOption = profiles.DEFAULT_PROFILE,
+    as_json: JsonOption = False,
 ) -> None:
     """Delete a schedule; the jobs it made stay."""
     with connect(ctx, profile) as client:
-        client.delete_schedule(schedule_id)
-    typer.echo(f"schedule {schedule_id} deleted")
+        deleted = client.delete_schedule(schedule_id)
+    if as_json:
+        print_json(deleted.data)
+    else:
+        typer.echo(f"schedule {schedule_id} deleted")

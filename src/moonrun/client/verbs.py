@@ -1044,11 +1044,15 @@ def endpoint_drain(
     ctx: typer.Context,
     endpoint_id: EndpointIdArgument,
     profile: ProfileOption = profiles.DEFAULT_PROFILE,
+    as_json: JsonOption = False,
 ) -> None:
     """Grant the endpoint no new jobs; its running ones finish (platform admins)."""
     with connect(ctx, profile) as client:
-        client.drain_endpoint(endpoint_id)
-    typer.echo(f"endpoint {endpoint_id} is draining")
+        record = client.drain_endpoint(endpoint_id)
+    if as_json:
+        print_json(record.data)
+    else:
+        typer.echo(f"endpoint {endpoint_id} is draining")
 
 
 @endpoint_app.command("undrain")
@@ -1057,11 +1061,15 @@ def endpoint_undrain(
     ctx: typer.Context,
     endpoint_id: EndpointIdArgument,
     profile: ProfileOption = profiles.DEFAULT_PROFILE,
+    as_json: JsonOption = False,
 ) -> None:
     """Grant the endpoint jobs again (platform admins)."""
     with connect(ctx, profile) as client:
-        client.undrain_endpoint(endpoint_id)
-    typer.echo(f"endpoint {endpoint_id} takes jobs again")
+        record = client.undrain_endpoint(endpoint_id)
+    if as_json:
+        print_json(record.data)
+    else:
+        typer.echo(f"endpoint {endpoint_id} takes jobs again")
 
 
 @endpoint_app.command("remove")
@@ -1070,11 +1078,15 @@ def endpoint_remove(
     ctx: typer.Context,
     endpoint_id: EndpointIdArgument,
     profile: ProfileOption = profiles.DEFAULT_PROFILE,
+    as_json: JsonOption = False,
 ) -> None:
     """Remove an endpoint no server points at; its Run is refused (platform admins)."""
     with connect(ctx, profile) as client:
-        client.remove_endpoint(endpoint_id)
-    typer.echo(f"endpoint {endpoint_id} removed")
+        record = client.remove_endpoint(endpoint_id)
+    if as_json:
+        print_json(record.data)
+    else:
+        typer.echo(f"endpoint {endpoint_id} removed")
 
 
 @user_app.command("create")
@@ -1129,11 +1141,15 @@ def user_disable(
     ctx: typer.Context,
     user_id: Annotated[str, typer.Argument(help="The user's id")],
     profile: ProfileOption = profiles.DEFAULT_PROFILE,
+    as_json: JsonOption = False,
 ) -> None:
     """Disable a user: their API tokens and console sessions stop working (platform admins)."""
     with connect(ctx, profile) as client:
-        client.disable_user(user_id)
-    typer.echo(f"user {user_id} is disabled")
+        record = client.disable_user(user_id)
+    if as_json:
+        print_json(record.data)
+    else:
+        typer.echo(f"user {user_id} is disabled")
 
 
 @user_app.command("enable")
@@ -1142,11 +1158,15 @@ def user_enable(
     ctx: typer.Context,
     user_id: Annotated[str, typer.Argument(help="The user's id")],
     profile: ProfileOption = profiles.DEFAULT_PROFILE,
+    as_json: JsonOption = False,
 ) -> None:
     """Enable a disabled user again (platform admins)."""
     with connect(ctx, profile) as client:
-        client.enable_user(user_id)
-    typer.echo(f"user {user_id} is enabled")
+        record = client.enable_user(user_id)
+    if as_json:
+        print_json(record.data)
+    else:
+        typer.echo(f"user {user_id} is enabled")
 
 
 @user_token_app.command("rotate")
@@ -1257,13 +1277,17 @@ def server_remove(
     ctx: typer.Context,
     server_id: ServerIdArgument,
     profile: ProfileOption = profiles.DEFAULT_PROFILE,
+    as_json: JsonOption = False,
 ) -> None:
     """Remove a server none of whose jobs is waiting or running (its owner or a platform
     admin)."""
     with connect(ctx, profile) as client:
         server_id = server_named(client, server_id)
-        client.remove_server(server_id)
-    typer.echo(f"server {server_id} removed")
+        record = client.remove_server(server_id)
+    if as_json:
+        print_json(record.data)
+    else:
+        typer.echo(f"server {server_id} removed")
 
 
 @server_app.command("show")
