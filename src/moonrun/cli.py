@@ -521,6 +521,8 @@ def admin_bootstrap(
     from moonrun.security.tokens import API_PREFIX, SystemTokenSource
     from moonrun.service.directory import Directory
     from moonrun.store import open_store
+    from moonrun.store.sql import SqlStore
+    from moonrun.wiring.settings import PlatformConfig
 
     if store.startswith("memory:"):
         raise usage_error("a memory:// store is gone when this command exits; give --store")
@@ -529,7 +531,10 @@ def admin_bootstrap(
         password = sys.stdin.readline().rstrip("\r\n")
         if not password:
             raise usage_error("--password-stdin: stdin's first line is empty")
+    path = PlatformConfig(store_url=store).store_path
+    made_here = path is not None and not path.exists()
     opened = open_store(store)
+    where = opened.description if isinstance(opened, SqlStore) else store
     try:
         tokens = SystemTokenSource()
         directory = Directory(opened, SystemClock(), tokens)
@@ -542,8 +547,17 @@ def admin_bootstrap(
         opened.close()
     said = {"created": "created", "rotated": "has a new API token", "unchanged": "is unchanged"}
     signs_in = "; it can sign in to the console" if password is not None else ""
+    if made_here and path is not None:
+        # A mistyped or forgotten --store (the default is ./.moonrun/platform.db) would else
+        # give a token for a store no platform serves, without a word.
+        typer.echo(
+            f"moonrun: warning: there was no store at {path.absolute()}: this command created it; "
+            "a platform serving another store does not know this admin (give --store)",
+            err=True,
+        )
     typer.echo(
-        f"platform admin {admin.name} ({admin.id}) {said[outcome.value]}{signs_in}", err=True
+        f"platform admin {admin.name} ({admin.id}) {said[outcome.value]} in {where}{signs_in}",
+        err=True,
     )
     typer.echo(api_token)
 
