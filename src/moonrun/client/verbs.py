@@ -154,6 +154,32 @@ def server_named(client: Client, given: str) -> str:
     raise NotFound(f"no server {given!r} (not an id, srv_..., nor a name you see: {seen})")
 
 
+def endpoint_named(client: Client, given: str) -> str:
+    """The id of the endpoint `given` names: an id (`ep_...`) as it is, else the endpoint of
+    that name (endpoint names are unique; listing them needs a platform admin, as every verb
+    that takes one does)."""
+    if given.startswith("ep_"):
+        return given
+    endpoints = client.endpoints()
+    for endpoint in endpoints:
+        if endpoint.name == given:
+            return endpoint.id
+    seen = ", ".join(sorted(endpoint.name for endpoint in endpoints)[:20]) or "none"
+    raise NotFound(f"no endpoint {given!r} (not an id, ep_..., nor a name: {seen})")
+
+
+def user_named(client: Client, given: str) -> str:
+    """The id of the user `given` names: an id (`usr_...`) as it is, else the user of that
+    name (user names are unique; listing them needs a platform admin, as every verb that
+    takes one this way does)."""
+    if given.startswith("usr_"):
+        return given
+    for user in client.users():
+        if user.name == given:
+            return user.id
+    raise NotFound(f"no user {given!r} (not an id, usr_..., nor a user's name)")
+
+
 def kind_hint(client: Client, kind: str, server_id: str | None) -> str | None:
     """When a listing by `kind` found nothing: the kinds the Runs of the caller's servers (or
     of `server_id`) run, and the closest one, in case `kind` was a typo. None when `kind` is
@@ -996,7 +1022,7 @@ def endpoint_list(
         )
 
 
-EndpointIdArgument = Annotated[str, typer.Argument(help="The endpoint's id")]
+EndpointIdArgument = Annotated[str, typer.Argument(help="The endpoint's id or name")]
 
 
 LabelChanges = Annotated[
@@ -1024,6 +1050,7 @@ def endpoint_label(
 ) -> None:
     """Set or remove the endpoint's labels; with no change, print them (platform admins)."""
     with connect(ctx, profile) as client:
+        endpoint_id = endpoint_named(client, endpoint_id)
         current = next((e for e in client.endpoints() if e.id == endpoint_id), None)
         if current is None:
             raise NotFound(f"no endpoint {endpoint_id}")
@@ -1048,6 +1075,7 @@ def endpoint_drain(
 ) -> None:
     """Grant the endpoint no new jobs; its running ones finish (platform admins)."""
     with connect(ctx, profile) as client:
+        endpoint_id = endpoint_named(client, endpoint_id)
         record = client.drain_endpoint(endpoint_id)
     if as_json:
         print_json(record.data)
@@ -1065,6 +1093,7 @@ def endpoint_undrain(
 ) -> None:
     """Grant the endpoint jobs again (platform admins)."""
     with connect(ctx, profile) as client:
+        endpoint_id = endpoint_named(client, endpoint_id)
         record = client.undrain_endpoint(endpoint_id)
     if as_json:
         print_json(record.data)
@@ -1082,6 +1111,7 @@ def endpoint_remove(
 ) -> None:
     """Remove an endpoint no server points at; its Run is refused (platform admins)."""
     with connect(ctx, profile) as client:
+        endpoint_id = endpoint_named(client, endpoint_id)
         record = client.remove_endpoint(endpoint_id)
     if as_json:
         print_json(record.data)
@@ -1139,12 +1169,13 @@ def user_list(
 @user_errors
 def user_disable(
     ctx: typer.Context,
-    user_id: Annotated[str, typer.Argument(help="The user's id")],
+    user_id: Annotated[str, typer.Argument(help="The user's id or name")],
     profile: ProfileOption = profiles.DEFAULT_PROFILE,
     as_json: JsonOption = False,
 ) -> None:
     """Disable a user: their API tokens and console sessions stop working (platform admins)."""
     with connect(ctx, profile) as client:
+        user_id = user_named(client, user_id)
         record = client.disable_user(user_id)
     if as_json:
         print_json(record.data)
@@ -1156,12 +1187,13 @@ def user_disable(
 @user_errors
 def user_enable(
     ctx: typer.Context,
-    user_id: Annotated[str, typer.Argument(help="The user's id")],
+    user_id: Annotated[str, typer.Argument(help="The user's id or name")],
     profile: ProfileOption = profiles.DEFAULT_PROFILE,
     as_json: JsonOption = False,
 ) -> None:
     """Enable a disabled user again (platform admins)."""
     with connect(ctx, profile) as client:
+        user_id = user_named(client, user_id)
         record = client.enable_user(user_id)
     if as_json:
         print_json(record.data)
@@ -1221,8 +1253,8 @@ SERVER_FIELDS: Final = (
 def server_create(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="The server's name")],
-    endpoint: Annotated[str, typer.Option("--endpoint", help="The endpoint's id")],
-    owner: Annotated[str, typer.Option("--owner", help="The owning user's id")],
+    endpoint: Annotated[str, typer.Option("--endpoint", help="The endpoint's id or name")],
+    owner: Annotated[str, typer.Option("--owner", help="The owning user's id or name")],
     label: Annotated[
         list[str] | None,
         typer.Option("--label", help="KEY=VALUE: a label of the server (repeatable)"),
@@ -1233,7 +1265,8 @@ def server_create(
     """Create a server on an endpoint, owned by a user (platform admins)."""
     labels = parse_pairs(label or [], "--label")
     with connect(ctx, profile) as client, naming_labels(labels):
-        server = client.create_server(name, endpoint, owner, labels or None)
+        endpoint_id, owner_id = endpoint_named(client, endpoint), user_named(client, owner)
+        server = client.create_server(name, endpoint_id, owner_id, labels or None)
     if as_json:
         print_json(server.data)
     else:

@@ -91,3 +91,30 @@ def test_job_list_with_a_kind_no_run_runs_hints_at_the_kinds_there_are(
     )
     known_but_none = terminal("job", "list", "--kind", "sleep")
     assert (known_but_none.exit_code, known_but_none.stderr) == (0, "")
+
+
+def test_an_admin_names_endpoints_and_users_by_their_names(terminal: Terminal) -> None:
+    cast = terminal.cast
+    drained = terminal("endpoint", "drain", "host-b", "--json", token=ADMIN_TOKEN)
+    assert json.loads(drained.stdout)["id"] == cast.other_run.endpoint_id
+    created = terminal(
+        "server",
+        "create",
+        "web-7",
+        "--endpoint",
+        "host-a",
+        "--owner",
+        "stranger",
+        "--json",
+        token=ADMIN_TOKEN,
+    )
+    made = json.loads(created.stdout)
+    assert (made["endpoint_id"], made["owner_id"]) == (cast.run.endpoint_id, cast.stranger[0])
+    disabled = terminal("user", "disable", "helper", "--json", token=ADMIN_TOKEN)
+    assert json.loads(disabled.stdout)["id"] == cast.helper[0]
+    missing = terminal("endpoint", "undrain", "host-z", token=ADMIN_TOKEN)
+    assert (missing.exit_code, missing.stderr) == (
+        1,
+        "moonrun: error: not_found: no endpoint 'host-z' (not an id, ep_..., nor a name: "
+        "host-a, host-b)\n",
+    )
