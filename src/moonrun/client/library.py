@@ -999,6 +999,11 @@ class Client:
         )
         return FanOut(Group.of(answer["group"]), [Job.of(job) for job in answer["jobs"]])
 
+    def groups(self, limit: int = 50) -> list[Group]:
+        """The groups you made, newest first (the newest `limit`, at most 200)."""
+        answer = self._request("GET", "/api/v1/groups", params={"limit": limit})
+        return [Group.of(group) for group in answer["groups"]]
+
     def group(self, group_id: str) -> Group:
         """A group you made (any, for platform admins), with its jobs' counts by state."""
         return Group.of(self._request("GET", f"/api/v1/groups/{group_id}"))
