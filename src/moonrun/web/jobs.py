@@ -13,6 +13,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 
 from moonrun.errors import (
+    Forbidden,
     IdempotencyConflict,
     InvalidRequest,
     MoonrunError,
@@ -352,15 +353,17 @@ async def job_page(request: Request, job_id: str, fragment: bool = False) -> Res
     lines = logview.shown_tail(page) if page else []
     server = await on_user_channel(request, platform.directory.get_server, user, job.server_id)
     artifacts = await on_user_channel(request, platform.artifacts.artifacts, job_id)
-    schedule_name = None
+    schedule_name, schedule_gone = None, False
     if job.schedule_id is not None:
         try:
             made_by = await on_user_channel(
                 request, platform.service.schedules.get, user, job.schedule_id
             )
             schedule_name = made_by.schedule.name
-        except MoonrunError:  # deleted since (its jobs stay), or not the viewer's to see
-            schedule_name = None
+        except NotFound:  # deleted since: its jobs stay
+            schedule_gone = True
+        except Forbidden:  # not the viewer's to manage: its id alone
+            pass
     context: dict[str, Any] = {
         "artifacts": [
             {
@@ -379,6 +382,7 @@ async def job_page(request: Request, job_id: str, fragment: bool = False) -> Res
         else json.dumps(view["terminal"]["result"], indent=2, ensure_ascii=False),
         "server_name": server.name,
         "schedule_name": schedule_name,
+        "schedule_gone": schedule_gone,
         "logs": lines,
         "logs_kept": page.kept_lines if page else 0,
         "logs_dropped": page.dropped_lines if page else 0,
