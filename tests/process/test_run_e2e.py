@@ -737,7 +737,10 @@ def test_run_join_explains_what_is_wrong_in_one_line(tmp_path: Path) -> None:
         }
         outcomes = {case: run_join(cl, *arguments) for case, arguments in cases.items()}
     expected = {
-        "used token": "moonrun: error: join_token_invalid: The join token is unknown, expired or already used.",
+        "used token": (
+            "moonrun: error: join_token_invalid: The join token is unknown, expired or already "
+            "used."
+        ),
         "bad url": "moonrun: error: invalid_request: --platform must be an http:// or https:// URL",
         "missing dir": "moonrun: error: data_dir: data directory",
         "unreachable": "moonrun: error: unreachable: cannot reach the platform at http://127.0.0.1:",

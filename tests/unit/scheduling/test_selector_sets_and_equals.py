@@ -39,4 +39,5 @@ def test_a_set_of_the_empty_value_is_written_so_that_it_parses_back() -> None:
     empty_value = parse_selector("role in (,)")
     assert empty_value == Selector((Requirement("role", Op.IN, ("",)),))
     assert parse_selector(str(empty_value)) == empty_value
-    assert empty_value.matches({"role": ""}) and not empty_value.matches({"role": "web"})
+    assert empty_value.matches({"role": ""})
+    assert not empty_value.matches({"role": "web"})
