@@ -770,7 +770,7 @@ class Client:
         *,
         timezone: str = "UTC",
         overlap: str = "skip",
-        catchup_window_s: int = 60,
+        catchup_window_s: int | None = None,
         paused: bool = False,
         max_attempts: int | None = None,
         backoff: dict[str, float] | None = None,
@@ -778,7 +778,8 @@ class Client:
     ) -> Schedule:
         """A schedule that creates a `kind` job at every time of `cron` (5 fields or a macro
         such as `@daily`) in `timezone`; `overlap` is `skip`, `allow` or `cancel_previous`;
-        its jobs of `priority` (0 to 9, 5 when None)."""
+        `catchup_window_s` None is the platform's default (60); its jobs of `priority` (0 to
+        9, 5 when None)."""
         job: dict[str, Any] = {"kind": kind}
         for name_, value in (
             ("payload", payload),
@@ -795,9 +796,10 @@ class Client:
             "timezone": timezone,
             "job": job,
             "overlap": overlap,
-            "catchup_window_s": catchup_window_s,
             "paused": paused,
         }
+        if catchup_window_s is not None:
+            body["catchup_window_s"] = catchup_window_s
         path = f"/api/v1/servers/{server_id}/schedules"
         return Schedule.of(self._request("POST", path, json=body))
 
@@ -1017,6 +1019,11 @@ class Client:
             "POST", "/api/v1/jobs/fanout", json=body, headers={"Idempotency-Key": key}
         )
         return FanOut(Group.of(answer["group"]), [Job.of(job) for job in answer["jobs"]])
+
+    def groups(self, limit: int = 50) -> list[Group]:
+        """The groups you made, newest first (the newest `limit`, at most 200)."""
+        answer = self._request("GET", "/api/v1/groups", params={"limit": limit})
+        return [Group.of(group) for group in answer["groups"]]
 
     def group(self, group_id: str) -> Group:
         """A group you made (any, for platform admins), with its jobs' counts by state."""

@@ -18,6 +18,7 @@ from moonrun.scheduling.dependencies import MAX_AFTER
 from moonrun.scheduling.groups import MAX_PARALLEL_LIMIT
 from moonrun.scheduling.jobs import KIND_PATTERN, MAX_PRIORITY, MIN_PRIORITY
 from moonrun.scheduling.labels import KEY_PATTERN, MAX_LABELS, MAX_VALUE_LENGTH
+from moonrun.scheduling.schedules import DEFAULT_CATCHUP_WINDOW_S
 from moonrun.scheduling.time import parse_instant
 from moonrun.service.checks import NAME_PATTERN
 
@@ -291,7 +292,7 @@ class CreateScheduleRequest(UserRequest):
     timezone: str = "UTC"
     job: ScheduleJobRequest
     overlap: str = "skip"
-    catchup_window_s: int = 60
+    catchup_window_s: int = DEFAULT_CATCHUP_WINDOW_S
     paused: bool = False
 
 

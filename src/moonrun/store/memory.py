@@ -419,6 +419,12 @@ class MemoryStore:
     def get_group(self, group_id: str) -> Group | None:
         return self._groups.get(group_id)
 
+    def groups_of(self, creator_id: str, limit: int) -> list[Group]:
+        with self._lock:
+            made = [group for group in self._groups.values() if group.creator_id == creator_id]
+        made.sort(key=lambda group: (group.created_at, group.id), reverse=True)
+        return made[:limit]
+
     def _jobs_of(self, group_id: str) -> list[Job]:
         return [self._jobs[job_id] for job_id in self._group_jobs.get(group_id, ())]
 

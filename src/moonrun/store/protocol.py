@@ -166,6 +166,11 @@ class Store(Protocol):
     # -- groups ----------------------------------------------------------------------------
     def get_group(self, group_id: str) -> Group | None: ...
 
+    def groups_of(self, creator_id: str, limit: int) -> list[Group]:
+        """The newest `limit` groups `creator_id` made, newest first (by `created_at`, then
+        id). Read for a person's list page: it walks the groups table (no index by creator)."""
+        ...
+
     def group_counts(self, group_id: str) -> dict[JobState, int]:
         """How many of the group's jobs are in each state (states with none may be missing)."""
         ...

@@ -239,6 +239,10 @@ class Queries:
         )
         self.insert_group = self._insert("job_groups", GROUP_COLUMNS)
         self.get_group = render(f"SELECT {_GROUP} FROM job_groups WHERE id = :id")
+        self.groups_of = render(
+            f"SELECT {_GROUP} FROM job_groups WHERE creator_id = :creator_id "
+            "ORDER BY created_at DESC, id DESC LIMIT :limit"
+        )
         # Releases of one group take turns on its row (SQLite has one writer).
         self.lock_group = render(
             "SELECT id FROM job_groups WHERE id = :id"

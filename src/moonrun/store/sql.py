@@ -485,6 +485,10 @@ class SqlStore:
 
         return self._one(self._sql.get_group, {"id": group_id}, make)
 
+    def groups_of(self, creator_id: str, limit: int) -> list[Group]:
+        rows = self._rows(self._sql.groups_of, {"creator_id": creator_id, "limit": limit})
+        return [codec.row_to_group(dict(zip(GROUP_COLUMNS, row, strict=True))) for row in rows]
+
     def _group_counts(self, cursor: Cursor, group_id: str) -> dict[JobState, int]:
         cursor.execute(self._sql.group_counts, {"group_id": group_id})
         return {JobState(state): int(n) for state, n in cursor.fetchall() if n}

@@ -1,5 +1,6 @@
-"""The fan-out pages: a form that fans a job out by selector, and one group's page (its counts
-and jobs, live until every job has ended, and Cancel)."""
+"""The fan-out pages: a form that fans a job out by selector, the groups one made (newest
+first, with their counts), and one group's page (its counts and jobs, live until every job has
+ended, and Cancel)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,19 @@ from moonrun.web.pages import checked_form, on_user_channel, platform_of, render
 router = APIRouter(include_in_schema=False)
 SHOWN_JOBS = 200
 """A group's page lists at most this many of its jobs (newest first); the API lists them all."""
+
+
+SHOWN_GROUPS = 100
+"""The groups page lists a person's newest this many."""
+
+
+@router.get("/groups")
+async def groups_page(request: Request) -> Response:
+    user = await signed_in(request)
+    groups = platform_of(request).service.groups
+    states = await on_user_channel(request, groups.mine, user, SHOWN_GROUPS + 1)
+    shown = [group_view(state.group, state.counts) for state in states[:SHOWN_GROUPS]]
+    return render(request, "groups.html", groups=shown, more=len(states) > SHOWN_GROUPS)
 
 
 # -- fanning out (routed before /groups/{group_id}, which would take "new" for an id) ---------

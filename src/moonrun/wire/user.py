@@ -291,6 +291,11 @@ class ServersAnswer(TypedDict):
     servers: list[ServerView]
 
 
+class GroupsAnswer(TypedDict):
+    groups: list[GroupView]
+    """The caller's own groups, newest first."""
+
+
 class AdvertisedKind(TypedDict):
     kind: str
     payload_schema: Any

@@ -224,9 +224,8 @@ def test_a_locked_file_is_one_clear_line(tmp_path: Path) -> None:
         holder.execute("ROLLBACK")
         holder.close()
     assert result.returncode == 1
-    assert [f"moonrun: error: {path} is locked by another process (database is locked)"] == (
-        result.stderr.splitlines()
-    )
+    said = f"{path} is locked by another process (database is locked)"
+    assert [f"moonrun: error: store_unavailable: {said}"] == result.stderr.splitlines()
 
 
 def test_an_older_schema_is_migrated_forward_on_open(tmp_path: Path) -> None:
