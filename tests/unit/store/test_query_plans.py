@@ -421,8 +421,8 @@ def durable_factory(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> StoreFactory:
     """FileStore and MySQLStore, whose plans the store pins (`@ix_name`). PostgreSQL takes no
-    index hints and chooses by cost: on this small store it sorts or scans where a large one
-    would not, so its plans are not checked here (docs/operations.md, "PostgreSQL")."""
+    index hints and chooses by cost: its plans after ANALYZE are checked in
+    test_query_plans_postgres.py (docs/operations.md, "PostgreSQL")."""
     return build_factory(request.param, request, tmp_path_factory)
 
 
