@@ -127,3 +127,27 @@ def mysql_database(prefix: str = "moonrun_bench") -> Iterator[str | None]:
         with admin.cursor() as cursor:
             cursor.execute(f"DROP DATABASE IF EXISTS {name}")
         admin.close()
+
+
+PG_URL = os.environ.get("MOONRUN_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432")
+
+
+@contextlib.contextmanager
+def postgres_database() -> Iterator[str | None]:
+    """A fresh database on MOONRUN_BENCH_PG_URL, dropped afterwards; None when unreachable."""
+    import psycopg
+
+    name = f"moonrun_bench_{secrets.token_hex(4)}"
+    try:
+        with psycopg.connect(f"{PG_URL}/postgres", autocommit=True, connect_timeout=3) as admin:
+            admin.execute(f"CREATE DATABASE {name}")
+    except psycopg.Error as error:
+        print(f"postgres: skipped ({error})")
+        yield None
+        return
+    parts = urlsplit(PG_URL)
+    try:
+        yield f"{parts.scheme}://{parts.netloc}/{name}"
+    finally:
+        with psycopg.connect(f"{PG_URL}/postgres", autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")

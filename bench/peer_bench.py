@@ -1,10 +1,10 @@
 """moonrun beside Celery + Redis and Procrastinate, in one run: end-to-end no-op jobs/s and
 submit -> done latency.
 
-moonrun: the real `moonrun platform serve` (FileStore, the default, and MySQLStore when
-MariaDB answers) and one real Run (`moonrun run start --capacity 16`, and 256 on FileStore to
-show that a bigger Run is not slower) in subprocesses. A user client (aiohttp, in this
-process) runs 8 lanes; each lane creates its share of the jobs, one
+moonrun: the real `moonrun platform serve` (FileStore, the default, MySQLStore when
+MariaDB answers and PostgresStore when PostgreSQL does) and one real Run (`moonrun run start
+--capacity 16`, and 256 on FileStore to show that a bigger Run is not slower) in subprocesses.
+A user client (aiohttp, in this process) runs 8 lanes; each lane creates its share of the jobs, one
 `POST /api/v1/servers/{id}/jobs` at a time, then awaits each of them until it is terminal:
 with one blocking `GET /api/v1/jobs/{id}?wait_s=..&until=terminal` per job (`--await block`,
 the default), or by polling its GET every `--poll-ms` (`--await poll`).
@@ -29,7 +29,7 @@ client (moonrun: POST then the blocking GET; Celery: `delay()` then `.get()`; Pr
 concurrency keys (limit 1) and one of the 10 priorities, for fleet scheduling's cost end to end.
 
     python bench/peer_bench.py [--jobs 3000] [--lanes 8] [--capacities 16,256] [--samples 200]
-                               [--stores file,mysql] [--await block|poll] [--no-celery]
+                               [--stores file,mysql,postgres] [--await block|poll] [--no-celery]
                                [--no-procrastinate] [--rounds 1] [--keyed]
 """
 
@@ -62,6 +62,7 @@ from kit import (
     free_port,
     mysql_database,
     platform_command,
+    postgres_database,
 )
 
 ADMIN_TOKEN = "mra_" + secrets.token_urlsafe(32)
@@ -372,7 +373,7 @@ def main() -> None:
     )
     parser.add_argument("--samples", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=20)
-    parser.add_argument("--stores", default="file,mysql")
+    parser.add_argument("--stores", default="file,mysql,postgres")
     parser.add_argument("--await", dest="await_mode", choices=["block", "poll"], default="block")
     parser.add_argument("--poll-ms", type=float, default=10.0)
     parser.add_argument("--no-celery", action="store_true")
@@ -397,8 +398,8 @@ def main() -> None:
         if not args.no_procrastinate:
             runners.append(lambda: procrastinate_figures(args, fresh("procrastinate")))
         for store in filter(None, args.stores.split(",")):
-            if store not in ("file", "mysql"):
-                parser.error(f"unknown store {store!r} (file, mysql)")
+            if store not in ("file", "mysql", "postgres"):
+                parser.error(f"unknown store {store!r} (file, mysql, postgres)")
             for capacity in capacities if store == "file" else capacities[:1]:
                 if store == "file":
                     label = f"moonrun, FileStore, {capacity}"
@@ -408,7 +409,9 @@ def main() -> None:
                         )
                     )
                 else:
-                    runners.append(lambda c=capacity: _with_mysql(args, fresh(f"mysql-{c}"), c))
+                    runners.append(
+                        lambda c=capacity, s=store: _with_database(s, args, fresh(f"{s}-{c}"), c)
+                    )
             if store == "file" and args.keyed:
                 label = f"moonrun, FileStore, {capacities[0]}, keyed"
                 runners.append(
@@ -468,11 +471,17 @@ def _with_file(
     return asyncio.run(moonrun_figures(label, url, args, workdir, capacity, keyed))
 
 
-def _with_mysql(args: argparse.Namespace, workdir: Path, capacity: int) -> Figures | None:
-    with mysql_database() as url:
+def _with_database(
+    store: str, args: argparse.Namespace, workdir: Path, capacity: int
+) -> Figures | None:
+    """moonrun over a fresh MySQL or PostgreSQL database (None when it does not answer)."""
+    database, name = (
+        (mysql_database, "MySQLStore") if store == "mysql" else (postgres_database, "PostgresStore")
+    )
+    with database() as url:
         if url is None:
             return None
-        label = f"moonrun, MySQLStore, {capacity}"
+        label = f"moonrun, {name}, {capacity}"
         return asyncio.run(moonrun_figures(label, url, args, workdir, capacity))
 
 

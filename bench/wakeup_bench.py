@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import secrets
@@ -31,40 +30,16 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from kit import Served, child_env, free_port, mysql_database, platform_command
+from kit import Served, child_env, free_port, mysql_database, platform_command, postgres_database
 
 ADMIN_TOKEN = "mra_" + secrets.token_urlsafe(32)
-PG_URL = os.environ.get("MOONRUN_BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432")
-
-
-@contextlib.contextmanager
-def postgres_database() -> Iterator[str | None]:
-    """A fresh database on MOONRUN_BENCH_PG_URL, dropped afterwards; None when unreachable."""
-    import psycopg
-
-    name = f"moonrun_bench_{secrets.token_hex(4)}"
-    try:
-        with psycopg.connect(f"{PG_URL}/postgres", autocommit=True, connect_timeout=3) as admin:
-            admin.execute(f"CREATE DATABASE {name}")
-    except psycopg.Error as error:
-        print(f"postgres: skipped ({error})")
-        yield None
-        return
-    parts = urlsplit(PG_URL)
-    try:
-        yield f"{parts.scheme}://{parts.netloc}/{name}"
-    finally:
-        with psycopg.connect(f"{PG_URL}/postgres", autocommit=True) as admin:
-            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 class User:
