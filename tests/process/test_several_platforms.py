@@ -5,11 +5,11 @@ round-robin proxy (tests/support/round_robin_proxy.py: each request to the next 
 two real Runs that reach them only through the proxy.
 
 A workload goes through the proxy: jobs whose commands print lines and write an artifact, a
-cancel, a blocking read, a console sign-in and a page (each of the three requests on another
-platform), a schedule; then one platform is SIGKILLed while jobs run, more work comes, and at
-the end nothing acknowledged is lost: every job created ends exactly once, with every line it
-printed and its artifact, readable through whichever platform answers. Nothing here asserts a
-duration; every wait is bounded and polls.
+cancel, a blocking read, a console sign-in and a page (once with each of its three requests
+sent straight to another platform), a schedule; then one platform is SIGKILLed while jobs
+run, more work comes, and at the end nothing acknowledged is lost: every job created ends
+exactly once, with every line it printed and its artifact, readable through whichever platform
+answers. Nothing here asserts a duration; every wait is bounded and polls.
 """
 
 from __future__ import annotations
@@ -125,13 +125,17 @@ class Deployment:
         assert answer.status_code == 200, answer.text
         return answer.content
 
-    def processes_answering(self, scrapes: int) -> Counter[str]:
-        """Which platform process answered each of `scrapes` scrapes of /metrics."""
-        seen: Counter[str] = Counter()
-        for _ in range(scrapes):
+    def processes_answering(self, expected: int) -> set[str]:
+        """The platform processes that answer scrapes of /metrics through the proxy, scraped
+        until `expected` of them answered (other requests pass the proxy meanwhile, so which
+        process answers a scrape is not known in advance), and a few times more."""
+        seen: set[str] = set()
+        for scrape in range(200):
             answer = self.admin.get("/metrics")
             assert answer.status_code == 200, answer.text
             seen.update(PROCESS_INFO.findall(answer.text))
+            if len(seen) >= expected and scrape >= 2 * expected:
+                break
         return seen
 
     def owned(self) -> list[Process]:
@@ -193,27 +197,28 @@ def add_run(d: Deployment, name: str) -> tuple[str, RunProcess]:
     return endpoint_id, run
 
 
-def sign_in_and_read_a_page(d: Deployment, job_id: str) -> None:
-    """The sign-in form from one platform, posted to the next, the jobs page from the third:
-    the form's token is the shared secret's, the session is in the database."""
-    with httpx.Client(base_url=d.proxy.url, timeout=TIMEOUT_S) as browser:
-        form = browser.get("/login", params={"next": "/jobs"})
-        assert form.status_code == 200, form.text
-        token = re.search(r'name="csrf_token" value="([^"]*)"', form.text)
+def sign_in_and_read_a_page(job_id: str, form: str, post: str, page: str) -> None:
+    """The sign-in form from the platform at `form`, posted to the one at `post`, the jobs page
+    from the one at `page`: the form's token is the shared secret's, the session is in the
+    database. (Cookies do not tell ports apart: one browser for all three.)"""
+    with httpx.Client(timeout=TIMEOUT_S) as browser:
+        answer = browser.get(f"{form}/login", params={"next": "/jobs"})
+        assert answer.status_code == 200, answer.text
+        token = re.search(r'name="csrf_token" value="([^"]*)"', answer.text)
         assert token is not None
         fields = {"username": "olive", "password": PASSWORD, "csrf_token": token.group(1)}
-        signed_in = browser.post("/login", data={**fields, "next": "/jobs"})
+        signed_in = browser.post(f"{post}/login", data={**fields, "next": "/jobs"})
         assert (signed_in.status_code, signed_in.headers.get("location")) == (303, "/jobs")
-        page = browser.get("/jobs")
-        assert page.status_code == 200, page.text
-        assert job_id in page.text
+        listed = browser.get(f"{page}/jobs")
+        assert listed.status_code == 200, listed.text
+        assert job_id in listed.text
 
 
 def test_three_platforms_behind_a_proxy_lose_nothing_acknowledged_when_one_is_killed(
     deployment: Deployment,
 ) -> None:
     d = deployment
-    # /metrics says which process answered: three in a row, three processes.
+    # /metrics says which process answered: three of them.
     before = d.processes_answering(PLATFORMS)
     assert len(before) == PLATFORMS, before
 
@@ -256,7 +261,7 @@ def test_three_platforms_behind_a_proxy_lose_nothing_acknowledged_when_one_is_ki
     assert fired is not None
     d.created[fired] = "schedule"
 
-    sign_in_and_read_a_page(d, first[0])
+    sign_in_and_read_a_page(first[0], *(platform.url for platform in d.platforms))
 
     # A second wave, some of it running (and its waiting claims, logs and results on every
     # platform) when one platform is killed.
@@ -270,7 +275,7 @@ def test_three_platforms_behind_a_proxy_lose_nothing_acknowledged_when_one_is_ki
     killed.kill()
 
     third = [d.submit(server, f"w3-{n}-{i}") for n, server in enumerate(servers) for i in range(3)]
-    sign_in_and_read_a_page(d, third[0])
+    sign_in_and_read_a_page(third[0], d.proxy.url, d.proxy.url, d.proxy.url)
 
     # Every job created ends, exactly once.
     for job_id in d.created:
@@ -305,8 +310,8 @@ def test_three_platforms_behind_a_proxy_lose_nothing_acknowledged_when_one_is_ki
     assert set(times.values()) == {1}, times
 
     # The two left answer everything; /metrics names only them.
-    after = d.processes_answering(2 * PLATFORMS)
+    after = d.processes_answering(PLATFORMS - 1)
     assert len(after) == PLATFORMS - 1, after
-    assert set(after) < set(before), (before, after)
+    assert after < before, (before, after)
     stats = d.proxy.stats()
     assert stats["refused"].get(killed.url, 0) >= 1, stats
