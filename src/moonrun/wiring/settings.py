@@ -139,6 +139,7 @@ def share_wakeups(store: Store, service: SchedulingService) -> PostgresWakeups |
         return None
     wakeups = store.wakeups(service.waiters.peer_changed, service.waiters.peers_missed)
     service.listen(Announcer(wakeups))
+    service.share_touches(wakeups)
     return wakeups
 
 
