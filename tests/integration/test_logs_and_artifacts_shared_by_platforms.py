@@ -92,6 +92,22 @@ def test_a_file_another_platform_rewrote_is_read_again_from_its_start(
         assert (texts(page), page.dropped_lines) == (expected, 9)
 
 
+def test_the_store_wide_bound_counts_the_attempts_another_platform_wrote(tmp_path: Path) -> None:
+    """Room for three lines in all: B, which listed the directory before A wrote an attempt,
+    lists it again before its next batch (every `rescan_s`, here at once), finds four lines,
+    and drops the oldest of the least recently written attempt, A's, for every reader."""
+    tight = 3 * (100 + 4)
+    a = FileLogStore(tmp_path, total_bytes=tight, rescan_s=0)
+    b = FileLogStore(tmp_path, total_bytes=tight, rescan_s=0)
+    b.read("new", 1, -1)
+    a.append("old", 1, 1, lines(1, "o1..", "o2.."))
+    b.append("new", 1, 1, lines(1, "n1..", "n2.."))
+
+    for store in (a, b, FileLogStore(tmp_path)):
+        old, new = store.read("old", 1, -1), store.read("new", 1, -1)
+        assert (texts(old), old.dropped_lines, texts(new)) == (["o2.."], 1, ["n1..", "n2.."])
+
+
 def test_a_job_one_platform_deleted_is_gone_through_another(tmp_path: Path) -> None:
     a, b = FileLogStore(tmp_path), FileLogStore(tmp_path)
     a.append("job", 1, 0, lines(0, "zero"))

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import math
 import os
 import re
 import shutil
@@ -61,7 +62,8 @@ HEAD_BYTES = 256
 """The first bytes of an attempt's file that tell it from a rewrite of it."""
 RESCAN_S = 10.0
 """How often the directory is listed again for attempt files other platform processes made,
-so that the store-wide bound counts them too."""
+so that the store-wide bound counts them too (the wiring passes it beside a database several
+processes share; beside a file store, whose one process makes every file, never)."""
 _PLAIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
@@ -71,7 +73,7 @@ class FileLogStore(MemoryLogStore):
 
     on_threads = True
 
-    def __init__(self, root: Path, *, rescan_s: float = RESCAN_S, **limits: int) -> None:
+    def __init__(self, root: Path, *, rescan_s: float = math.inf, **limits: int) -> None:
         super().__init__(**limits)
         self._root = root
         self._loaded = False
@@ -104,6 +106,7 @@ class FileLogStore(MemoryLogStore):
         }
         if final:
             record["final"] = True
+        self._rescan()
         # An attempt's batches wait for the disk one at a time, holding its stripe (threads)
         # and its file's lock (processes): other attempts' batches and readers go on.
         with self._stripes[hash(key) % len(self._stripes)]:
@@ -365,12 +368,40 @@ class FileLogStore(MemoryLogStore):
 
     def _load(self) -> None:
         """Replay every attempt's file, least recently modified first (under the lock), at the
-        first call; then every `rescan_s` again for files other processes made (each attempt
-        a read touches is brought up to its file then, whatever the time)."""
+        first call."""
+        if self._loaded:
+            return
+        self._scanned_at = time.monotonic()
+        for key in self._listing():
+            self._sync(key)
+        self._loaded = True
+        self._keep_total()
+
+    def _rescan(self) -> None:
+        """Every `rescan_s` (not under the lock, which readers wait for): bring in the attempt
+        files other processes made, and let go of those they deleted, so that the store-wide
+        bound counts what the directory holds. Each attempt a read or an append touches is
+        brought up to its file then, whatever the time."""
         now = time.monotonic()
-        if self._loaded and now - self._scanned_at < self._rescan_s:
+        if not self._loaded or now - self._scanned_at < self._rescan_s:
             return
         self._scanned_at = now
+        listed = self._listing()
+        present = set(listed)
+        with self._lock:
+            for key in [key for key in self._file_bytes if key not in present]:
+                if not self._path(key).exists():  # not one this process made since the listing
+                    self._let_go(key)
+            for key in listed:
+                if key not in self._file_bytes:
+                    self._sync(key)
+            self._keep_total()
+            drops, self._drops = self._drops, []
+        if drops:
+            self._note_drops(drops, None, None)
+
+    def _listing(self) -> list[tuple[str, int]]:
+        """Every attempt file's key, least recently modified first."""
         found: list[tuple[float, tuple[str, int]]] = []
         if self._root.is_dir():
             for job_dir in self._root.iterdir():
@@ -381,15 +412,7 @@ class FileLogStore(MemoryLogStore):
                     if path.stem.isdigit():
                         with contextlib.suppress(FileNotFoundError):
                             found.append((path.stat().st_mtime, (job_id, int(path.stem))))
-        present = {key for _, key in found}
-        for key in [key for key in self._file_bytes if key not in present]:
-            self._let_go(key)
-        for _, key in sorted(found, key=lambda item: item[0]):
-            if self._loaded and key in self._file_bytes:
-                continue  # known: brought up to its file when read or written
-            self._sync(key)
-        self._loaded = True
-        self._keep_total()
+        return [key for _, key in sorted(found, key=lambda item: item[0])]
 
     def _replay(self, key: tuple[str, int], whole: bytes) -> None:
         """Apply whole records of the attempt's file, in order (under the lock)."""

@@ -15,7 +15,7 @@ from moonrun.artifacts.protocol import ArtifactLimits
 from moonrun.clock import SystemClock
 from moonrun.http.channels import Channels
 from moonrun.http.platform import HttpSettings
-from moonrun.logs.file import FileLogStore
+from moonrun.logs.file import RESCAN_S, FileLogStore
 from moonrun.logs.memory import MemoryLogStore
 from moonrun.logs.protocol import LogLimits, LogStore
 from moonrun.security.keys import load_or_create_secret
@@ -102,7 +102,8 @@ def parse_retention(text: str) -> float:
 
 
 def log_store(config: PlatformConfig, store: object) -> LogStore:
-    """Logs on disk beside a durable store (`<data dir>/logs`), in memory beside memory://."""
+    """Logs on disk beside a durable store (`<data dir>/logs`, which the platform processes on
+    one MySQL or PostgreSQL database may share), in memory beside memory://."""
     limits = config.logs
     bounds = {
         "line_bytes": limits.line_bytes,
@@ -113,6 +114,10 @@ def log_store(config: PlatformConfig, store: object) -> LogStore:
     }
     if isinstance(store, MemoryStore):
         return MemoryLogStore(**bounds)
+    if isinstance(store, MySQLStore | PostgresStore):
+        # Other platform processes may write the same directory (docs/operations.md, "Several
+        # platforms"): list it again now and then for what they made.
+        return FileLogStore(config.logs_dir, rescan_s=RESCAN_S, **bounds)
     return FileLogStore(config.logs_dir, **bounds)
 
 
