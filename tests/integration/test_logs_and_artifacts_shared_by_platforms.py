@@ -33,7 +33,7 @@ def texts(page: LogPage) -> list[str]:
 def test_lines_sent_through_one_platform_are_read_through_another(tmp_path: Path) -> None:
     """B has read the attempt (empty) before A stores its batches: B's next read has them, and
     says the attempt's logs are complete once A stored the final batch."""
-    a, b = FileLogStore(tmp_path), FileLogStore(tmp_path)
+    a, b = FileLogStore(tmp_path, shared=True), FileLogStore(tmp_path, shared=True)
     assert (texts(b.read("job", 1, -1)), b.complete("job", 1), b.attempts("job")) == ([], False, [])
 
     a.append("job", 1, 0, lines(0, "zero"))
@@ -47,7 +47,7 @@ def test_lines_sent_through_one_platform_are_read_through_another(tmp_path: Path
 def test_a_batch_sent_again_through_another_platform_is_stored_once(tmp_path: Path) -> None:
     """Run's answer from A was lost and it sends the batch again, through B: stored once, and
     B's next batch follows A's in both views."""
-    a, b = FileLogStore(tmp_path), FileLogStore(tmp_path)
+    a, b = FileLogStore(tmp_path, shared=True), FileLogStore(tmp_path, shared=True)
     b.read("job", 1, -1)
     assert a.append("job", 1, 0, lines(0, "zero")) == 0
     assert b.append("job", 1, 0, lines(0, "zero")) == 0
@@ -56,18 +56,21 @@ def test_a_batch_sent_again_through_another_platform_is_stored_once(tmp_path: Pa
 
     assert texts(a.read("job", 1, -1)) == texts(b.read("job", 1, -1)) == ["zero", "one"]
     assert a.attempts("job") == b.attempts("job") == [1, 2]
-    assert texts(FileLogStore(tmp_path).read("job", 1, -1)) == ["zero", "one"]
+    assert texts(FileLogStore(tmp_path, shared=True).read("job", 1, -1)) == ["zero", "one"]
 
 
 def test_an_attempts_bound_counts_the_lines_every_platform_stored(tmp_path: Path) -> None:
     """Three lines an attempt: two through A and two through B keep the newest three, with one
     dropped, however the reader."""
-    a, b = FileLogStore(tmp_path, attempt_lines=3), FileLogStore(tmp_path, attempt_lines=3)
+    a, b = (
+        FileLogStore(tmp_path, shared=True, attempt_lines=3),
+        FileLogStore(tmp_path, shared=True, attempt_lines=3),
+    )
     b.read("job", 1, -1)
     a.append("job", 1, 0, lines(0, "a1", "a2"))
     b.append("job", 1, 1, lines(1, "b1", "b2"))
 
-    for store in (a, b, FileLogStore(tmp_path, attempt_lines=3)):
+    for store in (a, b, FileLogStore(tmp_path, shared=True, attempt_lines=3)):
         page = store.read("job", 1, -1)
         assert (texts(page), page.dropped_lines) == (["a2", "b1", "b2"], 1)
 
@@ -79,7 +82,10 @@ def test_a_file_another_platform_rewrote_is_read_again_from_its_start(
     the old one in memory: both then read the same lines, and B's next batch lands in the new
     file."""
     monkeypatch.setattr(log_files, "COMPACT_SLACK", 0)
-    a, b = FileLogStore(tmp_path, attempt_lines=4), FileLogStore(tmp_path, attempt_lines=4)
+    a, b = (
+        FileLogStore(tmp_path, shared=True, attempt_lines=4),
+        FileLogStore(tmp_path, shared=True, attempt_lines=4),
+    )
     a.append("job", 1, 0, lines(0, "first"))
     assert texts(b.read("job", 1, -1)) == ["first"]
     for seq in range(1, 12):
@@ -87,7 +93,7 @@ def test_a_file_another_platform_rewrote_is_read_again_from_its_start(
     b.append("job", 1, 12, lines(12, "from b"))
 
     expected = ["a9", "a10", "a11", "from b"]
-    for store in (a, b, FileLogStore(tmp_path, attempt_lines=4)):
+    for store in (a, b, FileLogStore(tmp_path, shared=True, attempt_lines=4)):
         page = store.read("job", 1, -1)
         assert (texts(page), page.dropped_lines) == (expected, 9)
 
@@ -97,19 +103,19 @@ def test_the_store_wide_bound_counts_the_attempts_another_platform_wrote(tmp_pat
     lists it again before its next batch (every `rescan_s`, here at once), finds four lines,
     and drops the oldest of the least recently written attempt, A's, for every reader."""
     tight = 3 * (100 + 4)
-    a = FileLogStore(tmp_path, total_bytes=tight, rescan_s=0)
-    b = FileLogStore(tmp_path, total_bytes=tight, rescan_s=0)
+    a = FileLogStore(tmp_path, shared=True, total_bytes=tight, rescan_s=0)
+    b = FileLogStore(tmp_path, shared=True, total_bytes=tight, rescan_s=0)
     b.read("new", 1, -1)
     a.append("old", 1, 1, lines(1, "o1..", "o2.."))
     b.append("new", 1, 1, lines(1, "n1..", "n2.."))
 
-    for store in (a, b, FileLogStore(tmp_path)):
+    for store in (a, b, FileLogStore(tmp_path, shared=True)):
         old, new = store.read("old", 1, -1), store.read("new", 1, -1)
         assert (texts(old), old.dropped_lines, texts(new)) == (["o2.."], 1, ["n1..", "n2.."])
 
 
 def test_a_job_one_platform_deleted_is_gone_through_another(tmp_path: Path) -> None:
-    a, b = FileLogStore(tmp_path), FileLogStore(tmp_path)
+    a, b = FileLogStore(tmp_path, shared=True), FileLogStore(tmp_path, shared=True)
     a.append("job", 1, 0, lines(0, "zero"))
     assert texts(b.read("job", 1, -1)) == ["zero"]
     a.delete_job("job", 1)
@@ -118,7 +124,7 @@ def test_a_job_one_platform_deleted_is_gone_through_another(tmp_path: Path) -> N
 
 def _append_from_a_process(root: str, first: int, count: int, start: Any) -> None:
     log_files.COMPACT_SLACK = 0  # every few batches a rewrite, racing the other process's
-    store = FileLogStore(Path(root), attempt_lines=10_000)
+    store = FileLogStore(Path(root), shared=True, attempt_lines=10_000)
     start.wait()
     for seq in range(first, first + count):
         store.append("job", 1, seq, lines(seq, f"line {seq}"))
@@ -140,7 +146,7 @@ def test_two_processes_appending_to_one_attempt_at_once_lose_no_batch(tmp_path: 
         child.join(timeout=120)
     assert [child.exitcode for child in children] == [0, 0]
 
-    page = FileLogStore(tmp_path).read("job", 1, -1, limit=1000)
+    page = FileLogStore(tmp_path, shared=True).read("job", 1, -1, limit=1000)
     assert texts(page) == [f"line {seq}" for seq in range(300)]
 
 

@@ -43,7 +43,7 @@ def test_a_read_waiting_for_logs_on_one_platform_is_woken_by_the_final_batch_on_
     pair: Pair, tmp_path: Path
 ) -> None:
     world = pair.world
-    here, there = FileLogStore(tmp_path), FileLogStore(tmp_path)
+    here, there = FileLogStore(tmp_path, shared=True), FileLogStore(tmp_path, shared=True)
     run = world.run().start()
     job = world.submit()
     attempt = run.run_to_running(job.id)

@@ -21,8 +21,9 @@ as the memory store's (bounded by the same caps), the most recently modified fil
 Appends wait for the disk holding one of `STRIPES` locks, not the index's: `on_threads` keeps
 them on the logs channel's threads, and readers never wait for an fsync.
 
-Several platform processes may share the directory (docs/operations.md, "Several platforms"):
-nothing an attempt's answers depend on is this process's own. An append holds the attempt
+Several platform processes may share the directory (`shared`, which the wiring sets beside a
+MySQL or PostgreSQL store; docs/operations.md, "Several platforms"): nothing an attempt's
+answers depend on is this process's own. An append holds the attempt
 file's lock (`flock`), reads what the file holds beyond what this process replayed (another
 process's batches), judges its batch against that, appends it and replays it from the file as
 every other process will; a read first replays what the file gained (or the whole file, after
@@ -61,9 +62,8 @@ STRIPES = 64
 HEAD_BYTES = 256
 """The first bytes of an attempt's file that tell it from a rewrite of it."""
 RESCAN_S = 10.0
-"""How often the directory is listed again for attempt files other platform processes made,
-so that the store-wide bound counts them too (the wiring passes it beside a database several
-processes share; beside a file store, whose one process makes every file, never)."""
+"""How often a shared directory is listed again for attempt files other platform processes
+made, so that the store-wide bound counts them too."""
 _PLAIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
@@ -73,11 +73,17 @@ class FileLogStore(MemoryLogStore):
 
     on_threads = True
 
-    def __init__(self, root: Path, *, rescan_s: float = math.inf, **limits: int) -> None:
+    def __init__(
+        self, root: Path, *, shared: bool = False, rescan_s: float = RESCAN_S, **limits: int
+    ) -> None:
         super().__init__(**limits)
         self._root = root
         self._loaded = False
-        self._rescan_s = rescan_s
+        self._shared = shared
+        """Other processes may write the directory: reads first read what files gained, and the
+        directory is listed again every `rescan_s`. (Appends read what their file gained either
+        way: it costs them nothing beside their fsync.)"""
+        self._rescan_s = rescan_s if shared else math.inf
         self._scanned_at = 0.0
         self._stripes = [threading.Lock() for _ in range(STRIPES)]
         self._file_bytes: dict[tuple[str, int], int] = {}
@@ -165,7 +171,8 @@ class FileLogStore(MemoryLogStore):
 
     def attempts(self, job_id: str) -> list[int]:
         directory = self._path((job_id, 1)).parent
-        for path in directory.glob("*.jsonl") if directory.is_dir() else ():
+        shared = self._shared and directory.is_dir()
+        for path in directory.glob("*.jsonl") if shared else ():
             if path.stem.isdigit():  # another process may have made it
                 self._refresh((job_id, int(path.stem)))
         self._refresh((job_id, 1))
@@ -225,7 +232,8 @@ class FileLogStore(MemoryLogStore):
         """Bring the attempt up to its file before a read (another process may have written)."""
         with self._lock:
             self._load()
-            self._sync(key)
+            if self._shared:
+                self._sync(key)
             drops, self._drops = self._drops, []
         if drops:  # the directory was (listed again and) found past the store-wide bound
             self._note_drops(drops, None, None)

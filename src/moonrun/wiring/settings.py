@@ -9,13 +9,14 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from moonrun.artifacts.file import FileArtifactStore
 from moonrun.artifacts.protocol import ArtifactLimits
 from moonrun.clock import SystemClock
 from moonrun.http.channels import Channels
 from moonrun.http.platform import HttpSettings
-from moonrun.logs.file import RESCAN_S, FileLogStore
+from moonrun.logs.file import FileLogStore
 from moonrun.logs.memory import MemoryLogStore
 from moonrun.logs.protocol import LogLimits, LogStore
 from moonrun.security.keys import load_or_create_secret
@@ -105,7 +106,7 @@ def log_store(config: PlatformConfig, store: object) -> LogStore:
     """Logs on disk beside a durable store (`<data dir>/logs`, which the platform processes on
     one MySQL or PostgreSQL database may share), in memory beside memory://."""
     limits = config.logs
-    bounds = {
+    bounds: dict[str, Any] = {
         "line_bytes": limits.line_bytes,
         "attempt_bytes": limits.attempt_bytes,
         "attempt_lines": limits.attempt_lines,
@@ -114,11 +115,11 @@ def log_store(config: PlatformConfig, store: object) -> LogStore:
     }
     if isinstance(store, MemoryStore):
         return MemoryLogStore(**bounds)
-    if isinstance(store, MySQLStore | PostgresStore):
-        # Other platform processes may write the same directory (docs/operations.md, "Several
-        # platforms"): list it again now and then for what they made.
-        return FileLogStore(config.logs_dir, rescan_s=RESCAN_S, **bounds)
-    return FileLogStore(config.logs_dir, **bounds)
+    # Beside MySQL or PostgreSQL other platform processes may write the same directory
+    # (docs/operations.md, "Several platforms"): reads read what files gained, and the directory
+    # is listed again now and then.
+    shared = isinstance(store, MySQLStore | PostgresStore)
+    return FileLogStore(config.logs_dir, shared=shared, **bounds)
 
 
 SHARED_RECHECK_S = 0.25
