@@ -6,10 +6,11 @@ two real Runs that reach them only through the proxy.
 
 A workload goes through the proxy: jobs whose commands print lines and write an artifact, a
 cancel, a blocking read, a console sign-in and a page (once with each of its three requests
-sent straight to another platform), a schedule; then one platform is SIGKILLed while jobs
-run, more work comes, and at the end nothing acknowledged is lost: every job created ends
-exactly once, with every line it printed and its artifact, readable through whichever platform
-answers. Nothing here asserts a duration; every wait is bounded and polls.
+sent straight to another platform, which count failed sign-ins together), a schedule; then
+one platform is SIGKILLed while jobs run, more work comes, and at the end nothing acknowledged
+is lost: every job created ends exactly once, with every line it printed and its artifact,
+readable through whichever platform answers. Nothing here asserts a duration; every wait is
+bounded and polls.
 """
 
 from __future__ import annotations
@@ -214,6 +215,18 @@ def sign_in_and_read_a_page(job_id: str, form: str, post: str, page: str) -> Non
         assert job_id in listed.text
 
 
+def guesses_are_counted_by_every_platform(urls: list[str]) -> None:
+    """Five wrong passwords for one name, each to the next platform: the sixth try, on yet
+    another, already waits (each platform counting alone would let it be checked)."""
+    with httpx.Client(timeout=TIMEOUT_S) as browser:
+        form = browser.get(f"{urls[0]}/login")
+        token = re.search(r'name="csrf_token" value="([^"]*)"', form.text)
+        assert token is not None
+        fields = {"username": "nobody", "password": "a guess", "csrf_token": token.group(1)}
+        answers = [browser.post(f"{urls[n % len(urls)]}/login", data=fields) for n in range(6)]
+    assert [answer.status_code for answer in answers] == [401] * 5 + [429]
+
+
 def test_three_platforms_behind_a_proxy_lose_nothing_acknowledged_when_one_is_killed(
     deployment: Deployment,
 ) -> None:
@@ -262,6 +275,7 @@ def test_three_platforms_behind_a_proxy_lose_nothing_acknowledged_when_one_is_ki
     d.created[fired] = "schedule"
 
     sign_in_and_read_a_page(first[0], *(platform.url for platform in d.platforms))
+    guesses_are_counted_by_every_platform([platform.url for platform in d.platforms])
 
     # A second wave, some of it running (and its waiting claims, logs and results on every
     # platform) when one platform is killed.

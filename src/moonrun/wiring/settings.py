@@ -20,6 +20,7 @@ from moonrun.logs.file import FileLogStore
 from moonrun.logs.memory import MemoryLogStore
 from moonrun.logs.protocol import LogLimits, LogStore
 from moonrun.security.keys import load_or_create_secret
+from moonrun.security.sign_in_ledger import FileLedger
 from moonrun.security.tokens import SystemTokenSource
 from moonrun.service.config import SchedulingSettings, WaitLimits
 from moonrun.service.directory import Bootstrap, Directory
@@ -79,6 +80,11 @@ class PlatformConfig:
     @property
     def logs_dir(self) -> Path:
         return (self.data_dir or self.state_dir) / "logs"
+
+    @property
+    def sign_in_dir(self) -> Path:
+        """Failed sign-ins, counted by every platform process that shares the data directory."""
+        return (self.data_dir or self.state_dir) / "sign-in"
 
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -194,6 +200,12 @@ def build_platform(config: PlatformConfig) -> Platform:
             http=HttpSettings(sweep_interval_s=config.sweep_interval_s),
             release=store.close,
             peers=peers,
+            # Beside a database several processes share, they count failed sign-ins together.
+            sign_in_ledger=(
+                FileLedger(config.sign_in_dir)
+                if isinstance(store, MySQLStore | PostgresStore)
+                else None
+            ),
         )
     except BaseException:
         store.close()
