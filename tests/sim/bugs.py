@@ -199,6 +199,13 @@ class ForgetsDependencies(_Wrapper):
         )
 
 
+class ForgetsPriorities(_Wrapper):
+    """A store that keeps every job at the default priority, whatever its create asked."""
+
+    def insert_jobs(self, jobs: Sequence[Job], *args: Any) -> None:
+        self._inner.insert_jobs([replace(job, priority=5) for job in jobs], *args)
+
+
 @dataclass(frozen=True)
 class Bug:
     name: str
@@ -219,5 +226,6 @@ BUGS = {
         Bug("release_all", "group_parallel", wrap_store=ReleasesEveryHeldJob),  # type: ignore[arg-type]
         Bug("key_release_all", "key_limit", wrap_store=ReleasesEveryKeyedJob),  # type: ignore[arg-type]
         Bug("no_wait", "dependency_order", wrap_store=ForgetsDependencies),  # type: ignore[arg-type]
+        Bug("no_priority", "priority_order", wrap_store=ForgetsPriorities),  # type: ignore[arg-type]
     )
 }
