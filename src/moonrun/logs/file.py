@@ -250,6 +250,8 @@ class FileLogStore(MemoryLogStore):
                 if key in self._file_bytes:  # deleted by another process
                     self._let_go(key)
                 return
+            except OSError:
+                return  # the directory is away (a network file system): answer what is held
         try:
             status = os.fstat(descriptor)
             seen = (status.st_ino, status.st_size, status.st_mtime_ns)
