@@ -7,7 +7,9 @@ in real processes, each with its own store object, writing the same attempt at o
 
 from __future__ import annotations
 
+import errno
 import multiprocessing
+import os
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +122,25 @@ def test_a_job_one_platform_deleted_is_gone_through_another(tmp_path: Path) -> N
     assert texts(b.read("job", 1, -1)) == ["zero"]
     a.delete_job("job", 1)
     assert (texts(b.read("job", 1, -1)), b.attempts("job")) == ([], [])
+
+
+def test_a_shared_directory_that_is_away_leaves_reads_answering_what_is_held(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A network file system that does not answer (EIO) fails no read: B answers the lines it
+    holds."""
+    a, b = FileLogStore(tmp_path, shared=True), FileLogStore(tmp_path, shared=True)
+    a.append("job", 1, 0, lines(0, "zero"))
+    assert texts(b.read("job", 1, -1)) == ["zero"]
+    real_open = os.open
+
+    def away(path: Any, *args: Any, **kwargs: Any) -> int:
+        if str(path).startswith(str(tmp_path)):
+            raise OSError(errno.EIO, "Input/output error")
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", away)
+    assert (texts(b.read("job", 1, -1)), b.complete("job", 1)) == (["zero"], False)
 
 
 def _append_from_a_process(root: str, first: int, count: int, start: Any) -> None:
