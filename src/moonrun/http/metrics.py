@@ -1,7 +1,11 @@
-"""Prometheus metrics of one platform instance: aggregate figures only, no ids or names."""
+"""Prometheus metrics of one platform instance: aggregate figures only, no ids or names (but
+the process's own, which says which process of several answered)."""
 
 from __future__ import annotations
 
+import os
+import secrets
+import socket
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -9,6 +13,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from moonrun import __version__
 from moonrun.errors import JobRejected, MoonrunError
 from moonrun.scheduling.jobs import JobState
 
@@ -62,6 +67,28 @@ class _Load(Collector):
         )
 
 
+def process_id() -> str:
+    """This platform process among several: its host, its pid and a random tag (a restarted
+    process, or one in a container where every pid is 1, is another)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+class _Process(Collector):
+    """`moonrun_process_info{process, version} 1`: which process answered the scrape."""
+
+    def __init__(self, process: str, version: str) -> None:
+        self._labels = [process, version]
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "moonrun_process_info",
+            "The platform process that answered (host:pid:tag) and its version",
+            labels=["process", "version"],
+        )
+        family.add_metric(self._labels, 1)
+        yield family
+
+
 class Metrics:
     """The counters and histograms the HTTP service updates, in a registry of its own."""
 
@@ -72,7 +99,10 @@ class Metrics:
         *,
         lag_s: Callable[[], float] = lambda: 0.0,
         connected: Callable[[], int] = lambda: 0,
+        process: str | None = None,
     ) -> None:
+        self.process = process or process_id()
+        """Names this platform process (`/metrics`' `moonrun_process_info`)."""
         self.registry = CollectorRegistry()
         self.claims = Counter(
             "moonrun_claims", "Attempts granted to Run by claims", registry=self.registry
@@ -103,6 +133,7 @@ class Metrics:
         self.registry.register(_JobsByState(job_counts))
         self.registry.register(_Waiting(waiting))
         self.registry.register(_Load(lag_s, connected))
+        self.registry.register(_Process(self.process, __version__))
         self._latency: dict[str, Any] = {}
 
     def latency_of(self, channel: str) -> Any:

@@ -349,7 +349,7 @@ async def append_logs(call: Call) -> LogBatchAnswer:
     append = functools.partial(platform.logs.append, final=body.final)
     through = await work(append, body.job_id, body.attempt, body.seq, lines)
     if body.final:
-        platform.service.waiters.job_touched(body.job_id)
+        platform.service.logs_completed(body.job_id)
     return {"accepted_through_seq": through}
 
 

@@ -85,7 +85,7 @@ from moonrun.service.groups import Groups
 from moonrun.service.keys import ConcurrencyKeys
 from moonrun.service.schedules import Schedules
 from moonrun.service.specs import JobSpec
-from moonrun.service.waiting import CANCELS, ENDPOINT, JOB, Place, Runner, Waiting, Watch
+from moonrun.service.waiting import CANCELS, ENDPOINT, JOB, Peers, Place, Runner, Waiting, Watch
 from moonrun.store.protocol import IdempotencyRecord, Store
 
 T = TypeVar("T")
@@ -159,6 +159,7 @@ class SchedulingService:
         self._beats: dict[str, Instant] = {}
         """Session id -> when it last heartbeat here (for `connected_runs`)."""
         self._events = _Committed(store, self.waiters)
+        self._touch_peers: Peers | None = None
         self._served_last: dict[str, str] = {}
         """Per endpoint, the owner its last claim served last: the next claim's turns start
         after it. Kept here only; a restart starts the turns afresh."""
@@ -176,6 +177,18 @@ class SchedulingService:
     def listen(self, events: JobEvents) -> None:
         """Tell `events` too about every committed job write from now on."""
         self._events = _Committed(self._store, _Both(self._events.listener, events))
+
+    def share_touches(self, peers: Peers) -> None:
+        """Tell `peers` (the other platform processes) too when something beside a job's
+        record that its readers wait for changes (`logs_completed`)."""
+        self._touch_peers = peers
+
+    def logs_completed(self, job_id: str) -> None:
+        """The job's attempt's final log batch is stored: wake the job's readers here, and on
+        the other platform processes (with a shared log directory, theirs read it too)."""
+        self.waiters.job_touched(job_id)
+        if self._touch_peers is not None:
+            self._touch_peers.announce(job_id, None)
 
     @property
     def settings(self) -> SchedulingSettings:

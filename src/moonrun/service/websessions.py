@@ -5,11 +5,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-import threading
 
 from moonrun.clock import Clock
 from moonrun.scheduling.fingerprint import token_hash
 from moonrun.scheduling.records import User
+from moonrun.security.sign_in_ledger import Failures, Ledger, MemoryLedger
 from moonrun.security.tokens import b64url
 from moonrun.store.protocol import Store
 
@@ -96,13 +96,15 @@ class SignInThrottle:
     holds a name's owner off for at most `max_s` after its latest guess, and the right password
     once the wait is over signs in. A key that has not failed for `forget_s` starts afresh.
 
-    In memory, per platform instance: a restart forgets, and replicas count apart.
+    Counted in `ledger`: this process's memory by default (a restart forgets), or files every
+    platform process shares (`security/sign_in_ledger.py`), so that they count together.
     """
 
     def __init__(
         self,
         clock: Clock,
         *,
+        ledger: Ledger | None = None,
         name_free: int = 5,
         address_free: int = 50,
         base_s: float = 1,
@@ -110,65 +112,57 @@ class SignInThrottle:
         forget_s: float = 900,
     ) -> None:
         self._clock = clock
+        self._ledger: Ledger = ledger if ledger is not None else MemoryLedger()
         self._free = {"name": name_free, "addr": address_free}
         self._base_ms = round(base_s * 1000)
         self._max_ms = round(max_s * 1000)
         self._forget_ms = max(round(forget_s * 1000), self._max_ms)
-        self._failures: dict[str, tuple[int, int]] = {}
-        """key -> (failures, time of the latest)."""
-        self._lock = threading.Lock()
 
     def reserve(self, name: str, address: str) -> int:
         """Count a try before its password is checked: 0 when it may go on (it counts as a
         failure from now, so that tries in flight at once cannot exceed the allowance), else
         the seconds until another may be made (and it counts for nothing)."""
         now = self._clock.now()
-        with self._lock:
-            keys = _keys(name, address)
-            wait_ms = max(self._wait_ms(key, now) for key in keys)
+        keys = _keys(name, address)
+        wait_ms = 0
+
+        def count(failures: dict[str, Failures]) -> dict[str, Failures | None]:
+            nonlocal wait_ms
+            current = {key: self._current(failures.get(key), now) for key in keys}
+            wait_ms = max(self._wait_ms(key, current[key], now) for key in keys)
             if wait_ms:
-                return (wait_ms + 999) // 1000
-            for key in keys:
-                count, _ = self._current(key, now)
-                self._failures[key] = (count + 1, now)
-            if len(self._failures) > PRUNE_AT:
-                self._prune(now)
-        return 0
+                return {}
+            return {key: (current[key][0] + 1, now) for key in keys}
+
+        self._ledger.update(keys, count)
+        if self._ledger.prune_due():
+            self._ledger.prune(now - self._forget_ms)
+        return (wait_ms + 999) // 1000
 
     def succeeded(self, name: str, address: str) -> None:
         """A reserved try signed in: its name starts afresh, and its address no longer counts
         it as a failure."""
         name_key, address_key = _keys(name, address)
-        with self._lock:
-            self._failures.pop(name_key, None)
-            count, latest = self._failures.get(address_key, (0, 0))
-            if count > 1:
-                self._failures[address_key] = (count - 1, latest)
-            else:
-                self._failures.pop(address_key, None)
 
-    def _wait_ms(self, key: str, now: int) -> int:
-        count, latest = self._current(key, now)
+        def take_back(failures: dict[str, Failures]) -> dict[str, Failures | None]:
+            count, latest = failures.get(address_key, (0, 0))
+            return {name_key: None, address_key: (count - 1, latest) if count > 1 else None}
+
+        self._ledger.update((name_key, address_key), take_back)
+
+    def _wait_ms(self, key: str, failures: Failures, now: int) -> int:
+        count, latest = failures
         past = count - self._free[key.split(":", 1)[0]]
         if past < 0:
             return 0
         backoff = min(self._base_ms << min(past, 40), self._max_ms)
         return max(0, latest + backoff - now)
 
-    def _current(self, key: str, now: int) -> tuple[int, int]:
-        count, latest = self._failures.get(key, (0, now))
+    def _current(self, failures: Failures | None, now: int) -> Failures:
+        count, latest = failures or (0, now)
         if now - latest >= self._forget_ms:
             return 0, now
         return count, latest
-
-    def _prune(self, now: int) -> None:
-        self._failures = {
-            key: value for key, value in self._failures.items() if now - value[1] < self._forget_ms
-        }
-
-
-PRUNE_AT = 10_000
-"""Keys held before forgotten ones are dropped (each failure with a new name adds one)."""
 
 
 def _keys(name: str, address: str) -> tuple[str, str]:

@@ -73,7 +73,8 @@ async def login(request: Request) -> Response:
             message="This sign-in form expired. Please try again.",
         )
     address = request.client.host if request.client else "unknown"
-    wait_s = platform.throttle.reserve(name, address)  # counted before it is checked
+    # Counted before it is checked (in files, when platform processes count together).
+    wait_s = await on_user_channel(request, platform.throttle.reserve, name, address)
     if wait_s:
         refused = _login_page(
             request,
@@ -89,7 +90,7 @@ async def login(request: Request) -> Response:
         return _login_page(
             request, next=target, status=401, name=name, message="Wrong name or password."
         )
-    platform.throttle.succeeded(name, address)
+    await on_user_channel(request, platform.throttle.succeeded, name, address)
     await on_user_channel(
         request, platform.web.close, request.cookies.get(SESSION_COOKIE)
     )  # any previous

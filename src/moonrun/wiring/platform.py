@@ -19,6 +19,7 @@ from moonrun.http.metrics import Metrics
 from moonrun.http.platform import HttpSettings
 from moonrun.logs.protocol import LogStore
 from moonrun.security.keys import NonceCache
+from moonrun.security.sign_in_ledger import Ledger
 from moonrun.security.signing import WINDOW_S
 from moonrun.service.directory import Directory
 from moonrun.service.scheduling import SchedulingService
@@ -44,6 +45,9 @@ class Platform:
     peers: PostgresWakeups | None = None
     """Wake-ups across the platform processes on one PostgreSQL database (None on the other
     stores): the app's lifespan starts and stops them."""
+    sign_in_ledger: Ledger | None = None
+    """Where failed sign-ins are counted: this process's memory unless given (several platform
+    processes share files in their data directory)."""
     channels: Channels = field(default_factory=Channels.with_limits)
     http: HttpSettings = field(default_factory=HttpSettings)
     metrics: Metrics = field(init=False)
@@ -68,5 +72,5 @@ class Platform:
             connected=self.service.connected_runs,
         )
         self.started_at_s = self.clock.now() / 1000
-        self.throttle = SignInThrottle(self.clock)
+        self.throttle = SignInThrottle(self.clock, ledger=self.sign_in_ledger)
         self.watch = self.service.waiters

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from moonrun.artifacts.file import FileArtifactStore
 from moonrun.artifacts.protocol import ArtifactLimits
@@ -19,6 +20,7 @@ from moonrun.logs.file import FileLogStore
 from moonrun.logs.memory import MemoryLogStore
 from moonrun.logs.protocol import LogLimits, LogStore
 from moonrun.security.keys import load_or_create_secret
+from moonrun.security.sign_in_ledger import FileLedger
 from moonrun.security.tokens import SystemTokenSource
 from moonrun.service.config import SchedulingSettings, WaitLimits
 from moonrun.service.directory import Bootstrap, Directory
@@ -79,6 +81,11 @@ class PlatformConfig:
     def logs_dir(self) -> Path:
         return (self.data_dir or self.state_dir) / "logs"
 
+    @property
+    def sign_in_dir(self) -> Path:
+        """Failed sign-ins, counted by every platform process that shares the data directory."""
+        return (self.data_dir or self.state_dir) / "sign-in"
+
 
 def secret_created_notice(config: PlatformConfig) -> str:
     """What `platform serve` says once, when it has just made the platform secret: where (a
@@ -119,9 +126,10 @@ def parse_retention(text: str) -> float:
 
 
 def log_store(config: PlatformConfig, store: object) -> LogStore:
-    """Logs on disk beside a durable store (`<data dir>/logs`), in memory beside memory://."""
+    """Logs on disk beside a durable store (`<data dir>/logs`, which the platform processes on
+    one MySQL or PostgreSQL database may share), in memory beside memory://."""
     limits = config.logs
-    bounds = {
+    bounds: dict[str, Any] = {
         "line_bytes": limits.line_bytes,
         "attempt_bytes": limits.attempt_bytes,
         "attempt_lines": limits.attempt_lines,
@@ -130,7 +138,11 @@ def log_store(config: PlatformConfig, store: object) -> LogStore:
     }
     if isinstance(store, MemoryStore):
         return MemoryLogStore(**bounds)
-    return FileLogStore(config.logs_dir, **bounds)
+    # Beside MySQL or PostgreSQL other platform processes may write the same directory
+    # (docs/operations.md, "Several platforms"): reads read what files gained, and the directory
+    # is listed again now and then.
+    shared = isinstance(store, MySQLStore | PostgresStore)
+    return FileLogStore(config.logs_dir, shared=shared, **bounds)
 
 
 SHARED_RECHECK_S = 0.25
@@ -156,6 +168,7 @@ def share_wakeups(store: Store, service: SchedulingService) -> PostgresWakeups |
         return None
     wakeups = store.wakeups(service.waiters.peer_changed, service.waiters.peers_missed)
     service.listen(Announcer(wakeups))
+    service.share_touches(wakeups)
     return wakeups
 
 
@@ -204,6 +217,12 @@ def build_platform(config: PlatformConfig) -> Platform:
             http=HttpSettings(sweep_interval_s=config.sweep_interval_s),
             release=store.close,
             peers=peers,
+            # Beside a database several processes share, they count failed sign-ins together.
+            sign_in_ledger=(
+                FileLedger(config.sign_in_dir)
+                if isinstance(store, MySQLStore | PostgresStore)
+                else None
+            ),
         )
     except BaseException:
         store.close()

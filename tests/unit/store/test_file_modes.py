@@ -58,7 +58,7 @@ def test_an_existing_store_file_readable_by_others_is_made_0600(
 def test_artifact_chunks_are_0600_in_0700_directories_under_umask_022(
     tmp_path: Path, umask_022: None
 ) -> None:
-    """Every directory from the artifact root down is 0700, every chunk and marker 0600."""
+    """Every directory from the artifact root down is 0700, every chunk, marker and count 0600."""
     root = tmp_path / "data" / "artifacts"
     artifacts = FileArtifactStore(root)
     artifacts.put_chunk("job-1", 1, "report.txt", 0, b"first", final=False)
@@ -68,6 +68,7 @@ def test_artifact_chunks_are_0600_in_0700_directories_under_umask_022(
         "data/artifacts": "0o700",
         "data/artifacts/job-1": "0o700",
         "data/artifacts/job-1/1": "0o700",
+        "data/artifacts/job-1/1/.held": "0o600",
         "data/artifacts/job-1/1/report.txt": "0o700",
         "data/artifacts/job-1/1/report.txt/000000.chunk": "0o600",
         "data/artifacts/job-1/1/report.txt/000001.chunk": "0o600",
