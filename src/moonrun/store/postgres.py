@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -38,6 +39,8 @@ SCHEMA_LOCK = 0x6D6F6F6E72756E  # "moonrun": the advisory lock that serialises m
 POOL_SIZE = 16
 SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
 """libpq's `sslmode`s, weakest first (docs/operations.md, "PostgreSQL")."""
+CHECK_IDLE_S = 1.0
+"""A pooled connection idle this long is checked before it is used again."""
 
 
 class PostgresStore(SqlStore):
@@ -49,7 +52,9 @@ class PostgresStore(SqlStore):
     def __init__(self, url: str, *, connect_timeout_s: int = 5, pool_size: int = POOL_SIZE):
         self.url = _parse(url)
         psycopg, pool = _driver()
-        self._psycopg = psycopg
+        self._psycopg, self._psycopg_pool = psycopg, pool
+        self._idle_since: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
+        """When each pooled connection last went back to the pool."""
         super().__init__(Queries("postgresql"), redact(url))
         options: dict[str, Any] = {
             "host": self.url.host or "127.0.0.1",
@@ -81,7 +86,8 @@ class PostgresStore(SqlStore):
             min_size=1,
             max_size=pool_size,
             timeout=connect_timeout_s,
-            check=pool.ConnectionPool.check_connection,
+            check=self._check_if_idle,
+            reset=self._returned,
             open=False,
         )
         try:
@@ -89,6 +95,19 @@ class PostgresStore(SqlStore):
         except Exception as error:  # the pool says only that it timed out: say why
             self._pool.close()
             raise self._unavailable(error) from None
+
+    def _check_if_idle(self, connection: Any) -> None:
+        """Check a pooled connection (one round trip) before use if it sat idle CHECK_IDLE_S
+        or longer, or was never used: one the database dropped meanwhile (a restart, a
+        failover, an idle timeout) is replaced instead of failing a request. One reused at once
+        is not checked: checking every checkout doubled a busy platform's round trips (a third
+        of its time in `peer_bench.py`)."""
+        returned = self._idle_since.get(connection)
+        if returned is None or time.monotonic() - returned >= CHECK_IDLE_S:
+            self._psycopg_pool.ConnectionPool.check_connection(connection)
+
+    def _returned(self, connection: Any) -> None:
+        self._idle_since[connection] = time.monotonic()
 
     def _read(self, work: Callable[[Cursor], T]) -> T:
         try:
