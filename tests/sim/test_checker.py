@@ -27,6 +27,9 @@ PLANTED = [
     ("release_all", "memory"),
     ("key_release_all", "memory"),
     ("no_wait", "memory"),
+    ("prune_group", "memory"),
+    ("prune_awaited", "file"),
+    ("delete_unfinished", "memory"),
 ]
 
 
