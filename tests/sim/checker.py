@@ -670,8 +670,8 @@ class Checker:
             made, _ = first[key]
             gone = {i for i in made if gone_at.get(i, len(self.h.answers) + 1) <= at[call]}
             # A replay answers the jobs that remain, in order; a key goes with the first job
-            # its request made (docs/protocol.md, "What a key promises once its job is gone"),
-            # after which the same request makes new jobs (a fan-out's key stays).
+            # its request made (docs/protocol.md, "Jobs": what a key promises once its job is
+            # gone), after which the same request makes new jobs (a fan-out's key stays).
             remaining = [i for i in made if i not in gone]
             if made[0] in gone and not set(made) & set(job_ids):
                 first[key] = (job_ids, call)
