@@ -246,6 +246,19 @@ class DeletesUnfinishedJobs(SchedulingService):
         return job
 
 
+class PrunesEarly(SchedulingService):
+    """Retention that reads its window in the wrong unit: a finished job is pruned a second
+    after it ended, whatever `retain_finished_s` says."""
+
+    def prune(self, forget: Callable[[Job], None], limit: int | None = None) -> list[Job]:
+        settings = self._settings
+        self._settings = replace(settings, retain_finished_s=settings.retain_finished_s / 1000)
+        try:
+            return super().prune(forget, limit)
+        finally:
+            self._settings = settings
+
+
 @dataclass(frozen=True)
 class Bug:
     name: str
@@ -269,5 +282,6 @@ BUGS = {
         Bug("prune_group", "pruned_needed", service_class=PrunesUnfinishedGroups),
         Bug("prune_awaited", "pruned_needed", service_class=PrunesAwaitedJobs),
         Bug("delete_unfinished", "pruned_needed", service_class=DeletesUnfinishedJobs),
+        Bug("prune_early", "pruned_early", service_class=PrunesEarly),
     )
 }

@@ -30,6 +30,7 @@ PLANTED = [
     ("prune_group", "memory"),
     ("prune_awaited", "file"),
     ("delete_unfinished", "memory"),
+    ("prune_early", "file"),
 ]
 
 
