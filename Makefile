@@ -79,11 +79,12 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python bench/heartbeat_bench.py
 	$(BIN)/python bench/create_bench.py
 	$(BIN)/python bench/schedule_bench.py
-	$(BIN)/python bench/peer_bench.py
+	$(BIN)/python bench/peer_bench.py --keyed
 	$(BIN)/python bench/wakeup_bench.py
 	$(BIN)/python bench/scale_bench.py
 	$(BIN)/python bench/retention_bench.py
 	$(BIN)/python bench/fleet_bench.py --steps $(FLEET_STEPS)
+	$(BIN)/python bench/fleet_scheduling_bench.py
 
 # Longer runs of the property, crash (KILLS: the store's, the serving platform's and the firing
 # schedules') and race tests, of the simulation, and of one Run through RUN_ATTEMPTS attempts

@@ -25,9 +25,12 @@ client (moonrun: POST then the blocking GET; Celery: `delay()` then `.get()`; Pr
 
 `--rounds N` runs every system N times, alternating, and reports each one's median.
 
+`--keyed` adds a FileStore run (the first capacity) whose every job carries one of 1,000
+concurrency keys (limit 1) and one of the 10 priorities, for fleet scheduling's cost end to end.
+
     python bench/peer_bench.py [--jobs 3000] [--lanes 8] [--capacities 16,256] [--samples 200]
                                [--stores file,mysql] [--await block|poll] [--no-celery]
-                               [--no-procrastinate] [--rounds 1]
+                               [--no-procrastinate] [--rounds 1] [--keyed]
 """
 
 from __future__ import annotations
@@ -86,9 +89,12 @@ def percentiles(samples: list[float]) -> tuple[float, float]:
 class User:
     """The user API over one aiohttp session."""
 
-    def __init__(self, http: aiohttp.ClientSession, url: str, mode: str, poll_s: float) -> None:
+    def __init__(
+        self, http: aiohttp.ClientSession, url: str, mode: str, poll_s: float, keyed: bool = False
+    ) -> None:
         self.http, self.url, self.mode, self.poll_s = http, url, mode, poll_s
         self.headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+        self.keyed, self.made = keyed, 0
 
     async def call(self, method: str, path: str, body: Any = None, expect: int = 200) -> Any:
         data = None if body is None else json.dumps(body).encode()
@@ -102,7 +108,12 @@ class User:
             return json.loads(text)
 
     async def submit(self, server_id: str) -> str:
-        job = await self.call("POST", f"/api/v1/servers/{server_id}/jobs", {"kind": "noop"}, 201)
+        body: dict[str, Any] = {"kind": "noop"}
+        if self.keyed:  # one of 1,000 keys and one of 10 priorities, in turn
+            body["concurrency"] = {"key": f"key-{self.made % 1000}", "limit": 1}
+            body["priority"] = self.made % 10
+        self.made += 1
+        job = await self.call("POST", f"/api/v1/servers/{server_id}/jobs", body, 201)
         job_id: str = job["id"]
         return job_id
 
@@ -182,13 +193,18 @@ class Moonrun:
 
 
 async def moonrun_figures(
-    label: str, store_url: str, args: argparse.Namespace, workdir: Path, capacity: int
+    label: str,
+    store_url: str,
+    args: argparse.Namespace,
+    workdir: Path,
+    capacity: int,
+    keyed: bool = False,
 ) -> Figures:
     system = Moonrun(store_url, workdir, capacity)
     connector = aiohttp.TCPConnector(limit=args.lanes + 2)
     try:
         async with aiohttp.ClientSession(connector=connector) as http:
-            user = User(http, system.platform.url, args.await_mode, args.poll_ms / 1000)
+            user = User(http, system.platform.url, args.await_mode, args.poll_ms / 1000, keyed)
             server_id = await system.start(user)
             for _ in range(args.warmup):
                 await user.until_terminal(await user.submit(server_id))
@@ -365,6 +381,9 @@ def main() -> None:
     parser.add_argument("--no-celery", action="store_true")
     parser.add_argument("--no-procrastinate", action="store_true")
     parser.add_argument("--rounds", type=int, default=1, help="alternating runs; medians")
+    parser.add_argument(
+        "--keyed", action="store_true", help="also FileStore with keys and priorities"
+    )
     args = parser.parse_args()
 
     capacities = [int(c) for c in args.capacities.split(",") if c]
@@ -393,6 +412,13 @@ def main() -> None:
                     )
                 else:
                     runners.append(lambda c=capacity: _with_mysql(args, fresh(f"mysql-{c}"), c))
+            if store == "file" and args.keyed:
+                label = f"moonrun, FileStore, {capacities[0]}, keyed"
+                runners.append(
+                    lambda c=capacities[0], label=label: _with_file(
+                        args, fresh(f"keyed-{c}"), c, label, keyed=True
+                    )
+                )
         for round_ in range(args.rounds):
             for runner in runners:
                 figures = runner()
@@ -438,9 +464,11 @@ def _median(label: str, runs: list[Figures]) -> Figures:
     )
 
 
-def _with_file(args: argparse.Namespace, workdir: Path, capacity: int, label: str) -> Figures:
+def _with_file(
+    args: argparse.Namespace, workdir: Path, capacity: int, label: str, keyed: bool = False
+) -> Figures:
     url = f"file:{workdir / 'platform.db'}"
-    return asyncio.run(moonrun_figures(label, url, args, workdir, capacity))
+    return asyncio.run(moonrun_figures(label, url, args, workdir, capacity, keyed))
 
 
 def _with_mysql(args: argparse.Namespace, workdir: Path, capacity: int) -> Figures | None:

@@ -66,14 +66,15 @@ def usage_error(message: str) -> typer.Exit:
 
 
 def one_line_errors(command: Callable[P, R]) -> Callable[P, R]:
-    """Report moonrun's own errors as one line on stderr and exit 1, never a traceback."""
+    """Report moonrun's own errors as one line on stderr, `moonrun: error: <code>: <message>`
+    as the user verbs do (docs/cli.md, "Exit codes"), and exit 1, never a traceback."""
 
     @functools.wraps(command)
     def run(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return command(*args, **kwargs)
         except MoonrunError as error:
-            typer.echo(f"moonrun: error: {error.message}", err=True)
+            typer.echo(f"moonrun: error: {error.code}: {error.message}", err=True)
             raise typer.Exit(1) from None
 
     return run
@@ -87,22 +88,46 @@ def version() -> None:
 
 @store_app.command("check")
 @one_line_errors
-def store_check(store: StoreOption = DEFAULT_STORE_URL) -> None:
-    """Open the store (creating and migrating it when needed) and print what it holds."""
+def store_check(
+    store: StoreOption = DEFAULT_STORE_URL,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help='Print one JSON document: {"store", "schema_version", "counts", "jobs"}',
+        ),
+    ] = False,
+) -> None:
+    """Open the store (creating and migrating it when needed) and print what it holds: how
+    many users, endpoints, servers and schedules, and how many jobs in each state."""
+    from moonrun.scheduling.jobs import JobState
     from moonrun.store import open_store
     from moonrun.store.sql import SqlStore
 
     opened = open_store(store)
     try:
-        counts = opened.job_counts()
+        held = opened.job_counts()
+        jobs = {state.value: held.get(state, 0) for state in JobState}
+        counts = {
+            "users": len(opened.list_users()),
+            "endpoints": len(opened.list_endpoints()),
+            "servers": len(opened.list_servers()),
+            "schedules": len(opened.list_schedules()),
+            "jobs": sum(jobs.values()),
+        }
         where = opened.description if isinstance(opened, SqlStore) else store
-        schema = (
-            f", schema version {opened.schema_version()}" if isinstance(opened, SqlStore) else ""
-        )
-        jobs = ", ".join(f"{state}={count}" for state, count in sorted(counts.items())) or "none"
-        typer.echo(f"store {where} is ready{schema}; jobs: {jobs}")
+        version = opened.schema_version() if isinstance(opened, SqlStore) else None
     finally:
         opened.close()
+    if as_json:
+        document = {"store": where, "schema_version": version, "counts": counts, "jobs": jobs}
+        typer.echo(json.dumps(document, indent=2))
+        return
+    schema = f", schema version {version}" if version is not None else ""
+    typer.echo(f"store {where} is ready{schema}")
+    typer.echo("  ".join(f"{name} {count}" for name, count in counts.items()))
+    by_state = ", ".join(f"{state} {count}" for state, count in jobs.items() if count)
+    typer.echo(f"jobs by state: {by_state or 'none'}")
 
 
 @store_app.command("backup")
@@ -169,7 +194,15 @@ def store_backup(
 
 @store_app.command("compact")
 @one_line_errors
-def store_compact(store: StoreOption = DEFAULT_STORE_URL) -> None:
+def store_compact(
+    store: StoreOption = DEFAULT_STORE_URL,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json", help='Print one JSON document: {"store", "before_bytes", "after_bytes"}'
+        ),
+    ] = False,
+) -> None:
     """Give a file store's free space back to the file system now (SQLite's VACUUM).
 
     It also turns on incremental vacuum for a file made before it, after which the sweeper
@@ -189,6 +222,14 @@ def store_compact(store: StoreOption = DEFAULT_STORE_URL) -> None:
         )
     open_store(store).close()  # a file that is a moonrun store, migrated
     done = compact_database(path)
+    if as_json:
+        document = {
+            "store": store,
+            "before_bytes": done.before_bytes,
+            "after_bytes": done.after_bytes,
+        }
+        typer.echo(json.dumps(document, indent=2))
+        return
     typer.echo(f"compacted {store}: {done.before_bytes} bytes before, {done.after_bytes} after")
 
 
@@ -360,7 +401,12 @@ def platform_serve(
     from moonrun.service.config import SchedulingSettings
     from moonrun.service.directory import check_bootstrap_token
     from moonrun.wiring.app import create_app
-    from moonrun.wiring.settings import PlatformConfig, build_platform, parse_retention
+    from moonrun.wiring.settings import (
+        PlatformConfig,
+        build_platform,
+        parse_retention,
+        secret_created_notice,
+    )
 
     try:  # before the logs are configured: a usage error changes nothing
         retain_finished_s = parse_retention(retain_finished)
@@ -424,8 +470,15 @@ def platform_serve(
         keep_alive_s=keep_alive_s,
         trusted_proxies=tuple(trusted_proxy or ()),
     )
+    secret_is_new = not config.secret_path.exists()
     platform = build_platform(config)
     try:
+        if secret_is_new:
+            # Said once, the start that made it: a secret made without a word (by default in
+            # ./.moonrun) is one an operator will not back up or copy to the next replica.
+            notice = secret_created_notice(config)
+            typer.echo(f"moonrun: note: {notice}", err=True)
+            logging.getLogger("moonrun.platform").info(notice)
         if not platform.directory.has_platform_admin():
             warning = (
                 "the store has no platform admin, so nobody can manage this platform; make one "
@@ -468,6 +521,8 @@ def admin_bootstrap(
     from moonrun.security.tokens import API_PREFIX, SystemTokenSource
     from moonrun.service.directory import Directory
     from moonrun.store import open_store
+    from moonrun.store.sql import SqlStore
+    from moonrun.wiring.settings import PlatformConfig
 
     if store.startswith("memory:"):
         raise usage_error("a memory:// store is gone when this command exits; give --store")
@@ -476,7 +531,10 @@ def admin_bootstrap(
         password = sys.stdin.readline().rstrip("\r\n")
         if not password:
             raise usage_error("--password-stdin: stdin's first line is empty")
+    path = PlatformConfig(store_url=store).store_path
+    made_here = path is not None and not path.exists()
     opened = open_store(store)
+    where = opened.description if isinstance(opened, SqlStore) else store
     try:
         tokens = SystemTokenSource()
         directory = Directory(opened, SystemClock(), tokens)
@@ -489,8 +547,17 @@ def admin_bootstrap(
         opened.close()
     said = {"created": "created", "rotated": "has a new API token", "unchanged": "is unchanged"}
     signs_in = "; it can sign in to the console" if password is not None else ""
+    if made_here and path is not None:
+        # A mistyped or forgotten --store (the default is ./.moonrun/platform.db) would else
+        # give a token for a store no platform serves, without a word.
+        typer.echo(
+            f"moonrun: warning: there was no store at {path.absolute()}: this command created it; "
+            "a platform serving another store does not know this admin (give --store)",
+            err=True,
+        )
     typer.echo(
-        f"platform admin {admin.name} ({admin.id}) {said[outcome.value]}{signs_in}", err=True
+        f"platform admin {admin.name} ({admin.id}) {said[outcome.value]} in {where}{signs_in}",
+        err=True,
     )
     typer.echo(api_token)
 
@@ -528,19 +595,26 @@ def run_join(
             "an admin set win, and an admin may change them later",
         ),
     ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help='Print {"platform", "endpoint_id"} as JSON')
+    ] = False,
 ) -> None:
     """Join a platform once: create the identity key (0600) and burn the join token (tried
     again with backoff when no answer comes; the same token and key again are the same join)."""
     import asyncio
 
-    from moonrun.client.labelargs import parse_pairs
+    from moonrun.client.labelargs import naming_labels, parse_pairs
     from moonrun.run import client, identity
     from moonrun.scheduling.labels import check_labels
     from moonrun.security.tokens import b64url
 
     url = _check_url(platform)
     # Checked here too, so a bad label is said before a key is made or a token is sent.
-    labels = dict(check_labels(parse_pairs(label or [], "--label"))) if label else None
+    labels = None
+    if label:
+        proposed = parse_pairs(label, "--label")
+        with naming_labels(proposed):
+            labels = dict(check_labels(proposed))
     key = identity.join_key(data_dir)
     public = key.public_key().public_bytes_raw()
     try:
@@ -551,7 +625,10 @@ def run_join(
         identity.forget_key(data_dir)
         raise
     identity.save_endpoint(data_dir, endpoint_id, url)
-    typer.echo(f"joined {url} as endpoint {endpoint_id}")
+    if as_json:
+        typer.echo(json.dumps({"platform": url, "endpoint_id": endpoint_id}))
+    else:
+        typer.echo(f"joined {url} as endpoint {endpoint_id}")
 
 
 @run_app.command("start")

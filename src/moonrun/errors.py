@@ -275,6 +275,18 @@ class JoinUnconfirmed(PlatformUnreachable):
     `moonrun run join` again (same token, same data directory) to finish it."""
 
 
+class DataDirError(MoonrunError):
+    """Run's data directory is missing, not joined, or already joined."""
+
+
+class JournalCorrupt(MoonrunError):
+    """The journal is damaged; it is kept as it is for inspection."""
+
+
+class SecretFileError(MoonrunError):
+    """The platform secret file is missing, malformed or readable by others."""
+
+
 class WaitTimedOut(MoonrunError):
     """The job had not ended when the wait's timeout passed."""
 
@@ -355,6 +367,10 @@ ERROR_TABLE: Final[Mapping[type[MoonrunError], tuple[int, str]]] = {
     PlatformUnreachable: (503, "unreachable"),
     WaitTimedOut: (504, "wait_timed_out"),
     StoreUnavailable: (503, "store_unavailable"),
+    # Never sent: said by the command that meets them on its own host (`moonrun: error: ...`).
+    DataDirError: (500, "data_dir"),
+    JournalCorrupt: (500, "journal_corrupt"),
+    SecretFileError: (500, "secret_file"),
     IllegalTransition: (500, "internal"),
 }
 

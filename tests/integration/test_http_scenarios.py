@@ -799,6 +799,7 @@ JOB_VIEW_FIELDS = {
     "schedule",
     "waiting_for",
     "concurrency",
+    "priority",
 }
 
 

@@ -221,6 +221,7 @@ def test_a_form_post_without_its_csrf_token_is_refused(site: Site) -> None:
     [
         "/jobs",
         "/jobs/{job_id}",
+        "/groups",
         "/servers",
         "/servers/{server_id}/remove",
         "/endpoints",

@@ -167,7 +167,10 @@ def test_a_trusted_proxy_that_is_not_an_address_is_refused_at_start(tmp_path: Pa
         text=True,
         timeout=60,
     )
-    expected = "moonrun: error: --trusted-proxy must be an IP address or network, not 'proxy'\n"
+    expected = (
+        "moonrun: error: invalid_request: --trusted-proxy must be an IP address or network, "
+        "not 'proxy'\n"
+    )
     assert (refused.returncode, refused.stderr) == (1, expected)
 
 

@@ -737,10 +737,13 @@ def test_run_join_explains_what_is_wrong_in_one_line(tmp_path: Path) -> None:
         }
         outcomes = {case: run_join(cl, *arguments) for case, arguments in cases.items()}
     expected = {
-        "used token": "moonrun: error: The join token is unknown, expired or already used.",
-        "bad url": "moonrun: error: --platform must be an http:// or https:// URL",
-        "missing dir": "moonrun: error: data directory",
-        "unreachable": "moonrun: error: cannot reach the platform at http://127.0.0.1:",
+        "used token": (
+            "moonrun: error: join_token_invalid: The join token is unknown, expired or already "
+            "used."
+        ),
+        "bad url": "moonrun: error: invalid_request: --platform must be an http:// or https:// URL",
+        "missing dir": "moonrun: error: data_dir: data directory",
+        "unreachable": "moonrun: error: unreachable: cannot reach the platform at http://127.0.0.1:",
     }
     found = {
         case: (
@@ -947,7 +950,7 @@ def test_a_second_run_on_the_same_data_dir_is_refused(tmp_path: Path) -> None:
     finally:
         first.terminate()
         first.wait(timeout=30)
-    assert (1, [f"moonrun: error: another Run is already using {tmp_path}"]) == (
+    assert (1, [f"moonrun: error: data_dir: another Run is already using {tmp_path}"]) == (
         second.returncode,
         second.stderr.splitlines(),
     )

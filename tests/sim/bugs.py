@@ -259,6 +259,13 @@ class PrunesEarly(SchedulingService):
             self._settings = settings
 
 
+class ForgetsPriorities(_Wrapper):
+    """A store that keeps every job at the default priority, whatever its create asked."""
+
+    def insert_jobs(self, jobs: Sequence[Job], *args: Any) -> None:
+        self._inner.insert_jobs([replace(job, priority=5) for job in jobs], *args)
+
+
 @dataclass(frozen=True)
 class Bug:
     name: str
@@ -279,6 +286,7 @@ BUGS = {
         Bug("release_all", "group_parallel", wrap_store=ReleasesEveryHeldJob),  # type: ignore[arg-type]
         Bug("key_release_all", "key_limit", wrap_store=ReleasesEveryKeyedJob),  # type: ignore[arg-type]
         Bug("no_wait", "dependency_order", wrap_store=ForgetsDependencies),  # type: ignore[arg-type]
+        Bug("no_priority", "priority_order", wrap_store=ForgetsPriorities),  # type: ignore[arg-type]
         Bug("prune_group", "pruned_needed", service_class=PrunesUnfinishedGroups),
         Bug("prune_awaited", "pruned_needed", service_class=PrunesAwaitedJobs),
         Bug("delete_unfinished", "pruned_needed", service_class=DeletesUnfinishedJobs),

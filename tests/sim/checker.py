@@ -139,6 +139,7 @@ class Checker:
         self._schedules()
         self._groups()
         self._keys()
+        self._priorities()
         self._dependencies()
         self._pruning()
         for at, cause, error in self.h.internal_errors:
@@ -774,6 +775,36 @@ class Checker:
                     f"{len(under_way)} jobs of key {job.concurrency.key!r} claimed or running "
                     f"at once, over its limit of {job.concurrency.limit}",
                 )
+
+    def _priorities(self) -> None:
+        """No claim grants a job while a job of a higher priority of the same endpoint was
+        claimable (waiting and eligible, held by no group, key or dependency, not asked to
+        cancel), in the order the store committed their writes."""
+        claimable: dict[str, dict[str, Job]] = defaultdict(dict)
+        for write in self.h.writes:
+            job, before = write.after, write.before
+            waiting = claimable[job.endpoint_id]
+            if before is not None and before.claimable_at is not None and job.state.is_active:
+                passed = sorted(
+                    other.id
+                    for other in waiting.values()
+                    if other.id != job.id
+                    and other.priority > job.priority
+                    and other.claimable_at is not None
+                    and other.claimable_at <= write.at
+                )
+                if passed:
+                    self.flag(
+                        "priority_order",
+                        write.at,
+                        job.id,
+                        f"granted at priority {job.priority} while {passed[0]} of priority "
+                        f"{waiting[passed[0]].priority} was claimable on its endpoint",
+                    )
+            if job.claimable_at is not None:
+                waiting[job.id] = job
+            else:
+                waiting.pop(job.id, None)
 
     def _groups(self) -> None:
         """Never more than a group's `max_parallel` of its jobs claimed or running at once (in

@@ -27,6 +27,7 @@ PLANTED = [
     ("release_all", "memory"),
     ("key_release_all", "memory"),
     ("no_wait", "memory"),
+    ("no_priority", "memory"),
     ("prune_group", "memory"),
     ("prune_awaited", "file"),
     ("delete_unfinished", "memory"),

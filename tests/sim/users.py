@@ -82,6 +82,7 @@ class UserNode(Node):
                 "not_before": spec.not_before,
                 "idempotency_key": key,
                 "concurrency": spec.concurrency,
+                "priority": spec.priority,
             }
             # Now and then a job waits on one or two jobs the user already knows of.
             chooser = self.sim.dependency_rng
@@ -202,6 +203,10 @@ def spec_of(sim: Simulation) -> JobSpec:
     if rng.random() < 0.3:
         key = rng.choice(list(KEY_LIMITS))
         concurrency = {"key": key, "limit": KEY_LIMITS[key]}
+    # Most jobs take the default; some are urgent, some can wait (drawn apart, so that a seed's
+    # other draws stay as they were before jobs had priorities).
+    chooser = sim.priority_rng
+    priority = None if chooser.random() < 0.5 else chooser.choice([0, 2, 5, 7, 9])
     return JobSpec(
         kind=kind,
         payload=payload,
@@ -209,6 +214,7 @@ def spec_of(sim: Simulation) -> JobSpec:
         backoff=backoff,
         not_before=not_before,
         concurrency=concurrency,
+        priority=priority,
     )
 
 

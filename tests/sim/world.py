@@ -183,6 +183,8 @@ class Simulation:
         self.rng = random.Random(seed)
         self.dependency_rng = random.Random(f"dependencies-{seed}")
         """Which jobs wait on others (drawn apart, so that the other draws stay as they were)."""
+        self.priority_rng = random.Random(f"priorities-{seed}")
+        """Each job's priority (drawn apart, likewise)."""
         self.scenario = Scenario.draw(seed, store, self.rng)
         self.bug = bug
         self.retention_rng = random.Random(f"retention-{seed}")

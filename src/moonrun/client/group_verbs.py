@@ -1,4 +1,5 @@
-"""`moonrun group show|wait|cancel` and `job submit --selector`: fan-out groups from a terminal."""
+"""`moonrun group list|show|wait|cancel` and `job submit --selector`: fan-out groups from a
+terminal."""
 
 from __future__ import annotations
 
@@ -24,7 +25,9 @@ from moonrun.client.verbs import (
     user_errors,
 )
 
-group_app = typer.Typer(no_args_is_help=True, help="Read, wait for and cancel fan-out groups.")
+group_app = typer.Typer(
+    no_args_is_help=True, help="List, read, wait for and cancel fan-out groups."
+)
 
 GROUP_FIELDS: Final = (
     "id",
@@ -55,6 +58,7 @@ class FanOutAsked:
     idempotency_key: str | None
     concurrency_key: str | None = None
     concurrency_limit: int | None = None
+    priority: int | None = None
 
 
 def counts_text(counts: dict[str, int]) -> str:
@@ -113,6 +117,7 @@ def fan_out(
             idempotency_key=asked.idempotency_key,
             concurrency_key=asked.concurrency_key,
             concurrency_limit=asked.concurrency_limit,
+            priority=asked.priority,
         )
         if not wait:
             if as_json:
@@ -150,6 +155,26 @@ def _follow(client: Client, group_id: str, *, quiet: bool) -> Group:
         if group.done:
             return group
         time.sleep(FOLLOW_POLL_S)
+
+
+@group_app.command("list")
+@user_errors
+def group_list(
+    ctx: typer.Context,
+    limit: Annotated[
+        int, typer.Option("--limit", min=1, max=200, help="At most this many (the newest)")
+    ] = 50,
+    profile: ProfileOption = profiles.DEFAULT_PROFILE,
+    as_json: JsonOption = False,
+) -> None:
+    """The groups you made, newest first, with how many of their jobs are in each state."""
+    with connect(ctx, profile) as client:
+        groups = client.groups(limit)
+    if as_json:
+        print_json([group.data for group in groups])
+        return
+    rows = ({**group.data, "counts": counts_text(group.counts)} for group in groups)
+    print_table(("id", "selector", "kind", "job_count", "counts", "created_at"), rows)
 
 
 @group_app.command("show")

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 
-from moonrun.errors import InvalidRequest
+from moonrun.errors import InvalidLabels, InvalidRequest
+
+_BY_PLACE = re.compile(r"labels\[(\d+)\]")
 
 
 def parse_pairs(pairs: Sequence[str], option: str = "a label") -> dict[str, str]:
@@ -36,6 +40,31 @@ def apply_changes(
             raise InvalidRequest("a label to remove is KEY-, not '-'")
         updated.pop(removal[:-1], None)
     return updated
+
+
+@contextmanager
+def naming_labels(sent: Mapping[str, str]) -> Iterator[None]:
+    """Refused labels said by the key typed, not by the API's field: the platform names a bad
+    key by its place (`labels[1]`: it never echoes an unchecked key), which on a command line
+    is the Nth label given; echoing it back to the one who typed it is safe (quoted, so a
+    control character cannot break the line)."""
+    try:
+        yield
+    except InvalidLabels as error:
+        keys = list(sent)
+        fields = tuple((_named(field, keys), problem) for field, problem in error.fields)
+        if not fields:
+            raise
+        message = "; ".join(f"{field}: {problem}" for field, problem in fields[:5])
+        raise InvalidLabels(message, fields=fields) from None
+
+
+def _named(field: str, keys: Sequence[str]) -> str:
+    if (place := _BY_PLACE.fullmatch(field)) and int(place[1]) < len(keys):
+        return f"label {keys[int(place[1])]!r}"
+    if field.startswith("labels."):
+        return f"label {field.removeprefix('labels.')!r}"
+    return field
 
 
 def labels_text(labels: Mapping[str, str]) -> str:

@@ -168,6 +168,12 @@ class Job:
         return self.ended if complete is None else bool(complete)
 
     @property
+    def priority(self) -> int:
+        """0 to 9: among its endpoint's claimable jobs a higher one goes first (5 from a
+        platform older than priorities)."""
+        return int(self.data.get("priority", 5))
+
+    @property
     def waiting_for(self) -> dict[str, Any] | None:
         """While it waits on its dependencies, `{"jobs": [...], "group": ...}`; else None."""
         found = self.data.get("waiting_for")
@@ -764,15 +770,22 @@ class Client:
         *,
         timezone: str = "UTC",
         overlap: str = "skip",
-        catchup_window_s: int = 60,
+        catchup_window_s: int | None = None,
         paused: bool = False,
         max_attempts: int | None = None,
         backoff: dict[str, float] | None = None,
+        priority: int | None = None,
     ) -> Schedule:
         """A schedule that creates a `kind` job at every time of `cron` (5 fields or a macro
-        such as `@daily`) in `timezone`; `overlap` is `skip`, `allow` or `cancel_previous`."""
+        such as `@daily`) in `timezone`; `overlap` is `skip`, `allow` or `cancel_previous`;
+        `catchup_window_s` None is the platform's default (60); its jobs of `priority` (0 to
+        9, 5 when None)."""
         job: dict[str, Any] = {"kind": kind}
-        for name_, value in (("payload", payload), ("max_attempts", max_attempts)):
+        for name_, value in (
+            ("payload", payload),
+            ("max_attempts", max_attempts),
+            ("priority", priority),
+        ):
             if value is not None:
                 job[name_] = value
         if backoff is not None:
@@ -783,9 +796,10 @@ class Client:
             "timezone": timezone,
             "job": job,
             "overlap": overlap,
-            "catchup_window_s": catchup_window_s,
             "paused": paused,
         }
+        if catchup_window_s is not None:
+            body["catchup_window_s"] = catchup_window_s
         path = f"/api/v1/servers/{server_id}/schedules"
         return Schedule.of(self._request("POST", path, json=body))
 
@@ -838,6 +852,7 @@ class Client:
         concurrency_limit: int | None = None,
         after: Sequence[str] | None = None,
         after_group: str | None = None,
+        priority: int | None = None,
     ) -> Job:
         """Queue a job. It always carries an Idempotency-Key (a fresh random one unless given),
         so a retry after a lost answer answers the same job instead of making a second. With a
@@ -846,9 +861,14 @@ class Client:
 
         With `after` (job ids, at most 100) or `after_group` (a group id), the job waits until
         each of them succeeded (its `waiting_for` says what it waits on), and ends cancelled
-        with `dependency_failed` once one of them did not."""
+        with `dependency_failed` once one of them did not.
+
+        `priority` (0 to 9, 5 when None): among its endpoint's claimable jobs a higher one is
+        granted first."""
         body: dict[str, Any] = {"kind": kind}
         _concurrency(body, concurrency_key, concurrency_limit)
+        if priority is not None:
+            body["priority"] = priority
         if after:
             body["after"] = list(after)
         if after_group is not None:
@@ -972,13 +992,16 @@ class Client:
         idempotency_key: str | None = None,
         concurrency_key: str | None = None,
         concurrency_limit: int | None = None,
+        priority: int | None = None,
     ) -> FanOut:
         """Queue one job on each server you may submit to whose labels match `selector`, as
         one group (`NoMatch` when none does). Like `submit`, it always carries an
         Idempotency-Key, so a retry after a lost answer answers the same group; its jobs
-        carry the concurrency key as `submit`'s do."""
+        carry the concurrency key and the priority as `submit`'s do."""
         body: dict[str, Any] = {"selector": selector, "kind": kind}
         _concurrency(body, concurrency_key, concurrency_limit)
+        if priority is not None:
+            body["priority"] = priority
         if payload is not None:
             body["payload"] = payload
         if max_parallel is not None:
@@ -996,6 +1019,11 @@ class Client:
             "POST", "/api/v1/jobs/fanout", json=body, headers={"Idempotency-Key": key}
         )
         return FanOut(Group.of(answer["group"]), [Job.of(job) for job in answer["jobs"]])
+
+    def groups(self, limit: int = 50) -> list[Group]:
+        """The groups you made, newest first (the newest `limit`, at most 200)."""
+        answer = self._request("GET", "/api/v1/groups", params={"limit": limit})
+        return [Group.of(group) for group in answer["groups"]]
 
     def group(self, group_id: str) -> Group:
         """A group you made (any, for platform admins), with its jobs' counts by state."""

@@ -16,6 +16,7 @@ from moonrun.client.verbs import (
     print_json,
     print_table,
     read_payload,
+    server_named,
     user_errors,
 )
 
@@ -31,6 +32,7 @@ SHOW_FIELDS: Final = (
     "cron",
     "timezone",
     "kind",
+    "priority",
     "overlap",
     "catchup_window_s",
     "paused",
@@ -49,6 +51,7 @@ def _fields(schedule: Schedule) -> dict[str, Any]:
     return {
         **data,
         "kind": schedule.kind,
+        "priority": data["job"].get("priority", 5),
         "next": data["next_times"][0] if data["next_times"] else "-",
         "next_times": ", ".join(data["next_times"]) or "-",
         "last_firing": "-"
@@ -68,7 +71,9 @@ def _show(schedule: Schedule, as_json: bool) -> None:
 @user_errors
 def schedule_create(
     ctx: typer.Context,
-    server_id: Annotated[str, typer.Argument(help="The server's id")],
+    server_id: Annotated[
+        str, typer.Argument(help="The server's id, or its name where no other you see has it")
+    ],
     name: Annotated[str, typer.Option("--name", help="What the schedule is for")],
     cron: Annotated[
         str, typer.Option("--cron", help="5 cron fields, or @hourly, @daily, @weekly, ...")
@@ -85,11 +90,19 @@ def schedule_create(
         typer.Option("--overlap", help="While the previous job runs: skip, allow, cancel_previous"),
     ] = "skip",
     catchup_window_s: Annotated[
-        int, typer.Option("--catchup-window", help="Seconds a missed time may still fire")
-    ] = 60,
+        int | None,
+        typer.Option(
+            "--catchup-window",
+            help="Seconds a missed time may still fire [default: the platform's, 60]",
+        ),
+    ] = None,
     paused: Annotated[bool, typer.Option("--paused", help="Create it paused")] = False,
     max_attempts: Annotated[
         int | None, typer.Option("--max-attempts", help="Attempts of each job")
+    ] = None,
+    priority: Annotated[
+        int | None,
+        typer.Option("--priority", min=0, max=9, help="Each job's priority, 0 to 9 (default 5)"),
     ] = None,
     profile: ProfileOption = profiles.DEFAULT_PROFILE,
     as_json: JsonOption = False,
@@ -97,7 +110,7 @@ def schedule_create(
     """Create a schedule: a job of KIND at every time of CRON in TIMEZONE."""
     with connect(ctx, profile) as client:
         schedule = client.create_schedule(
-            server_id,
+            server_named(client, server_id),
             name,
             cron,
             kind,
@@ -107,6 +120,7 @@ def schedule_create(
             catchup_window_s=catchup_window_s,
             paused=paused,
             max_attempts=max_attempts,
+            priority=priority,
         )
     _show(schedule, as_json)
 
@@ -115,13 +129,15 @@ def schedule_create(
 @user_errors
 def schedule_list(
     ctx: typer.Context,
-    server: Annotated[str | None, typer.Option("--server", help="Only this server's")] = None,
+    server: Annotated[
+        str | None, typer.Option("--server", help="Only this server's (its id or name)")
+    ] = None,
     profile: ProfileOption = profiles.DEFAULT_PROFILE,
     as_json: JsonOption = False,
 ) -> None:
     """The schedules of the servers whose jobs you manage."""
     with connect(ctx, profile) as client:
-        schedules = client.schedules(server)
+        schedules = client.schedules(server_named(client, server) if server else None)
     if as_json:
         print_json([schedule.data for schedule in schedules])
     else:
@@ -192,8 +208,12 @@ def schedule_delete(
     ctx: typer.Context,
     schedule_id: ScheduleIdArgument,
     profile: ProfileOption = profiles.DEFAULT_PROFILE,
+    as_json: JsonOption = False,
 ) -> None:
     """Delete a schedule; the jobs it made stay."""
     with connect(ctx, profile) as client:
-        client.delete_schedule(schedule_id)
-    typer.echo(f"schedule {schedule_id} deleted")
+        deleted = client.delete_schedule(schedule_id)
+    if as_json:
+        print_json(deleted.data)
+    else:
+        typer.echo(f"schedule {schedule_id} deleted")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import enum
 import functools
 import itertools
@@ -27,7 +28,7 @@ from rich.table import Table
 from rich.text import Text
 
 from moonrun.client import profiles
-from moonrun.client.labelargs import apply_changes, labels_text, parse_pairs
+from moonrun.client.labelargs import apply_changes, labels_text, naming_labels, parse_pairs
 from moonrun.client.library import OUTAGE_GRACE_S, Client, Job, WaitTimedOut
 from moonrun.errors import InvalidRequest, MoonrunError, NotFound, Unauthenticated
 
@@ -136,6 +137,65 @@ OutageGraceOption = Annotated[
 ]
 
 
+def server_named(client: Client, given: str) -> str:
+    """The id of the server `given` names: an id (`srv_...`) as it is; else the one server of
+    that name among those the caller may see. None is `not_found` and several are
+    `invalid_request`, each listing what there is, so the next try can be right."""
+    if given.startswith("srv_"):
+        return given
+    servers = client.servers()
+    named = [server for server in servers if server.name == given]
+    if len(named) == 1:
+        return named[0].id
+    if named:
+        matches = ", ".join(f"{server.id} (endpoint {server.endpoint_id})" for server in named)
+        raise InvalidRequest(f"{len(named)} servers are named {given!r}: {matches}; give its id")
+    seen = ", ".join(sorted(server.name for server in servers)[:20]) or "none"
+    raise NotFound(f"no server {given!r} (not an id, srv_..., nor a name you see: {seen})")
+
+
+def endpoint_named(client: Client, given: str) -> str:
+    """The id of the endpoint `given` names: an id (`ep_...`) as it is, else the endpoint of
+    that name (endpoint names are unique; listing them needs a platform admin, as every verb
+    that takes one does)."""
+    if given.startswith("ep_"):
+        return given
+    endpoints = client.endpoints()
+    for endpoint in endpoints:
+        if endpoint.name == given:
+            return endpoint.id
+    seen = ", ".join(sorted(endpoint.name for endpoint in endpoints)[:20]) or "none"
+    raise NotFound(f"no endpoint {given!r} (not an id, ep_..., nor a name: {seen})")
+
+
+def user_named(client: Client, given: str) -> str:
+    """The id of the user `given` names: an id (`usr_...`) as it is, else the user of that
+    name (user names are unique; listing them needs a platform admin, as every verb that
+    takes one this way does)."""
+    if given.startswith("usr_"):
+        return given
+    for user in client.users():
+        if user.name == given:
+            return user.id
+    raise NotFound(f"no user {given!r} (not an id, usr_..., nor a user's name)")
+
+
+def kind_hint(client: Client, kind: str, server_id: str | None) -> str | None:
+    """When a listing by `kind` found nothing: the kinds the Runs of the caller's servers (or
+    of `server_id`) run, and the closest one, in case `kind` was a typo. None when `kind` is
+    one of them (it simply has no jobs) or no Run said what it runs."""
+    ids = [server_id] if server_id is not None else [s.id for s in client.servers()[:50]]
+    known: set[str] = set()
+    for one in ids:
+        known.update(client.kinds(one).schemas)
+    if not known or kind in known:
+        return None
+    close = difflib.get_close_matches(kind, sorted(known), n=1)
+    mean = f" (did you mean {close[0]!r}?)" if close else ""
+    runs = "this server's Run runs" if server_id is not None else "your servers' Runs run"
+    return f"no jobs of kind {kind!r}{mean}; {runs} {', '.join(sorted(known))}"
+
+
 # -- output --------------------------------------------------------------------------------
 
 
@@ -223,6 +283,7 @@ JOB_FIELDS: Final = (
     "kind",
     "state",
     "attempt",
+    "priority",
     "created_at",
     "updated_at",
     "progress",
@@ -367,7 +428,8 @@ def read_payload(text_or_file: str | None) -> dict[str, Any] | None:
 def job_submit(
     ctx: typer.Context,
     server: Annotated[
-        str | None, typer.Argument(help="The server's id (none with --selector)")
+        str | None,
+        typer.Argument(help="The server's id, or its unambiguous name (none with --selector)"),
     ] = None,
     kind: Annotated[
         str | None, typer.Argument(help="The job's kind; omit it with `-- CMD ARG...`")
@@ -416,6 +478,15 @@ def job_submit(
         int | None,
         typer.Option(
             "--concurrency-limit", min=1, max=1000, help="With --concurrency-key (default 1)"
+        ),
+    ] = None,
+    priority: Annotated[
+        int | None,
+        typer.Option(
+            "--priority",
+            min=0,
+            max=9,
+            help="0 to 9 (default 5): a higher priority is granted first on its endpoint",
         ),
     ] = None,
     after: Annotated[
@@ -480,6 +551,7 @@ def job_submit(
                 idempotency_key,
                 concurrency_key,
                 concurrency_limit,
+                priority,
             ),
             max_parallel=max_parallel,
             stop_on_failure=stop_on_failure,
@@ -490,7 +562,7 @@ def job_submit(
         return
     with connect(ctx, profile, outage_grace_s=outage_grace) as client:
         job = client.submit(
-            server,
+            server_named(client, server),
             kind,
             body,
             max_attempts=max_attempts,
@@ -500,6 +572,7 @@ def job_submit(
             concurrency_limit=concurrency_limit,
             after=after,
             after_group=after_group,
+            priority=priority,
         )
         if follow:
             job = _follow(ctx, profile, client, job, logs_to_stderr=as_json)
@@ -616,7 +689,9 @@ def _when(text: str) -> datetime:
 @user_errors
 def job_list(
     ctx: typer.Context,
-    server: Annotated[str | None, typer.Option("--server", help="Only this server's jobs")] = None,
+    server: Annotated[
+        str | None, typer.Option("--server", help="Only this server's jobs (its id or name)")
+    ] = None,
     state: Annotated[
         list[str] | None,
         typer.Option("--state", help="Only jobs in this state; repeated: in any of them"),
@@ -638,12 +713,16 @@ def job_list(
     """The jobs you may see, newest first (every page, or the newest --limit)."""
     states: list[str | None] = list(dict.fromkeys(state)) if state else [None]
     with connect(ctx, profile) as client:
+        server = server_named(client, server) if server is not None else None
         jobs: list[Job] = []
         for one in states:  # one listing per state: each is newest first, merged below
             found = client.jobs(
                 server_id=server, state=one, kind=kind, id_prefix=id_prefix, group=group
             )
             jobs += itertools.islice(found, limit)
+        hint = kind_hint(client, kind, server) if kind is not None and not jobs else None
+    if hint is not None:
+        typer.echo(f"moonrun: {hint}", err=True)  # stdout stays the (empty) listing
     jobs.sort(key=lambda job: (job.created_at, job.id), reverse=True)
     jobs = jobs[:limit]
     if as_json:
@@ -955,7 +1034,7 @@ def endpoint_list(
         )
 
 
-EndpointIdArgument = Annotated[str, typer.Argument(help="The endpoint's id")]
+EndpointIdArgument = Annotated[str, typer.Argument(help="The endpoint's id or name")]
 
 
 LabelChanges = Annotated[
@@ -983,13 +1062,15 @@ def endpoint_label(
 ) -> None:
     """Set or remove the endpoint's labels; with no change, print them (platform admins)."""
     with connect(ctx, profile) as client:
+        endpoint_id = endpoint_named(client, endpoint_id)
         current = next((e for e in client.endpoints() if e.id == endpoint_id), None)
         if current is None:
             raise NotFound(f"no endpoint {endpoint_id}")
         endpoint = current
         if changes or replace:
             labels = apply_changes(current.labels, changes or [], replace=replace)
-            endpoint = client.set_endpoint_labels(endpoint_id, labels)
+            with naming_labels(labels):
+                endpoint = client.set_endpoint_labels(endpoint_id, labels)
     if as_json:
         print_json(endpoint.data)
     else:
@@ -1002,11 +1083,16 @@ def endpoint_drain(
     ctx: typer.Context,
     endpoint_id: EndpointIdArgument,
     profile: ProfileOption = profiles.DEFAULT_PROFILE,
+    as_json: JsonOption = False,
 ) -> None:
     """Grant the endpoint no new jobs; its running ones finish (platform admins)."""
     with connect(ctx, profile) as client:
-        client.drain_endpoint(endpoint_id)
-    typer.echo(f"endpoint {endpoint_id} is draining")
+        endpoint_id = endpoint_named(client, endpoint_id)
+        record = client.drain_endpoint(endpoint_id)
+    if as_json:
+        print_json(record.data)
+    else:
+        typer.echo(f"endpoint {endpoint_id} is draining")
 
 
 @endpoint_app.command("undrain")
@@ -1015,11 +1101,16 @@ def endpoint_undrain(
     ctx: typer.Context,
     endpoint_id: EndpointIdArgument,
     profile: ProfileOption = profiles.DEFAULT_PROFILE,
+    as_json: JsonOption = False,
 ) -> None:
     """Grant the endpoint jobs again (platform admins)."""
     with connect(ctx, profile) as client:
-        client.undrain_endpoint(endpoint_id)
-    typer.echo(f"endpoint {endpoint_id} takes jobs again")
+        endpoint_id = endpoint_named(client, endpoint_id)
+        record = client.undrain_endpoint(endpoint_id)
+    if as_json:
+        print_json(record.data)
+    else:
+        typer.echo(f"endpoint {endpoint_id} takes jobs again")
 
 
 @endpoint_app.command("remove")
@@ -1028,11 +1119,16 @@ def endpoint_remove(
     ctx: typer.Context,
     endpoint_id: EndpointIdArgument,
     profile: ProfileOption = profiles.DEFAULT_PROFILE,
+    as_json: JsonOption = False,
 ) -> None:
     """Remove an endpoint no server points at; its Run is refused (platform admins)."""
     with connect(ctx, profile) as client:
-        client.remove_endpoint(endpoint_id)
-    typer.echo(f"endpoint {endpoint_id} removed")
+        endpoint_id = endpoint_named(client, endpoint_id)
+        record = client.remove_endpoint(endpoint_id)
+    if as_json:
+        print_json(record.data)
+    else:
+        typer.echo(f"endpoint {endpoint_id} removed")
 
 
 @user_app.command("create")
@@ -1085,26 +1181,36 @@ def user_list(
 @user_errors
 def user_disable(
     ctx: typer.Context,
-    user_id: Annotated[str, typer.Argument(help="The user's id")],
+    user_id: Annotated[str, typer.Argument(help="The user's id or name")],
     profile: ProfileOption = profiles.DEFAULT_PROFILE,
+    as_json: JsonOption = False,
 ) -> None:
     """Disable a user: their API tokens and console sessions stop working (platform admins)."""
     with connect(ctx, profile) as client:
-        client.disable_user(user_id)
-    typer.echo(f"user {user_id} is disabled")
+        user_id = user_named(client, user_id)
+        record = client.disable_user(user_id)
+    if as_json:
+        print_json(record.data)
+    else:
+        typer.echo(f"user {user_id} is disabled")
 
 
 @user_app.command("enable")
 @user_errors
 def user_enable(
     ctx: typer.Context,
-    user_id: Annotated[str, typer.Argument(help="The user's id")],
+    user_id: Annotated[str, typer.Argument(help="The user's id or name")],
     profile: ProfileOption = profiles.DEFAULT_PROFILE,
+    as_json: JsonOption = False,
 ) -> None:
     """Enable a disabled user again (platform admins)."""
     with connect(ctx, profile) as client:
-        client.enable_user(user_id)
-    typer.echo(f"user {user_id} is enabled")
+        user_id = user_named(client, user_id)
+        record = client.enable_user(user_id)
+    if as_json:
+        print_json(record.data)
+    else:
+        typer.echo(f"user {user_id} is enabled")
 
 
 @user_token_app.command("rotate")
@@ -1159,8 +1265,8 @@ SERVER_FIELDS: Final = (
 def server_create(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="The server's name")],
-    endpoint: Annotated[str, typer.Option("--endpoint", help="The endpoint's id")],
-    owner: Annotated[str, typer.Option("--owner", help="The owning user's id")],
+    endpoint: Annotated[str, typer.Option("--endpoint", help="The endpoint's id or name")],
+    owner: Annotated[str, typer.Option("--owner", help="The owning user's id or name")],
     label: Annotated[
         list[str] | None,
         typer.Option("--label", help="KEY=VALUE: a label of the server (repeatable)"),
@@ -1170,8 +1276,9 @@ def server_create(
 ) -> None:
     """Create a server on an endpoint, owned by a user (platform admins)."""
     labels = parse_pairs(label or [], "--label")
-    with connect(ctx, profile) as client:
-        server = client.create_server(name, endpoint, owner, labels or None)
+    with connect(ctx, profile) as client, naming_labels(labels):
+        endpoint_id, owner_id = endpoint_named(client, endpoint), user_named(client, owner)
+        server = client.create_server(name, endpoint_id, owner_id, labels or None)
     if as_json:
         print_json(server.data)
     else:
@@ -1203,7 +1310,9 @@ def server_list(
         print_table(SERVER_FIELDS, (server.data for server in servers))
 
 
-ServerIdArgument = Annotated[str, typer.Argument(help="The server's id")]
+ServerIdArgument = Annotated[
+    str, typer.Argument(help="The server's id, or its name where no other you see has it")
+]
 UserIdArgument = Annotated[str, typer.Argument(help="The user's id")]
 
 
@@ -1213,12 +1322,17 @@ def server_remove(
     ctx: typer.Context,
     server_id: ServerIdArgument,
     profile: ProfileOption = profiles.DEFAULT_PROFILE,
+    as_json: JsonOption = False,
 ) -> None:
     """Remove a server none of whose jobs is waiting or running (its owner or a platform
     admin)."""
     with connect(ctx, profile) as client:
-        client.remove_server(server_id)
-    typer.echo(f"server {server_id} removed")
+        server_id = server_named(client, server_id)
+        record = client.remove_server(server_id)
+    if as_json:
+        print_json(record.data)
+    else:
+        typer.echo(f"server {server_id} removed")
 
 
 @server_app.command("show")
@@ -1231,6 +1345,7 @@ def server_show(
 ) -> None:
     """One server."""
     with connect(ctx, profile) as client:
+        server_id = server_named(client, server_id)
         server = client.server(server_id)
     if as_json:
         print_json(server.data)
@@ -1251,10 +1366,12 @@ def server_label(
     """Set or remove the server's labels; with no change, print them (its owner, its
     administrators or a platform admin)."""
     with connect(ctx, profile) as client:
+        server_id = server_named(client, server_id)
         server = client.server(server_id)
         if changes or replace:
             labels = apply_changes(server.labels, changes or [], replace=replace)
-            server = client.set_server_labels(server_id, labels)
+            with naming_labels(labels):
+                server = client.set_server_labels(server_id, labels)
     if as_json:
         print_json(server.data)
     else:
@@ -1271,6 +1388,7 @@ def server_kinds(
 ) -> None:
     """The job kinds the server's Run runs, with each payload's fields (--json: the schemas)."""
     with connect(ctx, profile) as client:
+        server_id = server_named(client, server_id)
         kinds = client.kinds(server_id)
     if as_json:
         print_json(kinds.data)
@@ -1311,6 +1429,7 @@ def server_admin_add(
 ) -> None:
     """Make a user an administrator of the server (its owner or a platform admin)."""
     with connect(ctx, profile) as client:
+        server_id = server_named(client, server_id)
         client.add_server_admin(server_id, user_id)
     typer.echo(f"{user_id} administers server {server_id}")
 
@@ -1325,6 +1444,7 @@ def server_admin_remove(
 ) -> None:
     """Take a user's administration of the server away (its owner or a platform admin)."""
     with connect(ctx, profile) as client:
+        server_id = server_named(client, server_id)
         client.remove_server_admin(server_id, user_id)
     typer.echo(f"{user_id} no longer administers server {server_id}")
 

@@ -13,8 +13,8 @@ from moonrun.http.schemas import FanoutRequest
 from moonrun.http.user_api import IDEMPOTENCY, as_caller, job_spec
 from moonrun.scheduling.records import User
 from moonrun.scheduling.views import group_view, job_view
-from moonrun.service.groups import FanOut, GroupState
-from moonrun.wire.user import FanoutAnswer, GroupView
+from moonrun.service.groups import MAX_GROUPS_LISTED, FanOut, GroupState
+from moonrun.wire.user import FanoutAnswer, GroupsAnswer, GroupView
 
 
 class GroupReadQuery(BaseModel):
@@ -22,6 +22,12 @@ class GroupReadQuery(BaseModel):
 
     wait_s: float | None = Field(default=None, gt=0, le=3600)
     until: Literal["terminal"] | None = None
+
+
+class GroupsQuery(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    limit: int = Field(default=50, ge=1, le=MAX_GROUPS_LISTED)
 
 
 def view(state: GroupState) -> GroupView:
@@ -50,6 +56,13 @@ async def fanout(call: Call) -> JsonReply[FanoutAnswer]:
     made, state = await as_caller(call, make)
     answer: FanoutAnswer = {"group": view(state), "jobs": [job_view(job) for job in made.jobs]}
     return JsonReply(201, answer)
+
+
+async def list_groups(call: Call) -> GroupsAnswer:
+    """The groups the caller made, newest first (the newest `limit`), with their counts."""
+    query: GroupsQuery = call.query
+    states = await as_caller(call, call.platform.service.groups.mine, query.limit)
+    return {"groups": [view(state) for state in states]}
 
 
 async def get_group(call: Call) -> GroupView:
@@ -88,6 +101,10 @@ ROUTES: tuple[Route, ...] = (
     Route(
         method="POST", path="/api/v1/jobs/fanout", channel="user", auth="user",
         body=FanoutRequest, answer=FanoutAnswer, status=201, handler=fanout, headers=IDEMPOTENCY,
+    ),
+    Route(
+        method="GET", path="/api/v1/groups", channel="user", auth="user",
+        answer=GroupsAnswer, status=200, handler=list_groups, query=GroupsQuery,
     ),
     Route(
         method="GET", path="/api/v1/groups/{group_id}", channel="user", auth="user",

@@ -34,7 +34,11 @@ def view(state: ScheduleState) -> ScheduleView:
 def _job(body: ScheduleJobRequest) -> JobSpec:
     backoff = None if body.backoff is None else body.backoff.model_dump(exclude_none=True)
     return JobSpec(
-        kind=body.kind, payload=body.payload, max_attempts=body.max_attempts, backoff=backoff
+        kind=body.kind,
+        payload=body.payload,
+        max_attempts=body.max_attempts,
+        backoff=backoff,
+        priority=body.priority,
     )
 
 

@@ -16,8 +16,9 @@ from moonrun.scheduling.concurrency import MAX_KEY_LENGTH
 from moonrun.scheduling.concurrency import MAX_LIMIT as MAX_CONCURRENCY_LIMIT
 from moonrun.scheduling.dependencies import MAX_AFTER
 from moonrun.scheduling.groups import MAX_PARALLEL_LIMIT
-from moonrun.scheduling.jobs import KIND_PATTERN
+from moonrun.scheduling.jobs import KIND_PATTERN, MAX_PRIORITY, MIN_PRIORITY
 from moonrun.scheduling.labels import KEY_PATTERN, MAX_LABELS, MAX_VALUE_LENGTH
+from moonrun.scheduling.schedules import DEFAULT_CATCHUP_WINDOW_S
 from moonrun.scheduling.time import parse_instant
 from moonrun.service.checks import NAME_PATTERN
 
@@ -235,6 +236,13 @@ class JobRequest(UserRequest):
     backoff: BackoffModel | None = None
     not_before: str | None = None
     concurrency: ConcurrencyModel | None = None
+    priority: int | None = Field(
+        default=None,
+        ge=MIN_PRIORITY,
+        le=MAX_PRIORITY,
+        description="0 to 9, default 5: among an endpoint's claimable jobs a higher priority "
+        "is granted first, first in first out within one (strict: no aging)",
+    )
 
 
 class CreateJobRequest(JobRequest):
@@ -273,6 +281,9 @@ class ScheduleJobRequest(UserRequest):
     payload: dict[str, Any] | None = None
     max_attempts: int | None = None
     backoff: BackoffModel | None = None
+    priority: int | None = Field(
+        default=None, ge=MIN_PRIORITY, le=MAX_PRIORITY, description="0 to 9, default 5"
+    )
 
 
 class CreateScheduleRequest(UserRequest):
@@ -281,7 +292,7 @@ class CreateScheduleRequest(UserRequest):
     timezone: str = "UTC"
     job: ScheduleJobRequest
     overlap: str = "skip"
-    catchup_window_s: int = 60
+    catchup_window_s: int = DEFAULT_CATCHUP_WINDOW_S
     paused: bool = False
 
 

@@ -329,6 +329,7 @@ def job_spec(body: JobRequest) -> JobSpec:
         backoff=backoff,
         not_before=not_before,
         concurrency=concurrency,
+        priority=body.priority,
     )
     if isinstance(body, CreateJobRequest):
         spec = replace(spec, after=tuple(body.after or ()), after_group=body.after_group)
@@ -375,6 +376,7 @@ async def create_job(call: Call) -> JsonReply[JobView]:
             concurrency=spec.concurrency,
             after=spec.after,
             after_group=spec.after_group,
+            priority=spec.priority,
         )
 
     return job_reply(call.platform, await as_caller(call, create), 201)

@@ -13,15 +13,11 @@ from typing import IO
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from moonrun.errors import MoonrunError
+from moonrun.errors import DataDirError
 
 KEY_FILE = "identity.key"
 ENDPOINT_FILE = "endpoint.json"
 LOCK_FILE = "run.lock"
-
-
-class DataDirError(MoonrunError):
-    """Run's data directory is missing, not joined, or already joined."""
 
 
 @dataclass(frozen=True)

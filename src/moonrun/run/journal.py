@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from moonrun.errors import MoonrunError
+from moonrun.errors import JournalCorrupt
 from moonrun.run.batcher import Batcher
 
 FILE_NAME = "journal.log"
@@ -39,10 +39,6 @@ COMPACT_MIN_LINES = 1024
 """Never rewrite a log shorter than this: rewriting costs as much as this many appends."""
 COMPACT_RATIO = 4
 """Rewrite once the log holds this many times more lines than live entries."""
-
-
-class JournalCorrupt(MoonrunError):
-    """The journal is damaged; it is kept as it is for inspection."""
 
 
 @dataclass

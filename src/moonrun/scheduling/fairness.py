@@ -11,10 +11,12 @@ The store reads as the turns go (`take_turns` asks it for the next owner, and fo
 jobs of the owners whose turns come), so a claim reads about `limit` jobs and one index entry
 per owner it visits, however many jobs wait.
 
-Priorities (levels of urgency, higher first) are meant to sit above the turns: a claim would
-take the turns among the jobs of the highest priority that has claimable jobs, and go down a
-level only for what is left of its `limit`; owners then take turns within a priority, and a
-job waits within its owner's FIFO order of that priority.
+Priorities sit above the turns (`take_by_priority`): a claim takes the turns among the jobs
+of the most urgent rank (`Job.claim_rank`, 0 for priority 9) that has waiting jobs, and goes
+down a rank only for what is left of its `limit`; owners take turns within a rank, and a job
+waits within its owner's FIFO order of that rank. Priorities are strict, without aging: a
+steady stream of urgent jobs that keeps an endpoint busy holds back its less urgent ones for
+as long as it lasts (docs/protocol.md, "Priorities", says why).
 """
 
 from __future__ import annotations
@@ -31,6 +33,30 @@ waiting jobs on the endpoint, or None."""
 Oldest = Callable[[Mapping[str, int]], Mapping[str, Sequence[T]]]
 """For each owner named, its first `n` claimable jobs in claim order (fewer when it has no
 more; never more)."""
+
+NextRank = Callable[[int | None], tuple[int, str] | None]
+"""The smallest rank above the given one (above nothing: the smallest of all) that has
+waiting jobs on the endpoint, with the smallest owner id waiting at it; or None."""
+
+Turns = Callable[[int, str], tuple[NextOwner, Oldest[T]]]
+"""`take_turns`' two questions asked within one rank, whose first owner is known."""
+
+
+def take_by_priority(
+    limit: int, after: str | None, next_rank: NextRank, turns: Turns[T]
+) -> list[T]:
+    """Up to `limit` jobs in the order a claim grants them: the turns among the jobs of the
+    most urgent rank first (`take_turns`, from the first owner after `after`), then, for what
+    is left of `limit`, those of the next rank down, and so on."""
+    taken: list[T] = []
+    found = next_rank(None)
+    while found is not None and len(taken) < limit:
+        rank, first = found
+        next_owner, oldest = turns(rank, first)
+        taken += take_turns(limit - len(taken), after, next_owner, oldest)
+        if len(taken) < limit:
+            found = next_rank(rank)
+    return taken
 
 
 def take_turns(limit: int, after: str | None, next_owner: NextOwner, oldest: Oldest[T]) -> list[T]:

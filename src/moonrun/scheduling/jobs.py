@@ -26,6 +26,11 @@ PAYLOAD_SHAPE: Final = Shape(max_depth=32, max_members=10_000)
 every consumer (the platform's JSON, Run's, a handler's) can walk without running out of stack."""
 OUTPUT_LIMIT: Final = 64 * 1024
 NOT_BEFORE_HORIZON_MS: Final = 366 * 24 * 3600 * 1000
+MIN_PRIORITY: Final = 0
+MAX_PRIORITY: Final = 9
+DEFAULT_PRIORITY: Final = 5
+"""A job's priority: among an endpoint's claimable jobs a higher one is granted first
+(docs/protocol.md, "Priorities"; `scheduling/fairness.py`)."""
 """How far ahead a job may be scheduled: a year (a leap year's worth)."""
 TEXT_LIMIT: Final = 4096
 
@@ -327,6 +332,8 @@ class Job:
     """The jobs it waits on: held until each has succeeded (`scheduling/dependencies.py`)."""
     after_group: str | None = None
     """The group it waits on: held until every job of it has succeeded."""
+    priority: int = DEFAULT_PRIORITY
+    """0 to 9: among its endpoint's claimable jobs, a higher priority is granted first."""
 
     @property
     def max_attempts(self) -> int:
@@ -348,6 +355,14 @@ class Job:
         if self.state.is_waiting and self.cancel is None and not self.held and not self.key_held:
             return self.eligible_at
         return None
+
+    @property
+    def claim_rank(self) -> int | None:
+        """`MAX_PRIORITY - priority` while the job is claimable (`claimable_at` set), else
+        None: claims walk the ranks upwards, the most urgent first. Stores index it."""
+        if self.claimable_at is None:
+            return None
+        return MAX_PRIORITY - self.priority
 
     @property
     def held_group_id(self) -> str | None:
@@ -464,9 +479,11 @@ def create_job(
     concurrency: Concurrency | None = None,
     after: tuple[str, ...] = (),
     after_group: str | None = None,
+    priority: int | None = None,
 ) -> Job:
     """A new queued job, eligible at `not_before` (or now); `held` until its group releases
-    it, and held as well while it names dependencies (`after`, `after_group`)."""
+    it, and held as well while it names dependencies (`after`, `after_group`); of `priority`
+    (or the default, 5)."""
     if not isinstance(kind, str) or not KIND_PATTERN.match(kind):
         raise InvalidRequest("kind must match ^[a-z][a-z0-9_.-]{0,63}$")
     if payload is None:
@@ -477,6 +494,11 @@ def create_job(
     if not_before is not None and not 0 <= not_before <= now + NOT_BEFORE_HORIZON_MS:
         raise InvalidRequest("not_before must be from 1970 to one year from now")
     eligible_at = now if not_before is None else max(now, not_before)
+    if priority is None:
+        priority = DEFAULT_PRIORITY
+    elif type(priority) is not int or not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+        problem = f"must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}"
+        raise InvalidRequest(f"priority {problem}", fields=(("priority", problem),))
     return Job(
         id=job_id,
         server_id=server_id,
@@ -498,6 +520,7 @@ def create_job(
         scheduled_for=scheduled_for,
         after=after,
         after_group=after_group,
+        priority=priority,
     )
 
 

@@ -1,6 +1,7 @@
 """Label selectors in Kubernetes' syntax: `k=v`, `k!=v`, `k in (a,b)`, `k notin (a,b)`, `k`, `!k`.
 
-A comma joins requirements (all must hold); the empty selector matches everything. A value is
+A comma joins requirements (all must hold); the empty selector matches everything; `k==v` is
+`k=v`, and the set of `in`/`notin` may not be empty. A value is
 written bare: any characters but white space, `,`, `(`, `)`, `=` and `!`, so a label whose value
 holds one of those cannot be selected by it (docs/protocol.md, "Selectors").
 """
@@ -60,7 +61,9 @@ class Requirement:
             case Op.EQUALS | Op.NOT_EQUALS:
                 return f"{self.key}{self.op.value}{self.values[0]}"
             case Op.IN | Op.NOT_IN:
-                return f"{self.key} {self.op.value} ({','.join(self.values)})"
+                # A set of the empty value alone is `(,)`: `()` is refused as an empty set.
+                written = "," if self.values == ("",) else ",".join(self.values)
+                return f"{self.key} {self.op.value} ({written})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +162,10 @@ class _Parser:
         if self.peek() != "(":
             raise _refusal(self.at, "expected '('")
         self.at += 1
+        if self.peek() == ")":
+            # As Kubernetes: `in ()` would match nothing and `notin ()` everything, surely not
+            # what was meant. `(a,)` stays a set holding "" (Kubernetes reads it so too).
+            raise _refusal(self.at, "expected a value: the set of 'in' or 'notin' is empty")
         values = [self.value()]
         while self.peek() == ",":
             self.at += 1
@@ -166,7 +173,7 @@ class _Parser:
         if self.peek() != ")":
             raise _refusal(self.at, "expected ',' or ')'")
         self.at += 1
-        return tuple(values)
+        return tuple(dict.fromkeys(values))  # a set, as in Kubernetes: `(a,a)` is `(a)`
 
     def word(self) -> str:
         """The bare word at `at` (maybe empty), and `at` moved past it."""

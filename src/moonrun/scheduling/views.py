@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 
 from moonrun.scheduling.fingerprint import JsonValue
 from moonrun.scheduling.groups import Group, is_done
-from moonrun.scheduling.jobs import Job, JobState
+from moonrun.scheduling.jobs import DEFAULT_PRIORITY, Job, JobState
 from moonrun.scheduling.records import Endpoint, Server, Session, User
 from moonrun.scheduling.schedules import Schedule
 from moonrun.scheduling.time import Instant, format_instant, format_optional
@@ -143,6 +143,7 @@ def job_view(job: Job, *, logs_complete: bool = False) -> JobView:
         "waiting_for": {"jobs": list(job.after), "group": job.after_group}
         if job.dependency_held
         else None,
+        "priority": job.priority,
     }
     return view
 
@@ -192,6 +193,7 @@ def schedule_view(
             "kind": template["kind"],
             "max_attempts": template.get("max_attempts"),
             "backoff": template.get("backoff"),
+            "priority": template.get("priority", DEFAULT_PRIORITY),
         },
         "overlap": schedule.overlap.value,
         "catchup_window_s": schedule.catchup_window_s,

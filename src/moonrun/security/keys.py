@@ -10,14 +10,10 @@ import stat
 import threading
 from pathlib import Path
 
-from moonrun.errors import MoonrunError, Replayed
+from moonrun.errors import Replayed, SecretFileError
 from moonrun.security.files import private_directory
 
 SESSION_KEY_PREFIX = b"moonrun-session:"
-
-
-class SecretFileError(MoonrunError):
-    """The platform secret file is missing, malformed or readable by others."""
 
 
 def load_or_create_secret(path: Path) -> bytes:

@@ -34,6 +34,7 @@ from moonrun.scheduling.fingerprint import canonical_json
 from moonrun.scheduling.groups import Group
 from moonrun.scheduling.jobs import Job, JobState
 from moonrun.scheduling.records import User
+from moonrun.scheduling.retry import check_int
 from moonrun.scheduling.selectors import parse_selector
 from moonrun.security.access import require
 from moonrun.security.tokens import TokenSource
@@ -50,6 +51,10 @@ log = logging.getLogger("moonrun.groups")
 
 REPAIR_BATCH = 20
 """Groups with held jobs the sweeper looks at in one pass (it walks them all in turn)."""
+
+
+MAX_GROUPS_LISTED = 200
+"""The most groups one listing of a person's own gives (as a page of jobs)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +184,14 @@ class Groups:
         """A group the actor made (any group, for platform admins), with its counts."""
         group = self.accessible(actor, group_id)
         return GroupState(group, self._store.group_counts(group.id))
+
+    def mine(self, actor: User, limit: int = 50) -> list[GroupState]:
+        """The newest `limit` groups the actor made, newest first, each with its counts."""
+        check_int("limit", limit, 1, MAX_GROUPS_LISTED)
+        return [
+            GroupState(group, self._store.group_counts(group.id))
+            for group in self._store.groups_of(actor.id, limit)
+        ]
 
     def accessible(self, actor: User, group_id: str) -> Group:
         """The group, if the actor may see it: 404 `not_found`, 403 `forbidden`."""

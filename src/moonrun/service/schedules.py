@@ -312,6 +312,8 @@ class Schedules:
             "max_attempts": spec.max_attempts,
             "backoff": dict(spec.backoff) if spec.backoff is not None else None,
         }
+        if spec.priority is not None:  # a template naming none reads as it always did
+            template["priority"] = spec.priority
         return json.dumps(template, separators=(",", ":"), sort_keys=True)
 
     def _state(self, schedule: Schedule, now: Instant) -> ScheduleState:
@@ -335,6 +337,7 @@ def _spec(job_json: str) -> JobSpec:
         payload=template.get("payload"),
         max_attempts=template.get("max_attempts"),
         backoff=template.get("backoff"),
+        priority=template.get("priority"),
     )
 
 

@@ -1042,6 +1042,7 @@ class SchedulingService:
         concurrency: object = None,
         after: Sequence[str] = (),
         after_group: str | None = None,
+        priority: int | None = None,
     ) -> Job:
         """Queue a job for a server the actor may manage; with a concurrency key, held by it
         until its key's limit allows it (`service/keys.py`); with `after` (job ids) or
@@ -1059,6 +1060,7 @@ class SchedulingService:
             concurrency=concurrency,
             after=tuple(after or ()),
             after_group=after_group,
+            priority=priority,
         )
         return self._create(actor, server_id, [spec], idempotency_key, batch=False)[0]
 
@@ -1107,6 +1109,7 @@ class SchedulingService:
                 concurrency=concurrency_domain.check(spec.concurrency),
                 after=spec.after,
                 after_group=spec.after_group,
+                priority=spec.priority,
             )
 
         jobs = [build(spec, self._tokens.identifier("job_")) for spec in specs]
@@ -1242,6 +1245,7 @@ class SchedulingService:
                     group_id=group_id,
                     held=groups_domain.starts_held(position, max_parallel),
                     concurrency=concurrency_domain.check(spec.concurrency),
+                    priority=spec.priority,
                 )
             )
         return jobs
@@ -1272,6 +1276,7 @@ class SchedulingService:
             now=self._clock.now(),
             schedule_id=schedule_id,
             scheduled_for=scheduled_for,
+            priority=spec.priority,
         )
 
     def job_stored(self, job: Job) -> None:
@@ -1285,8 +1290,8 @@ class SchedulingService:
         return self._store.get_advertisement(server.endpoint_id)
 
     def rerun_job(self, actor: User, job_id: str, *, idempotency_key: str | None = None) -> Job:
-        """Queue a new job like a finished one: same server, kind, payload, retry policy and
-        concurrency key."""
+        """Queue a new job like a finished one: same server, kind, payload, retry policy,
+        concurrency key and priority."""
         old = self._accessible_job(actor, job_id)
         if not old.state.is_terminal:
             raise JobNotFinished()
@@ -1301,6 +1306,7 @@ class SchedulingService:
             max_attempts=policy.max_attempts,
             backoff={**backoff, "max_s": policy.max_s},
             concurrency=old.concurrency,
+            priority=old.priority,
         )
         return self._create(actor, server.id, [spec], idempotency_key, batch=False)[0]
 

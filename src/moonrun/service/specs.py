@@ -26,10 +26,13 @@ class JobSpec:
     """The jobs it waits on (docs/protocol.md, "Dependencies")."""
     after_group: str | None = None
     """The group it waits on."""
+    priority: int | None = None
+    """0 to 9 (docs/protocol.md, "Priorities"); None is the default, 5."""
 
     def request(self, server_id: str) -> dict[str, Any]:
-        """The request as the idempotency fingerprint sees it (dependencies only when named,
-        so that the fingerprint of a request naming none is what it always was)."""
+        """The request as the idempotency fingerprint sees it (dependencies and a priority
+        only when named, so that the fingerprint of a request naming none is what it always
+        was)."""
         request = {
             "server_id": server_id,
             "kind": self.kind,
@@ -43,6 +46,8 @@ class JobSpec:
             request["after"] = list(self.after)
         if self.after_group is not None:
             request["after_group"] = self.after_group
+        if self.priority is not None:
+            request["priority"] = self.priority
         return request
 
 

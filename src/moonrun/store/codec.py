@@ -118,6 +118,8 @@ def job_to_row(job: Job) -> dict[str, Any]:
         "after_json": json.dumps(list(job.after), separators=(",", ":")) if job.after else None,
         "after_group_id": job.after_group,
         "dependency_held": 1 if job.dependency_held else None,
+        "priority": job.priority,
+        "claimable_rank": job.claim_rank,
     }
 
 
@@ -214,6 +216,7 @@ def row_to_job(row: Row) -> Job:
         key_held=bool(row["key_held"]),
         after=() if row["after_json"] is None else tuple(json.loads(row["after_json"])),
         after_group=row["after_group_id"],
+        priority=row["priority"],
     )
 
 

@@ -10,9 +10,9 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from moonrun.errors import AlreadyExists
-from moonrun.scheduling.fairness import take_turns
+from moonrun.scheduling.fairness import NextOwner, Oldest, take_by_priority
 from moonrun.scheduling.groups import Group, release_order
-from moonrun.scheduling.jobs import Job, JobState
+from moonrun.scheduling.jobs import MAX_PRIORITY, Job, JobState
 from moonrun.scheduling.records import Advertisement, Endpoint, Server, Session, User
 from moonrun.scheduling.schedules import Schedule
 from moonrun.scheduling.time import Instant
@@ -26,19 +26,22 @@ _WaitKey = tuple[Instant, Instant, str]
 class _JobIndexes:
     """Keys that answer the claim, deadline and active queries without scanning every job.
 
-    Waiting jobs sit in a heap per endpoint, and again in a heap per endpoint and owner (for
-    claims, where owners take turns): claims take from the front and new jobs arrive at the
-    back, and a heap does both in O(log n) where a sorted list would shift every entry. A
-    job that stops waiting leaves stale heap entries behind, recognised and dropped when they
-    surface (`waiting_key` holds each waiting job's one live key). `owners` lists, per
-    endpoint and in id order, the owners with waiting jobs (`waiting_count` of them each).
+    Waiting jobs sit in a heap per endpoint, and again in a heap per endpoint, rank and owner
+    (for claims, where the most urgent rank goes first and owners take turns within it):
+    claims take from the front and new jobs arrive at the back, and a heap does both in
+    O(log n) where a sorted list would shift every entry. A job that stops waiting leaves
+    stale heap entries behind, recognised and dropped when they surface (`waiting_key` holds
+    each waiting job's one live key). `ranks` lists, per endpoint and in order, the ranks
+    with waiting jobs, and `owners`, per endpoint and rank and in id order, the owners with
+    waiting jobs (`waiting_count` of them each).
     """
 
     waiting: dict[str, list[_WaitKey]] = field(default_factory=dict)
     waiting_key: dict[str, _WaitKey] = field(default_factory=dict)
-    owner_waiting: dict[tuple[str, str], list[_WaitKey]] = field(default_factory=dict)
-    owners: dict[str, list[str]] = field(default_factory=dict)
-    waiting_count: Counter[tuple[str, str]] = field(default_factory=Counter)
+    owner_waiting: dict[tuple[str, int, str], list[_WaitKey]] = field(default_factory=dict)
+    ranks: dict[str, list[int]] = field(default_factory=dict)
+    owners: dict[tuple[str, int], list[str]] = field(default_factory=dict)
+    waiting_count: Counter[tuple[str, int, str]] = field(default_factory=Counter)
     deadlines: list[tuple[Instant, str]] = field(default_factory=list)
     finished: list[tuple[Instant, str]] = field(default_factory=list)
     """A heap of (terminal.at, id) of the finished jobs, for retention: pruning takes from its
@@ -63,7 +66,7 @@ class _JobIndexes:
             key = (new.claimable_at, new.created_at, new.id)
             if live != key:  # an unchanged key keeps its heap entries
                 heapq.heappush(self.waiting.setdefault(new.endpoint_id, []), key)
-                owner = (new.endpoint_id, new.owner_id)
+                owner = (new.endpoint_id, _rank(new), new.owner_id)
                 heapq.heappush(self.owner_waiting.setdefault(owner, []), key)
             self.waiting_key[new.id] = key
             self._count_owner(new, 1)
@@ -107,19 +110,36 @@ class _JobIndexes:
         self.counts[job.state] -= 1
 
     def _count_owner(self, job: Job, delta: int) -> None:
-        """One more (or one fewer) waiting job of the job's owner on its endpoint."""
-        key = (job.endpoint_id, job.owner_id)
+        """One more (or one fewer) waiting job of the job's owner at its rank on its endpoint."""
+        rank = _rank(job)
+        key = (job.endpoint_id, rank, job.owner_id)
         self.waiting_count[key] += delta
         if self.waiting_count[key] == delta:  # from none to one: the owner waits now
-            bisect.insort(self.owners.setdefault(job.endpoint_id, []), job.owner_id)
+            owners = self.owners.setdefault((job.endpoint_id, rank), [])
+            if not owners:  # and the rank with it
+                bisect.insort(self.ranks.setdefault(job.endpoint_id, []), rank)
+            bisect.insort(owners, job.owner_id)
         elif self.waiting_count[key] == 0:
             del self.waiting_count[key]
-            owners = self.owners[job.endpoint_id]
+            owners = self.owners[(job.endpoint_id, rank)]
             del owners[bisect.bisect_left(owners, job.owner_id)]
+            if not owners:
+                del self.owners[(job.endpoint_id, rank)]
+                ranks = self.ranks[job.endpoint_id]
+                del ranks[bisect.bisect_left(ranks, rank)]
 
-    def next_owner(self, endpoint_id: str, after: str | None) -> str | None:
-        """The smallest owner id above `after` with waiting jobs on the endpoint."""
-        owners = self.owners.get(endpoint_id, [])
+    def next_rank(self, endpoint_id: str, after: int | None) -> tuple[int, str] | None:
+        """The smallest rank above `after` with waiting jobs on the endpoint, and its first
+        owner."""
+        ranks = self.ranks.get(endpoint_id, [])
+        at = 0 if after is None else bisect.bisect_right(ranks, after)
+        if at == len(ranks):
+            return None
+        return ranks[at], self.owners[(endpoint_id, ranks[at])][0]
+
+    def next_owner(self, endpoint_id: str, rank: int, after: str | None) -> str | None:
+        """The smallest owner id above `after` with waiting jobs of `rank` on the endpoint."""
+        owners = self.owners.get((endpoint_id, rank), [])
         at = 0 if after is None else bisect.bisect_right(owners, after)
         return owners[at] if at < len(owners) else None
 
@@ -128,10 +148,11 @@ class _JobIndexes:
         return self._first(self.waiting.get(endpoint_id, []), now, limit)
 
     def first_waiting_of(
-        self, endpoint_id: str, owner_id: str, now: Instant, limit: int
+        self, endpoint_id: str, rank: int, owner_id: str, now: Instant, limit: int
     ) -> list[str]:
-        """`first_waiting` of one owner's jobs."""
-        return self._first(self.owner_waiting.get((endpoint_id, owner_id), []), now, limit)
+        """`first_waiting` of one owner's jobs of one rank."""
+        heap = self.owner_waiting.get((endpoint_id, rank, owner_id), [])
+        return self._first(heap, now, limit)
 
     def _first(self, heap: list[_WaitKey], now: Instant, limit: int) -> list[str]:
         taken: list[_WaitKey] = []
@@ -153,6 +174,11 @@ class _JobIndexes:
         while heap and self.waiting_key.get(heap[0][2]) != heap[0]:
             heapq.heappop(heap)  # stale
         return heap[0][0] if heap else None
+
+
+def _rank(job: Job) -> int:
+    """The rank of a job's claims (`Job.claim_rank`), for a job that waits."""
+    return MAX_PRIORITY - job.priority
 
 
 def _discard(keys: list[tuple[Instant, str]], key: tuple[Instant, str]) -> None:
@@ -273,16 +299,20 @@ class MemoryStore:
         with self._lock:
             index, jobs = self._index, self._jobs
 
-            def oldest(wants: Mapping[str, int]) -> dict[str, list[Job]]:
-                return {
-                    owner_id: [
-                        jobs[i] for i in index.first_waiting_of(endpoint_id, owner_id, now, n)
-                    ]
-                    for owner_id, n in wants.items()
-                }
+            def turns(rank: int, first: str) -> tuple[NextOwner, Oldest[Job]]:
+                def oldest(wants: Mapping[str, int]) -> dict[str, list[Job]]:
+                    return {
+                        owner_id: [
+                            jobs[i]
+                            for i in index.first_waiting_of(endpoint_id, rank, owner_id, now, n)
+                        ]
+                        for owner_id, n in wants.items()
+                    }
 
-            chosen = take_turns(
-                limit, after_owner, lambda after: index.next_owner(endpoint_id, after), oldest
+                return lambda after: index.next_owner(endpoint_id, rank, after), oldest
+
+            chosen = take_by_priority(
+                limit, after_owner, lambda after: index.next_rank(endpoint_id, after), turns
             )
             # Grant everything before storing anything, so a failing grant changes nothing.
             pairs = [(job, grant(job)) for job in chosen]
@@ -388,6 +418,12 @@ class MemoryStore:
     # -- groups ----------------------------------------------------------------------------
     def get_group(self, group_id: str) -> Group | None:
         return self._groups.get(group_id)
+
+    def groups_of(self, creator_id: str, limit: int) -> list[Group]:
+        with self._lock:
+            made = [group for group in self._groups.values() if group.creator_id == creator_id]
+        made.sort(key=lambda group: (group.created_at, group.id), reverse=True)
+        return made[:limit]
 
     def _jobs_of(self, group_id: str) -> list[Job]:
         return [self._jobs[job_id] for job_id in self._group_jobs.get(group_id, ())]

@@ -36,6 +36,8 @@ RETRYABLE_STATES = frozenset({"40001", "40P01", "55P03"})
 CONFLICT_BACKOFF = Backoff(initial_s=0.01, max_s=0.2)
 SCHEMA_LOCK = 0x6D6F6F6E72756E  # "moonrun": the advisory lock that serialises migrations
 POOL_SIZE = 16
+SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
+"""libpq's `sslmode`s, weakest first (docs/operations.md, "PostgreSQL")."""
 
 
 class PostgresStore(SqlStore):
@@ -49,15 +51,23 @@ class PostgresStore(SqlStore):
         psycopg, pool = _driver()
         self._psycopg = psycopg
         super().__init__(Queries("postgresql"), redact(url))
-        conninfo = psycopg.conninfo.make_conninfo(
-            host=self.url.host or "127.0.0.1",
-            port=self.url.port or 5432,
-            user=self.url.username or "",
-            password=self.url.password or "",
-            dbname=self.url.database,
-            connect_timeout=connect_timeout_s,
-            application_name="moonrun",
-        )
+        options: dict[str, Any] = {
+            "host": self.url.host or "127.0.0.1",
+            "port": self.url.port or 5432,
+            "user": self.url.username or "",
+            "password": self.url.password or "",
+            "dbname": self.url.database,
+            "connect_timeout": connect_timeout_s,
+            "application_name": "moonrun",
+        }
+        # The URL's query is libpq's options (`?sslmode=verify-full&sslrootcert=...`): the pool
+        # and the listener connect with them too, not only the migration.
+        for name, value in self.url.query.items():
+            options[name] = value if isinstance(value, str) else value[-1]
+        try:
+            conninfo = psycopg.conninfo.make_conninfo(**options)
+        except psycopg.ProgrammingError as error:  # an option libpq does not know
+            raise self._unavailable(error) from None
         self._conninfo = conninfo
         self._migrate(
             create_engine(
@@ -135,11 +145,53 @@ class PostgresStore(SqlStore):
             return StoreUnavailable(
                 f"PostgreSQL at {where} has no database {self.url.database!r}; create it first"
             )
+        if (ssl := self._ssl_advice(where, text_)) is not None:
+            return StoreUnavailable(ssl)
+        if 'invalid connection option "' in text_:
+            return StoreUnavailable(
+                f"the store URL's query has an option PostgreSQL does not know ({detail}): its "
+                "options are libpq's (sslmode, sslrootcert, connect_timeout, ...)"
+            )
         if state is None and "connect" in detail.lower():
             return StoreUnavailable(
                 f"cannot reach PostgreSQL at {where}: is the server running? ({detail})"
             )
         return StoreUnavailable(f"store {self.description} failed: {detail}")
+
+    def _ssl_advice(self, where: str, said: str) -> str | None:
+        """What to do about an SSL problem libpq met connecting, or None when it is another."""
+        mode = self.url.query.get("sslmode")
+        if "invalid sslmode value" in said:
+            return (
+                f"sslmode must be one of {', '.join(SSL_MODES)}, not {mode!r}: e.g. "
+                "postgresql://USER:PASS@HOST:PORT/DB?sslmode=verify-full"
+            )
+        if "server does not support SSL" in said:
+            return (
+                f"PostgreSQL at {where} does not accept SSL, but the store URL asks for it "
+                f"(sslmode={mode}): turn SSL on at the server (`ssl = on` in postgresql.conf, "
+                "with its certificate and key), or, only on a network you trust, connect "
+                "without it (?sslmode=disable)"
+            )
+        if "no pg_hba.conf entry" in said and "no encryption" in said:
+            return (
+                f"PostgreSQL at {where} accepts this host only over SSL (its pg_hba.conf): add "
+                "?sslmode=verify-full&sslrootcert=PATH to the store URL (the server's CA "
+                "certificate; ?sslmode=require encrypts without checking who answers)"
+            )
+        if "root certificate file" in said:
+            return (
+                f"sslmode={mode} checks PostgreSQL's certificate at {where} against a CA "
+                "certificate, and there is none: give its file with ?sslrootcert=PATH (libpq "
+                "looks in ~/.postgresql/root.crt otherwise)"
+            )
+        if "certificate verify failed" in said or "server certificate for" in said:
+            return (
+                f"PostgreSQL at {where} presented a certificate that sslmode={mode} does not "
+                "accept (not signed by ?sslrootcert's CA, or not for this host name): connect by "
+                "the name in its certificate, or give the CA that signed it"
+            )
+        return None
 
     def _lock_schema(self, connection: Connection) -> None:
         # Two platforms starting together must not both create the tables.

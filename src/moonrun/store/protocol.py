@@ -94,12 +94,13 @@ class Store(Protocol):
         after_owner: str | None = None,
     ) -> list[Job]:
         """Atomically claim up to `limit` of the endpoint's claimable jobs, chosen and ordered
-        as `scheduling.fairness.take_turns` says: owners take turns from the first owner after
+        as `scheduling.fairness.take_by_priority` says: the most urgent rank first
+        (`Job.claim_rank`), and within a rank owners take turns from the first owner after
         `after_owner`, each owner's oldest first (`claimable_jobs` order). Store what `grant`
         returns for each (its `version` one above) and return those records in that order. A
         job that another caller is claiming at the same moment is skipped, so no job version
-        is ever granted twice. The cost grows with `limit` and the number of owners with
-        waiting jobs, not with the number of jobs waiting."""
+        is ever granted twice. The cost grows with `limit`, the number of ranks and the number of
+        owners with waiting jobs, not with the number of jobs waiting."""
         ...
 
     def due_jobs(self, now: Instant, limit: int) -> list[Job]:
@@ -164,6 +165,11 @@ class Store(Protocol):
 
     # -- groups ----------------------------------------------------------------------------
     def get_group(self, group_id: str) -> Group | None: ...
+
+    def groups_of(self, creator_id: str, limit: int) -> list[Group]:
+        """The newest `limit` groups `creator_id` made, newest first (by `created_at`, then
+        id). Read for a person's list page: it walks the groups table (no index by creator)."""
+        ...
 
     def group_counts(self, group_id: str) -> dict[JobState, int]:
         """How many of the group's jobs are in each state (states with none may be missing)."""

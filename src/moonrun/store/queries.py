@@ -62,15 +62,6 @@ _KIND_LISTINGS: Final = {
 }
 
 
-_OWNER_DIVE: Final = (
-    "SELECT {} AS wrapped, claimable_owner_id FROM jobs @ix_jobs_owner_claim "
-    "WHERE endpoint_id = :endpoint_id AND claimable_owner_id {} "
-    "ORDER BY claimable_owner_id LIMIT 1"
-)
-"""The smallest owner id with waiting jobs on the endpoint that meets a condition (one index
-dive); `wrapped` tells the dive from the start of the owners (1) from the one after an owner."""
-
-
 class Queries:
     """Every statement of the SQL stores, rendered for one dialect."""
 
@@ -87,13 +78,21 @@ class Queries:
             "WHERE endpoint_id = :endpoint_id AND claimable_at <= :now "
             "ORDER BY claimable_at, created_at, id LIMIT :limit"
         )
-        # Owners take turns at claims (scheduling/fairness.py): the next owner with waiting
-        # jobs is one dive into ix_jobs_owner_claim, and an owner's oldest claimable jobs one
-        # range of it, however many jobs other owners (or this one) have waiting. The next
-        # owner comes with the first one (where the turns wrap round): both dives, one trip.
-        first = _OWNER_DIVE.format(1, "IS NOT NULL")
-        self.first_claim_owner = render(first)
-        self.next_claim_owner = render(self._union_all([_OWNER_DIVE.format(0, "> :after"), first]))
+        # Claims take the most urgent rank first and owners take turns within it
+        # (scheduling/fairness.py): the next rank with waiting jobs, with its first owner, is
+        # one dive into ix_jobs_priority_claim, the next owner of a rank another, and an
+        # owner's oldest claimable jobs of a rank one range of it, however many jobs other
+        # ranks and owners (or this one) have waiting. A rank of -1 asks for the first rank.
+        self.next_claim_rank = render(
+            "SELECT claimable_rank, claimable_owner_id FROM jobs @ix_jobs_priority_claim "
+            "WHERE endpoint_id = :endpoint_id AND claimable_rank > :rank "
+            "ORDER BY claimable_rank, claimable_owner_id LIMIT 1"
+        )
+        self.next_claim_owner = render(
+            "SELECT claimable_owner_id FROM jobs @ix_jobs_priority_claim "
+            "WHERE endpoint_id = :endpoint_id AND claimable_rank = :rank "
+            "AND claimable_owner_id > :after ORDER BY claimable_owner_id LIMIT 1"
+        )
         self.next_claimable = render(
             "SELECT MIN(claimable_at) FROM jobs @ix_jobs_claim WHERE endpoint_id = :endpoint_id"
         )
@@ -240,6 +239,10 @@ class Queries:
         )
         self.insert_group = self._insert("job_groups", GROUP_COLUMNS)
         self.get_group = render(f"SELECT {_GROUP} FROM job_groups WHERE id = :id")
+        self.groups_of = render(
+            f"SELECT {_GROUP} FROM job_groups WHERE creator_id = :creator_id "
+            "ORDER BY created_at DESC, id DESC LIMIT :limit"
+        )
         # Releases of one group take turns on its row (SQLite has one writer).
         self.lock_group = render(
             "SELECT id FROM job_groups WHERE id = :id"
@@ -362,23 +365,25 @@ class Queries:
 
     @functools.lru_cache(maxsize=64)  # noqa: B019
     def claimable_of_owners_locked(self, count: int) -> str:
-        """The oldest claimable jobs of `count` owners of an endpoint (`:owner<n>`, at most
-        `:limit<n>` each) in one statement, locked (MySQL, skipping rows another transaction
-        holds) until the write ends."""
+        """The oldest claimable jobs of one rank (`:rank`) of `count` owners of an endpoint
+        (`:owner<n>`, at most `:limit<n>` each) in one statement, locked (MySQL, skipping rows
+        another transaction holds) until the write ends."""
         if self.dialect == "postgresql":
             # PostgreSQL locks no rows of a UNION: each owner's part is a LATERAL subquery.
             owners = ", ".join(f"(:owner{n}, CAST(:limit{n} AS BIGINT))" for n in range(count))
             return self.render(
                 f"SELECT part.* FROM (VALUES {owners}) AS wants(owner, n) CROSS JOIN LATERAL "
                 f"(SELECT {JOB} FROM jobs WHERE endpoint_id = :endpoint_id "
+                "AND claimable_rank = :rank "
                 "AND claimable_owner_id = wants.owner AND claimable_at <= :now "
                 "ORDER BY claimable_at, created_at, id LIMIT wants.n FOR UPDATE SKIP LOCKED) "
                 "AS part"
             )
         lock = " FOR UPDATE SKIP LOCKED" if self.dialect != "sqlite" else ""
         parts = [
-            f"SELECT {JOB} FROM jobs @ix_jobs_owner_claim "
-            f"WHERE endpoint_id = :endpoint_id AND claimable_owner_id = :owner{n} "
+            f"SELECT {JOB} FROM jobs @ix_jobs_priority_claim "
+            "WHERE endpoint_id = :endpoint_id AND claimable_rank = :rank "
+            f"AND claimable_owner_id = :owner{n} "
             f"AND claimable_at <= :now ORDER BY claimable_at, created_at, id LIMIT :limit{n}{lock}"
             for n in range(count)
         ]

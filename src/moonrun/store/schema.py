@@ -131,6 +131,8 @@ jobs = Table(
     Column("after_json", Text),
     Column("after_group_id", ID),
     Column("dependency_held", Integer),
+    Column("priority", Integer, nullable=False, server_default=text("5")),
+    Column("claimable_rank", Integer),
     Index("ix_jobs_claim", "endpoint_id", "claimable_at", "created_at", "id"),
     Index("ix_jobs_active", "endpoint_id", "state"),
     Index("ix_jobs_due", "deadline_at", "id"),
@@ -143,7 +145,8 @@ jobs = Table(
     Index("ix_jobs_finished", "terminal_at", "id"),
     # And ix_jobs_owner_claim, made by migration 8 (OWNER_CLAIM_INDEX), the groups'
     # indexes, made by migration 11 (GROUP_INDEXES), ix_jobs_dependency_held, made by
-    # migration 13 (DEPENDENCY_INDEX), and the keys', by migration 14 (KEY_INDEXES).
+    # migration 13 (DEPENDENCY_INDEX), the keys', by migration 14 (KEY_INDEXES), and
+    # ix_jobs_priority_claim, by migration 15 (PRIORITY_CLAIM_INDEX), in place of 8's.
     **TABLE_OPTIONS,
 )
 
@@ -591,6 +594,42 @@ def _concurrency_keys_v14(connection: Connection) -> None:
             connection.execute(text(statement))
 
 
+PRIORITY_CLAIM_INDEX: Final = (
+    "CREATE INDEX ix_jobs_priority_claim ON jobs "
+    "(endpoint_id, claimable_rank, claimable_owner_id, claimable_at, created_at, id)"
+)
+"""Claims by priority, owners taking turns within one (`scheduling/fairness.py`): the next rank
+with waiting jobs and its first owner, the next owner of a rank, and an owner's oldest
+claimable jobs of a rank, one dive or range each. `claimable_rank` is `9 - priority` while the
+job is claimable, NULL otherwise, so the dives pass over no job that does not wait. Not
+declared on `jobs` for the reason OWNER_CLAIM_INDEX is not."""
+
+
+def _priorities_v15(connection: Connection) -> None:
+    """Priorities (docs/protocol.md, "Priorities"): each job's priority (5, the default, for
+    every existing job) and its claim rank, and the claim index by rank in place of the one by
+    owner alone (migration 8's)."""
+    inspector = inspect(connection)
+    present = {c["name"] for c in inspector.get_columns("jobs")}
+    if "priority" not in present:
+        connection.execute(text("ALTER TABLE jobs ADD COLUMN priority INTEGER NOT NULL DEFAULT 5"))
+    if "claimable_rank" not in present:
+        connection.execute(text("ALTER TABLE jobs ADD COLUMN claimable_rank INTEGER"))
+    connection.execute(
+        text(
+            "UPDATE jobs SET claimable_rank = 9 - priority "
+            "WHERE claimable_owner_id IS NOT NULL AND claimable_rank IS NULL"
+        )
+    )
+    indexes = {index["name"] for index in inspector.get_indexes("jobs")}
+    if "ix_jobs_priority_claim" not in indexes:
+        connection.execute(text(PRIORITY_CLAIM_INDEX))
+    if "ix_jobs_owner_claim" in indexes:
+        # In SQL, not as an `Index` on `jobs`: that would declare it there for migration 4.
+        on_table = " ON jobs" if connection.dialect.name == "mysql" else ""
+        connection.execute(text(f"DROP INDEX ix_jobs_owner_claim{on_table}"))
+
+
 MIGRATIONS: Final[Sequence[Callable[[Connection], None]]] = (
     _create_v1,
     _idempotency_keys_v2,
@@ -606,6 +645,7 @@ MIGRATIONS: Final[Sequence[Callable[[Connection], None]]] = (
     _retention_v12,
     _dependencies_v13,
     _concurrency_keys_v14,
+    _priorities_v15,
 )
 """Migration n (1-based) brings the schema from version n-1 to n; never edit a shipped one.
 

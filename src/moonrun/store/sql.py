@@ -20,7 +20,7 @@ from sqlalchemy import Connection, Engine, insert, select, update
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from moonrun.errors import AlreadyExists, SchemaTooNew, StoreUnavailable
-from moonrun.scheduling.fairness import take_turns
+from moonrun.scheduling.fairness import NextOwner, Oldest, take_by_priority
 from moonrun.scheduling.groups import Group
 from moonrun.scheduling.jobs import Job, JobState
 from moonrun.scheduling.records import Advertisement, Endpoint, Server, Session, User
@@ -306,39 +306,43 @@ class SqlStore:
         Candidate = tuple[Job, dict[str, Any]]
 
         def work(cursor: Cursor) -> list[Job]:
-            # The first owner of all (where the turns wrap round), once a dive has told it.
-            first: list[str | None] = []
+            def next_rank(after: int | None) -> tuple[int, str] | None:
+                parameters = {"endpoint_id": endpoint_id, "rank": -1 if after is None else after}
+                cursor.execute(sql.next_claim_rank, parameters)
+                found = cursor.fetchall()
+                return (int(found[0][0]), str(found[0][1])) if found else None
 
-            def next_owner(after: str | None) -> str | None:
-                if after is None:
-                    if not first:
-                        cursor.execute(sql.first_claim_owner, {"endpoint_id": endpoint_id})
-                        first.extend(str(owner) for _, owner in cursor.fetchall())
-                        first.append(None)
-                    return first[0]
-                parameters = {"endpoint_id": endpoint_id, "after": after}
-                cursor.execute(sql.next_claim_owner, parameters)
-                found = {int(wrapped): str(owner) for wrapped, owner in cursor.fetchall()}
-                if not first:
-                    first.append(found.get(1))
-                return found.get(0)
+            def turns(rank: int, first: str) -> tuple[NextOwner, Oldest[Candidate]]:
+                def next_owner(after: str | None) -> str | None:
+                    if after is None:  # the first owner came with the rank
+                        return first
+                    parameters = {"endpoint_id": endpoint_id, "rank": rank, "after": after}
+                    cursor.execute(sql.next_claim_owner, parameters)
+                    found = cursor.fetchall()
+                    return str(found[0][0]) if found else None
 
-            def oldest(wants: Mapping[str, int]) -> dict[str, list[Candidate]]:
-                owners = list(wants)
-                parameters: dict[str, Any] = {"endpoint_id": endpoint_id, "now": now}
-                for n, owner in enumerate(owners):
-                    parameters[f"owner{n}"], parameters[f"limit{n}"] = owner, wants[owner]
-                cursor.execute(sql.claimable_of_owners_locked(len(owners)), parameters)
-                found: dict[str, list[Candidate]] = {owner: [] for owner in owners}
-                # In claim order whatever order the parts of a UNION come back in.
-                candidates = sorted(map(_job_and_row, cursor.fetchall()), key=_claim_order)
-                for job, row in candidates:
-                    found[job.owner_id].append((job, row))
-                return found
+                def oldest(wants: Mapping[str, int]) -> dict[str, list[Candidate]]:
+                    owners = list(wants)
+                    parameters: dict[str, Any] = {
+                        "endpoint_id": endpoint_id,
+                        "rank": rank,
+                        "now": now,
+                    }
+                    for n, owner in enumerate(owners):
+                        parameters[f"owner{n}"], parameters[f"limit{n}"] = owner, wants[owner]
+                    cursor.execute(sql.claimable_of_owners_locked(len(owners)), parameters)
+                    found: dict[str, list[Candidate]] = {owner: [] for owner in owners}
+                    # In claim order whatever order the parts of a UNION come back in.
+                    candidates = sorted(map(_job_and_row, cursor.fetchall()), key=_claim_order)
+                    for job, row in candidates:
+                        found[job.owner_id].append((job, row))
+                    return found
+
+                return next_owner, oldest
 
             # Inside the write transaction: SQLite holds the one write lock, MySQL locks the
             # candidates (skipping rows another platform is claiming right now).
-            candidates = take_turns(limit, after_owner, next_owner, oldest)
+            candidates = take_by_priority(limit, after_owner, next_rank, turns)
             deltas: Counter[str] = Counter()
             claimed = []
             for job, row in candidates:
@@ -480,6 +484,10 @@ class SqlStore:
             return codec.row_to_group(dict(zip(GROUP_COLUMNS, row, strict=True)))
 
         return self._one(self._sql.get_group, {"id": group_id}, make)
+
+    def groups_of(self, creator_id: str, limit: int) -> list[Group]:
+        rows = self._rows(self._sql.groups_of, {"creator_id": creator_id, "limit": limit})
+        return [codec.row_to_group(dict(zip(GROUP_COLUMNS, row, strict=True))) for row in rows]
 
     def _group_counts(self, cursor: Cursor, group_id: str) -> dict[JobState, int]:
         cursor.execute(self._sql.group_counts, {"group_id": group_id})

@@ -1,5 +1,6 @@
-"""The fan-out pages: a form that fans a job out by selector, and one group's page (its counts
-and jobs, live until every job has ended, and Cancel)."""
+"""The fan-out pages: a form that fans a job out by selector, the groups one made (newest
+first, with their counts), and one group's page (its counts and jobs, live until every job has
+ended, and Cancel)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,19 @@ SHOWN_JOBS = 200
 """A group's page lists at most this many of its jobs (newest first); the API lists them all."""
 
 
+SHOWN_GROUPS = 100
+"""The groups page lists a person's newest this many."""
+
+
+@router.get("/groups")
+async def groups_page(request: Request) -> Response:
+    user = await signed_in(request)
+    groups = platform_of(request).service.groups
+    states = await on_user_channel(request, groups.mine, user, SHOWN_GROUPS + 1)
+    shown = [group_view(state.group, state.counts) for state in states[:SHOWN_GROUPS]]
+    return render(request, "groups.html", groups=shown, more=len(states) > SHOWN_GROUPS)
+
+
 # -- fanning out (routed before /groups/{group_id}, which would take "new" for an id) ---------
 
 
@@ -38,7 +52,16 @@ async def fan_out(request: Request) -> Response:
     fields = await checked_form(request)
     typed = {
         name: fields.get(name, "").strip()
-        for name in ("selector", "kind", "payload", "max_attempts", "max_parallel")
+        for name in (
+            "selector",
+            "kind",
+            "payload",
+            "max_attempts",
+            "max_parallel",
+            "priority",
+            "concurrency_key",
+            "concurrency_limit",
+        )
     }
     typed["stop_on_failure"] = "on" if fields.get("stop_on_failure") else ""
     try:
@@ -46,6 +69,10 @@ async def fan_out(request: Request) -> Response:
             kind=typed["kind"],
             payload=submitform.parse_payload(typed["payload"]),
             max_attempts=submitform.parse_attempts(typed["max_attempts"]),
+            priority=submitform.parse_priority(typed["priority"]),
+            concurrency=submitform.parse_concurrency(
+                typed["concurrency_key"], typed["concurrency_limit"]
+            ),
         )
         made = await on_user_channel(
             request,

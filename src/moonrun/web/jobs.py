@@ -13,6 +13,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 
 from moonrun.errors import (
+    Forbidden,
     IdempotencyConflict,
     InvalidRequest,
     MoonrunError,
@@ -51,6 +52,8 @@ class Listing:
     kind: str | None = None
     id: str | None = None
     """The start of a job id as a person typed it, with or without `job_`."""
+    group: str | None = None
+    """A fan-out group's id: only its jobs (`/jobs?group=grp_...`, linked from its page)."""
     cursor: str | None = None
 
     @classmethod
@@ -62,7 +65,7 @@ class Listing:
         return {name: value for name in _LISTING if (value := getattr(self, name))}
 
 
-_LISTING: Final = ("server_id", "state", "kind", "id", "cursor")
+_LISTING: Final = ("server_id", "state", "kind", "id", "group", "cursor")
 
 # -- the list ----------------------------------------------------------------------------------
 
@@ -74,6 +77,7 @@ async def jobs_page(
     state: str | None = None,
     kind: str | None = None,
     id: str | None = None,
+    group: str | None = None,
     cursor: str | None = None,
     fragment: bool = False,
     cancelled: str | None = None,
@@ -86,7 +90,14 @@ async def jobs_page(
     counts = CancelCounts.of(cancelled, cancelling, ended, refused)
     notice = counts.notice() or (DELETED if deleted == "1" else "")
     listing = Listing.of(
-        {"server_id": server_id, "state": state, "kind": kind, "id": id, "cursor": cursor}
+        {
+            "server_id": server_id,
+            "state": state,
+            "kind": kind,
+            "id": id,
+            "group": group,
+            "cursor": cursor,
+        }
     )
     return await _jobs(request, user, listing, fragment=fragment, notice=notice)
 
@@ -114,6 +125,7 @@ async def _jobs(
             cursor=listing.cursor,
             kind=listing.kind,
             id_prefix=_id_prefix(listing.id),
+            group_id=listing.group,
         )
     except InvalidRequest as error:
         # A search too broad or malformed: said on the page, whose filters then start empty
@@ -260,6 +272,10 @@ async def submit_job(request: Request) -> Response:
     fields = await checked_form(request)
     server_id, kind = fields.get("server_id", ""), fields.get("kind", "").strip()
     text, attempts = fields.get("payload", ""), fields.get("max_attempts", "").strip()
+    options = {
+        name: fields.get(name, "").strip()
+        for name in ("priority", "concurrency_key", "concurrency_limit")
+    }
     form = {"server_id": server_id, "kind": kind, "payload": text, "max_attempts": attempts}
     try:
         payload = submitform.parse_payload(text)
@@ -272,10 +288,14 @@ async def submit_job(request: Request) -> Response:
             kind=kind,
             payload=payload,
             max_attempts=max_attempts,
+            priority=submitform.parse_priority(options["priority"]),
+            concurrency=submitform.parse_concurrency(
+                options["concurrency_key"], options["concurrency_limit"]
+            ),
             idempotency_key=fields.get("submit_key") or None,
         )
     except (InvalidRequest, IdempotencyConflict) as error:
-        return await _submit_form(request, user, error=error, **form)
+        return await _submit_form(request, user, error=error, options=options, **form)
     return RedirectResponse(f"/jobs/{quote(job.id)}", status_code=303)
 
 
@@ -287,6 +307,7 @@ async def _submit_form(
     kind: str | None = None,
     payload: str | None = None,
     max_attempts: str = "",
+    options: dict[str, str] | None = None,
     error: MoonrunError | None = None,
 ) -> Response:
     """The submit form for one of the user's servers (the first, unless one is chosen), with
@@ -313,6 +334,7 @@ async def _submit_form(
             "chosen_kind": chosen_kind,
             "payload": skeleton if payload is None else payload,
             "max_attempts": max_attempts,
+            "options": options or {},
             "submit_key": secrets.token_urlsafe(16),
             "error": {"code": error.code, "message": error.message} if error else None,
             "problems": [{"field": f, "message": m} for f, m in error.fields] if error else [],
@@ -341,6 +363,17 @@ async def job_page(request: Request, job_id: str, fragment: bool = False) -> Res
     lines = logview.shown_tail(page) if page else []
     server = await on_user_channel(request, platform.directory.get_server, user, job.server_id)
     artifacts = await on_user_channel(request, platform.artifacts.artifacts, job_id)
+    schedule_name, schedule_gone = None, False
+    if job.schedule_id is not None:
+        try:
+            made_by = await on_user_channel(
+                request, platform.service.schedules.get, user, job.schedule_id
+            )
+            schedule_name = made_by.schedule.name
+        except NotFound:  # deleted since: its jobs stay
+            schedule_gone = True
+        except Forbidden:  # not the viewer's to manage: its id alone
+            pass
     context: dict[str, Any] = {
         "artifacts": [
             {
@@ -358,6 +391,8 @@ async def job_page(request: Request, job_id: str, fragment: bool = False) -> Res
         if view["terminal"] is None or view["terminal"]["result"] is None
         else json.dumps(view["terminal"]["result"], indent=2, ensure_ascii=False),
         "server_name": server.name,
+        "schedule_name": schedule_name,
+        "schedule_gone": schedule_gone,
         "logs": lines,
         "logs_kept": page.kept_lines if page else 0,
         "logs_dropped": page.dropped_lines if page else 0,

@@ -45,6 +45,39 @@ def parse_attempts(text: str) -> int | None:
         raise InvalidRequest("attempts must be a whole number") from None
 
 
+def parse_priority(text: str) -> int | None:
+    """The priority chosen (empty: the default); the service checks its range."""
+    if not text:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise InvalidRequest(
+            "priority must be a whole number from 0 to 9",
+            fields=(("priority", "must be a whole number from 0 to 9"),),
+        ) from None
+
+
+def parse_concurrency(key: str, limit: str) -> dict[str, Any] | None:
+    """The concurrency key and limit typed (no key: none); the service checks both."""
+    if not key:
+        if limit:
+            problem = "needs a concurrency key"
+            raise InvalidRequest(
+                f"concurrency.limit {problem}", fields=(("concurrency.limit", problem),)
+            )
+        return None
+    if not limit:
+        return {"key": key}
+    try:
+        return {"key": key, "limit": int(limit)}
+    except ValueError:
+        problem = "must be a whole number from 1 to 1000"
+        raise InvalidRequest(
+            f"concurrency.limit {problem}", fields=(("concurrency.limit", problem),)
+        ) from None
+
+
 def kinds_of(advertisement: Advertisement | None) -> list[dict[str, Any]]:
     """Each advertised kind with its top-level fields and a payload to start from."""
     if advertisement is None:

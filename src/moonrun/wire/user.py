@@ -141,6 +141,8 @@ class JobView(TypedDict):
     waiting_for: WaitingForView | None
     """While it is held on its dependencies, what it waits on; else null. A job whose
     dependency did not succeed ends `cancelled`, its terminal error `dependency_failed`."""
+    priority: int
+    """0 to 9, 5 by default: among its endpoint's claimable jobs a higher one goes first."""
 
 
 class EndpointView(TypedDict):
@@ -213,6 +215,8 @@ class ScheduleJobView(TypedDict):
     kind: str
     max_attempts: int | None
     backoff: BackoffAsked | None
+    priority: int
+    """Its jobs' priority, 5 unless the schedule named one."""
 
 
 class LastFiringView(TypedDict):
@@ -285,6 +289,11 @@ class TriggeredAnswer(TypedDict):
 
 class ServersAnswer(TypedDict):
     servers: list[ServerView]
+
+
+class GroupsAnswer(TypedDict):
+    groups: list[GroupView]
+    """The caller's own groups, newest first."""
 
 
 class AdvertisedKind(TypedDict):

@@ -80,6 +80,23 @@ class PlatformConfig:
         return (self.data_dir or self.state_dir) / "logs"
 
 
+def secret_created_notice(config: PlatformConfig) -> str:
+    """What `platform serve` says once, when it has just made the platform secret: where (a
+    default path is relative to the working directory, easy to lose or to make twice), and
+    what depends on keeping it."""
+    shared = not config.store_url.startswith(("file:", "memory:"))
+    others = (
+        "every other platform process on this store needs this same file (copy it, mode 0600, "
+        "before starting them): one that makes its own breaks the Runs it did not register"
+        if shared
+        else "keep it with the store: if it changes, every Run must be restarted"
+    )
+    chosen = "" if config.secret_file is not None else " (choose with --secret-file)"
+    return (
+        f"created the platform secret {config.secret_path.absolute()} (mode 0600){chosen}; {others}"
+    )
+
+
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 

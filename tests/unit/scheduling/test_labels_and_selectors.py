@@ -169,9 +169,15 @@ requirements = st.one_of(
     st.builds(lambda k: Requirement(k, Op.DOES_NOT_EXIST), keys),
     st.builds(lambda k, v: Requirement(k, Op.EQUALS, (v,)), keys, values),
     st.builds(lambda k, v: Requirement(k, Op.NOT_EQUALS, (v,)), keys, values),
-    st.builds(lambda k, vs: Requirement(k, Op.IN, tuple(vs)), keys, st.lists(values, min_size=1)),
     st.builds(
-        lambda k, vs: Requirement(k, Op.NOT_IN, tuple(vs)), keys, st.lists(values, min_size=1)
+        lambda k, vs: Requirement(k, Op.IN, tuple(vs)),
+        keys,
+        st.lists(values, min_size=1, unique=True),
+    ),
+    st.builds(
+        lambda k, vs: Requirement(k, Op.NOT_IN, tuple(vs)),
+        keys,
+        st.lists(values, min_size=1, unique=True),
     ),
 )
 

@@ -58,6 +58,7 @@ JOB_KEYS = {
     "schedule",
     "concurrency",
     "waiting_for",
+    "priority",
 }
 RETRY_KEYS = {"next_eligible_at", "initial_s", "multiplier", "max_s", "last_failure"}
 FAILURE_KEYS = {"reason", "code", "attempt", "at", "message"}
@@ -302,6 +303,7 @@ def test_rich_job_view_values() -> None:
         "schedule": None,
         "concurrency": None,
         "waiting_for": None,
+        "priority": 5,
     }
     assert expected == view
 

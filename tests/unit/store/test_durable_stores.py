@@ -224,9 +224,8 @@ def test_a_locked_file_is_one_clear_line(tmp_path: Path) -> None:
         holder.execute("ROLLBACK")
         holder.close()
     assert result.returncode == 1
-    assert [f"moonrun: error: {path} is locked by another process (database is locked)"] == (
-        result.stderr.splitlines()
-    )
+    said = f"{path} is locked by another process (database is locked)"
+    assert [f"moonrun: error: store_unavailable: {said}"] == result.stderr.splitlines()
 
 
 def test_an_older_schema_is_migrated_forward_on_open(tmp_path: Path) -> None:
@@ -306,10 +305,10 @@ def test_an_older_store_learns_each_jobs_owner_from_its_server_on_open(
     on_jobs = "" if private_store_url.startswith("file:") else " ON jobs"
     _raw_sql(
         private_store_url,
-        # The indexes over owner_id (migrations 8 and 12) go before it.
+        # The indexes over owner_id (migrations 12 and 15, in place of 8's) go before it.
         *(
             f"DROP INDEX {index}{on_jobs}"
-            for index in ("ix_jobs_owner_claim", "ix_jobs_key_held", "ix_jobs_key_live")
+            for index in ("ix_jobs_priority_claim", "ix_jobs_key_held", "ix_jobs_key_live")
         ),
         "ALTER TABLE jobs DROP COLUMN claimable_owner_id",
         "ALTER TABLE jobs DROP COLUMN owner_id",

@@ -103,13 +103,15 @@ EXPECTED_PLANS: dict[str, list[Step]] = {
     "get_job": _search("PRIMARY"),
     "claimable": _search("ix_jobs_claim"),
     "next_claimable": _search("ix_jobs_claim"),
-    # Owners take turns: one dive per owner (the next one comes with the first one, where
-    # the turns wrap round), then one range of each owner's claimable jobs, for the owner
-    # with thousands waiting as for the one with a single job, in one statement.
-    "first_claim_owner": _search("ix_jobs_owner_claim"),
-    "next_claim_owner": _sqlite_union_of_two("ix_jobs_owner_claim"),
-    "claimable_of_owners_locked": _search("ix_jobs_owner_claim"),
-    "claimable_of_owners_locked, two owners": _sqlite_union_of_two("ix_jobs_owner_claim"),
+    # The most urgent priority first, owners taking turns within it: one dive for the next
+    # rank with waiting jobs (and its first owner), one per owner of a rank, then one range of
+    # each owner's claimable jobs of the rank, for the owner with thousands waiting as for the
+    # one with a single job, in one statement.
+    "next_claim_rank": _search("ix_jobs_priority_claim"),
+    "first_claim_rank": _search("ix_jobs_priority_claim"),
+    "next_claim_owner": _search("ix_jobs_priority_claim"),
+    "claimable_of_owners_locked": _search("ix_jobs_priority_claim"),
+    "claimable_of_owners_locked, two owners": _sqlite_union_of_two("ix_jobs_priority_claim"),
     "due": _search("ix_jobs_due"),
     # Retention: the finished jobs that ended longest ago, then each batch deleted by its ids,
     # their idempotency records by the index of their first job.
@@ -172,8 +174,7 @@ MYSQL_PLANS: dict[str, list[Step]] = {
     # two apart, MySQL's can.
     "next_claimable": [("", "MIN FROM INDEX", None)],
     # MySQL writes a UNION ALL as its parts.
-    "next_claim_owner": _search("ix_jobs_owner_claim") * 2,
-    "claimable_of_owners_locked, two owners": _search("ix_jobs_owner_claim") * 2,
+    "claimable_of_owners_locked, two owners": _search("ix_jobs_priority_claim") * 2,
 }
 """Where MySQL's plan is written differently from EXPECTED_PLANS."""
 
@@ -185,16 +186,21 @@ def hot_queries(sql: Queries) -> dict[str, tuple[str, dict[str, Any]]]:
         "get_job": (sql.get_job, {"id": MIDDLE[1]}),
         "claimable": (sql.claimable, claim),
         "next_claimable": (sql.next_claimable, {"endpoint_id": ENDPOINT}),
-        "first_claim_owner": (sql.first_claim_owner, {"endpoint_id": ENDPOINT}),
-        "next_claim_owner": (sql.next_claim_owner, {"endpoint_id": ENDPOINT, "after": OWNER}),
+        "first_claim_rank": (sql.next_claim_rank, {"endpoint_id": ENDPOINT, "rank": -1}),
+        "next_claim_rank": (sql.next_claim_rank, {"endpoint_id": ENDPOINT, "rank": 4}),
+        "next_claim_owner": (
+            sql.next_claim_owner,
+            {"endpoint_id": ENDPOINT, "rank": 4, "after": OWNER},
+        ),
         "claimable_of_owners_locked": (
             sql.claimable_of_owners_locked(1),
-            {"endpoint_id": ENDPOINT, "now": NOW, "owner0": OWNER, "limit0": 16},
+            {"endpoint_id": ENDPOINT, "rank": 4, "now": NOW, "owner0": OWNER, "limit0": 16},
         ),
         "claimable_of_owners_locked, two owners": (
             sql.claimable_of_owners_locked(2),
             {
                 "endpoint_id": ENDPOINT,
+                "rank": 4,
                 "now": NOW,
                 "owner0": OWNER,
                 "limit0": 8,
@@ -279,13 +285,15 @@ def hot_queries(sql: Queries) -> dict[str, tuple[str, dict[str, Any]]]:
 
 
 def skewed_jobs() -> Iterator[Job]:
-    """JOBS jobs of one endpoint and server, 1 ms apart: 89% succeeded, 10% queued, 1% running."""
+    """JOBS jobs of one endpoint and server, 1 ms apart: 89% succeeded, 10% queued (of ten
+    priorities, most of them the default), 1% running."""
     for n in range(JOBS):
         job_id, at = f"job-{n:05d}", T0 + n
         if n % 100 == 0:
             yield running_job(job_id=job_id, now=at)
         elif n % 10 == 5:
-            yield queued_job(job_id=job_id, now=at)
+            priority = 5 if n % 30 != 5 else n // 30 % 10
+            yield replace(queued_job(job_id=job_id, now=at), priority=priority)
         else:
             finished = send_result(running_job(job_id=job_id, now=at), reported(), now=at + 2_000)
             yield accepted(finished, JobState.SUCCEEDED)
