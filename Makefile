@@ -86,9 +86,9 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python bench/fleet_bench.py --steps $(FLEET_STEPS)
 	$(BIN)/python bench/fleet_scheduling_bench.py
 
-# Longer runs of the property, crash (KILLS: the store's and the serving platform's) and race
-# tests, of the simulation, and of one Run through RUN_ATTEMPTS attempts (it must stay the same
-# size), e.g.
+# Longer runs of the property, crash (KILLS: the store's, the serving platform's and the firing
+# schedules') and race tests, of the simulation, and of one Run through RUN_ATTEMPTS attempts
+# (it must stay the same size), e.g.
 # `make soak EXAMPLES=5000 STEPS=100 KILLS=2000 RACE_JOBS=20000 FUZZ=2000 SIM_SEEDS=20000`.
 EXAMPLES ?= 2000
 FUZZ ?= 1000
@@ -104,7 +104,8 @@ soak: $(DEV_STAMP)
 		$(BIN)/pytest -p no:cacheprovider -x tests/unit/service/test_stateful.py tests/process/test_crash_and_race.py \
 		tests/unit/http/test_fuzz_hostile.py tests/sim/test_simulation.py \
 		tests/unit/run/test_run_holds_nothing_per_attempt.py \
-		tests/process/test_platform_process.py::test_sigkill_while_serving_loses_no_acknowledged_job
+		tests/process/test_platform_process.py::test_sigkill_while_serving_loses_no_acknowledged_job \
+		tests/process/test_schedules_crash.py tests/process/test_schedules_serve_crash.py
 
 # The whole-system simulation alone (docs/simulation.md): the seeds `make test` runs (or
 # MOONRUN_SIM_SEEDS of them), the checker's own tests, and how fast it goes.

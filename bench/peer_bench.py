@@ -133,14 +133,17 @@ class User:
 
 
 class Moonrun:
-    """A platform and one Run in subprocesses, an endpoint, a server; ready for jobs."""
+    """A platform (with `flags` after its command) and one Run in subprocesses, an endpoint,
+    a server; ready for jobs."""
 
-    def __init__(self, store_url: str, workdir: Path, capacity: int) -> None:
+    def __init__(
+        self, store_url: str, workdir: Path, capacity: int, flags: tuple[str, ...] = ()
+    ) -> None:
         self.workdir = workdir
         port = free_port()
         self.platform = Served(
             "platform",
-            platform_command(store_url, port, workdir),
+            platform_command(store_url, port, workdir, *flags),
             port,
             workdir,
             child_env(ADMIN_TOKEN),

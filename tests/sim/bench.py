@@ -1,7 +1,8 @@
 """How fast the simulation runs and how hard each seed is: `python -m tests.sim.bench`.
 
-Prints, per store, seeds per second, steps (events) and injected faults per seed, and the
-largest share of its liveness bound that any job needed to end (docs/benchmarks.md).
+Prints, per store, seeds per second, steps (events), injected faults and deleted jobs (pruned
+by retention or by the user) per seed, and the largest share of its liveness bound that any
+job needed to end (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def main() -> None:
     args = parser.parse_args()
     for store in args.stores.split(","):
         faults: Counter[str] = Counter()
-        steps = failing = simulated_ms = jobs = fences = 0
+        steps = failing = simulated_ms = jobs = fences = deleted = 0
         used = 0.0
         started = time.perf_counter()
         for seed in range(args.first, args.first + args.seeds):
@@ -49,6 +50,7 @@ def main() -> None:
             faults.update(outcome.faults)
             jobs += len(outcome.history.latest)
             fences += outcome.history.self_fences
+            deleted += len(outcome.history.deletions)
             failing += bool(outcome.violations)
             used = max(used, bound_used(outcome.history))
         elapsed = time.perf_counter() - started
@@ -58,7 +60,7 @@ def main() -> None:
             f"{steps / n:.0f} steps, {jobs / n:.1f} jobs, "
             f"{simulated_ms / n / 1000:.0f} s simulated, "
             f"{(sum(faults.values()) - faults['journals_lost']) / n:.1f} faults, "
-            f"{fences / n:.1f} self-fences; "
+            f"{fences / n:.1f} self-fences, {deleted / n:.1f} jobs deleted; "
             f"{failing} failing; slowest job used "
             f"{used:.0%} of its liveness bound"
         )

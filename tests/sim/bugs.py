@@ -6,15 +6,17 @@ platform is unchanged: `MOONRUN_SIM_BUG=<name>` plants one in a replay.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from moonrun.errors import MoonrunError
+from moonrun.errors import MoonrunError, NotFound
 from moonrun.scheduling import messages
 from moonrun.scheduling.fingerprint import token_hash
 from moonrun.scheduling.jobs import Job, JobState, RunResult
 from moonrun.scheduling.messages import Decision, Evidence, ResultAnswer
+from moonrun.scheduling.records import User
+from moonrun.service.dependencies import Dependencies
 from moonrun.service.scheduling import SchedulingService
 from moonrun.store.protocol import ScheduleWrite, Store
 
@@ -199,6 +201,64 @@ class ForgetsDependencies(_Wrapper):
         )
 
 
+class PrunesUnfinishedGroups(SchedulingService):
+    """Retention that forgets a fan-out's unfinished jobs: a finished job of a group is
+    pruned (or deleted) although others of its group have not ended."""
+
+    def _unfinished_groups(self, jobs: Iterable[Job]) -> frozenset[str]:
+        return frozenset()
+
+
+class _AwaitsNothing:
+    def __init__(self, inner: Dependencies) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def awaited(self, jobs: Iterable[Job]) -> frozenset[str]:
+        return frozenset()
+
+
+class PrunesAwaitedJobs(SchedulingService):
+    """Retention that forgets dependencies: a finished job is pruned although a job still held
+    on its dependencies waits on it."""
+
+    def prune(self, forget: Callable[[Job], None], limit: int | None = None) -> list[Job]:
+        dependencies = self.dependencies
+        self.dependencies = _AwaitsNothing(dependencies)  # type: ignore[assignment]
+        try:
+            return super().prune(forget, limit)
+        finally:
+            self.dependencies = dependencies
+
+
+class DeletesUnfinishedJobs(SchedulingService):
+    """A user's delete that forgets to ask whether the job may go: it deletes a job that has
+    not ended."""
+
+    def delete_job(self, actor: User, job_id: str, forget: Callable[[Job], None]) -> Job:
+        job = self._store.get_job(job_id)
+        if job is None:
+            raise NotFound("no such job")
+        forget(job)
+        self._store.delete_jobs([job_id], lambda stored: True)
+        return job
+
+
+class PrunesEarly(SchedulingService):
+    """Retention that reads its window in the wrong unit: a finished job is pruned a second
+    after it ended, whatever `retain_finished_s` says."""
+
+    def prune(self, forget: Callable[[Job], None], limit: int | None = None) -> list[Job]:
+        settings = self._settings
+        self._settings = replace(settings, retain_finished_s=settings.retain_finished_s / 1000)
+        try:
+            return super().prune(forget, limit)
+        finally:
+            self._settings = settings
+
+
 class ForgetsPriorities(_Wrapper):
     """A store that keeps every job at the default priority, whatever its create asked."""
 
@@ -227,5 +287,9 @@ BUGS = {
         Bug("key_release_all", "key_limit", wrap_store=ReleasesEveryKeyedJob),  # type: ignore[arg-type]
         Bug("no_wait", "dependency_order", wrap_store=ForgetsDependencies),  # type: ignore[arg-type]
         Bug("no_priority", "priority_order", wrap_store=ForgetsPriorities),  # type: ignore[arg-type]
+        Bug("prune_group", "pruned_needed", service_class=PrunesUnfinishedGroups),
+        Bug("prune_awaited", "pruned_needed", service_class=PrunesAwaitedJobs),
+        Bug("delete_unfinished", "pruned_needed", service_class=DeletesUnfinishedJobs),
+        Bug("prune_early", "pruned_early", service_class=PrunesEarly),
     )
 }

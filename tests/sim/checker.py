@@ -36,6 +36,12 @@ acknowledged; from each Run it knows what was worked on and when. The rules:
 - `dependency_order`, `dependency_cancel`: a job waiting on others is claimed or released
   before each of them succeeded; one ends `dependency_failed` while none of them had failed
   or been cancelled.
+- `pruned_needed`, `pruned_early`: a job deleted (by retention or a user's delete) that had
+  not ended, or that something still needed: a finished job of a group some of whose jobs had
+  not ended, or a job (or a job of a group) that a job still held on its dependencies waited
+  on; retention deleting a job before its window (`retain_finished_s`) had passed since it
+  ended. A deleted job written again is an `illegal_write`; the durability and idempotency
+  rules read a deleted job as gone, not lost.
 - `internal_error`: the platform failed with a 500 (an `IllegalTransition` or an exception).
 """
 
@@ -54,7 +60,7 @@ from moonrun.scheduling.messages import AckAnswer, Evidence, ProgressAnswer, Res
 from moonrun.scheduling.reconcile import ReconcileEntry
 from moonrun.scheduling.time import seconds_to_ms
 from moonrun.service.answers import CancelOutcome, ClaimedJob, ReconcileReport, Registration
-from tests.sim.history import Cause, History, Work, Write
+from tests.sim.history import Cause, Deletion, History, Work, Write
 
 MINUTE_MS = 60_000
 ON_TIME_SLACK_MS = 2_000
@@ -135,6 +141,7 @@ class Checker:
         self._keys()
         self._priorities()
         self._dependencies()
+        self._pruning()
         for at, cause, error in self.h.internal_errors:
             self.flag("internal_error", at, None, f"{cause.kind} from {cause.sender}: {error}")
         return self.violations
@@ -587,9 +594,12 @@ class Checker:
         """After each platform restart the reopened store holds what was committed before, and
         every answer given before it still holds."""
         for snapshot in self.h.snapshots:
-            committed: dict[str, Job] = {}
+            committed: dict[str, Job | None] = {}
             for write in self.h.writes[: snapshot.writes]:
                 committed[write.after.id] = write.after
+            deleted = {d.job.id for d in self.h.deletions[: snapshot.deletions]}
+            for job_id in deleted:
+                committed[job_id] = None  # gone, and it must stay gone
             when = (
                 "the final restart"
                 if snapshot.final
@@ -597,7 +607,7 @@ class Checker:
             )
             for job_id, stored in snapshot.jobs.items():
                 expected = committed.get(job_id)
-                if expected is not None and stored != expected:
+                if (expected is not None or job_id in deleted) and stored != expected:
                     self.flag(
                         "lost_commit",
                         snapshot.at,
@@ -606,7 +616,7 @@ class Checker:
                         f"{describe(expected)} had been committed",
                     )
             for answer in self.h.answers[: snapshot.answers]:
-                if answer.job_id is None:
+                if answer.job_id is None or answer.job_id in deleted:
                     continue
                 problem = _contradiction(answer, snapshot.jobs.get(answer.job_id))
                 if problem is not None:
@@ -649,17 +659,30 @@ class Checker:
             if key is not None and isinstance(answer.value, Job):
                 answered[answer.cause.call].append(answer.value.id)
                 causes[answer.cause.call] = answer.cause
+        # When each deleted job went, as a count of the answers given before.
+        gone_at = {d.job.id: d.answers for d in self.h.deletions}
+        at = {answer.cause.call: index for index, answer in enumerate(self.h.answers)}
         first: dict[str, tuple[list[str], int]] = {}
         for call, job_ids in answered.items():
             key = causes[call].entries["idempotency_key"]
             if key not in first:
                 first[key] = (job_ids, call)
-            elif first[key][0] != job_ids:
+                continue
+            made, _ = first[key]
+            gone = {i for i in made if gone_at.get(i, len(self.h.answers) + 1) <= at[call]}
+            # A replay answers the jobs that remain, in order; a key goes with the first job
+            # its request made (docs/protocol.md, "Jobs": what a key promises once its job is
+            # gone), after which the same request makes new jobs (a fan-out's key stays).
+            remaining = [i for i in made if i not in gone]
+            if made[0] in gone and not set(made) & set(job_ids):
+                first[key] = (job_ids, call)
+            elif remaining != job_ids:
                 self.flag(
                     "idempotency",
                     None,
                     job_ids[0],
-                    f"key {key} answered {job_ids}, its first request {first[key][0]}",
+                    f"key {key} answered {job_ids}, its first request {made}"
+                    + (f" ({sorted(gone)} deleted since)" if gone else ""),
                 )
 
     # -- liveness --------------------------------------------------------------------------------
@@ -673,6 +696,8 @@ class Checker:
         for job_id, writes in self.writes.items():
             last = writes[-1].after
             start = max(h.calm_at, writes[0].at)
+            if not last.state.is_terminal and job_id in h.gone:
+                continue  # deleted before it ended: `pruned_needed`
             if not last.state.is_terminal:
                 self.flag(
                     "liveness",
@@ -806,8 +831,9 @@ class Checker:
                     f"over its max_parallel of {limit}",
                 )
         states: dict[str, Counter[str]] = defaultdict(Counter)
+        deleted = {d.job.id for d in h.deletions}
         for job in h.latest.values():
-            if job.group_id is not None:
+            if job.group_id is not None and job.id not in deleted:
                 states[job.group_id][job.state.value] += 1
         for group_id, (_, counts, done) in h.groups.items():
             expected = dict(states[group_id])
@@ -851,6 +877,100 @@ class Checker:
                             "succeeded or not ended",
                         )
             state[a.id] = a.state
+
+    def _pruning(self) -> None:
+        """Nothing deleted (by retention's prune or a user's delete) had not ended, nor was
+        still needed, as the committed writes before the delete say: no job of its group still
+        unfinished, no job still held on its dependencies naming it (or its group); retention
+        deletes only once its window passed since the job ended; a deleted job stays gone."""
+        h = self.h
+        if not h.deletions:
+            return
+        latest: dict[str, Job] = {}
+        members: dict[str, set[str]] = defaultdict(set)
+        ended_at: dict[str, int] = {}
+        deleted: dict[str, int] = {}
+        deletions = iter(h.deletions)
+        pending = next(deletions, None)
+        for index in range(len(h.writes) + 1):
+            while pending is not None and pending.writes == index:
+                self._judge_deletion(pending, latest, members, ended_at)
+                job_id = pending.job.id
+                deleted[job_id] = pending.at
+                latest.pop(job_id, None)
+                if pending.job.group_id is not None:
+                    members[pending.job.group_id].discard(job_id)
+                pending = next(deletions, None)
+            if index == len(h.writes):
+                break
+            write = h.writes[index]
+            job = write.after
+            if job.id in deleted:
+                self.flag(
+                    "illegal_write",
+                    write.at,
+                    job.id,
+                    f"written as {describe(job)} after it was deleted "
+                    f"({write.cause.kind if write.cause else 'no call'})",
+                )
+            latest[job.id] = job
+            if job.group_id is not None:
+                members[job.group_id].add(job.id)
+            if job.state.is_terminal:
+                ended_at.setdefault(job.id, write.at)
+
+    def _judge_deletion(
+        self,
+        deletion: Deletion,
+        latest: dict[str, Job],
+        members: dict[str, set[str]],
+        ended_at: dict[str, int],
+    ) -> None:
+        job, at = deletion.job, deletion.at
+        how = deletion.cause.kind if deletion.cause is not None else "no call"
+        committed = latest.get(job.id)
+        if committed is None:
+            self.flag("illegal_write", at, job.id, f"deleted by {how}, never made or gone")
+            return
+        if not committed.state.is_terminal:
+            self.flag("pruned_needed", at, job.id, f"deleted by {how} while {describe(committed)}")
+            return
+        group = committed.group_id
+        if group is not None:
+            unfinished = sorted(
+                i for i in members[group] if i in latest and not latest[i].state.is_terminal
+            )
+            if unfinished:
+                self.flag(
+                    "pruned_needed",
+                    at,
+                    job.id,
+                    f"deleted by {how} while {unfinished[0]} of its group {group} is "
+                    f"{latest[unfinished[0]].state}",
+                )
+        waiting = sorted(
+            other.id
+            for other in latest.values()
+            if other.held
+            and other.state is JobState.QUEUED
+            and (job.id in other.after or (group is not None and other.after_group == group))
+        )
+        if waiting:
+            self.flag(
+                "pruned_needed",
+                at,
+                job.id,
+                f"deleted by {how} while {waiting[0]}, held on its dependencies, waits on it",
+            )
+        retain = self.h.settings.retain_finished_ms
+        end = ended_at.get(job.id, at)
+        if how == "prune" and at - end < retain:
+            self.flag(
+                "pruned_early",
+                at,
+                job.id,
+                f"pruned {at - end} ms after it ended, within its retention of {retain} ms",
+            )
 
 
 DID_NOT_SUCCEED = (JobState.FAILED, JobState.CANCELLED)

@@ -21,7 +21,8 @@ class Cause:
     kind: str
     """The service method: `claim`, `ack_many`, `progress`, `cancel_poll`, `result_many`,
     `reconcile`, `register_session`, `heartbeat`, `create_job`, `create_jobs`, `cancel_job`,
-    `get_job`, `sweep`, `fire_due` (a firing pass of the schedules)."""
+    `get_job`, `sweep`, `fire_due` (a firing pass of the schedules), `prune` (the sweeper's
+    retention pass), `delete_job`."""
     instance: int
     sender: str
     session_id: str | None = None
@@ -37,6 +38,18 @@ class Write:
     cause: Cause | None
     before: Job | None
     after: Job
+
+
+@dataclass(frozen=True)
+class Deletion:
+    """A job the store said it deleted (retention's prune, or a user's delete), as it was
+    stored; `writes` and `answers` say how many of each had been recorded before it."""
+
+    at: int
+    cause: Cause | None
+    job: Job
+    writes: int
+    answers: int
 
 
 @dataclass(frozen=True)
@@ -94,6 +107,8 @@ class Snapshot:
     answers: int
     """How many answers had been given (`History.answers[:answers]`)."""
     final: bool = False
+    deletions: int = 0
+    """How many deletions had been committed (`History.deletions[:deletions]`)."""
 
 
 @dataclass
@@ -126,10 +141,18 @@ class History:
     """Group id -> (max_parallel, its counts by state, done) as the store answers at the end."""
     up: dict[int, list[tuple[int, int | None]]] = field(default_factory=dict)
     """Per platform instance, the times it was up: (since, until or None while it still is)."""
+    deletions: list[Deletion] = field(default_factory=list)
+    """Every job deletion the store committed, in order (retention runs in every seed)."""
+    gone: set[str] = field(default_factory=set)
+    """The ids of the jobs deleted (`deletions`)."""
 
     def wrote(self, at: int, before: Job | None, after: Job) -> None:
         self.writes.append(Write(at, self.cause, before, after))
         self.latest[after.id] = after
+
+    def deleted(self, at: int, job: Job) -> None:
+        self.deletions.append(Deletion(at, self.cause, job, len(self.writes), len(self.answers)))
+        self.gone.add(job.id)
 
     def answered(self, at: int, cause: Cause, job_id: str | None, value: Any) -> None:
         self.answers.append(GivenAnswer(at, cause, job_id, value))

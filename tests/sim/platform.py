@@ -21,12 +21,14 @@ from moonrun.errors import (
     SignatureExpired,
 )
 from moonrun.scheduling.jobs import Job
+from moonrun.scheduling.retention import PRUNE_BATCH_LIMIT
 from moonrun.security.tokens import SeededTokenSource
 from moonrun.service.answers import CancelOutcome, ClaimedJob, Registration
 from moonrun.service.config import SchedulingSettings
 from moonrun.service.directory import Directory
 from moonrun.service.groups import FanOut
 from moonrun.service.scheduling import SchedulingService
+from moonrun.service.sweeper import RELEASE_PAGES
 from moonrun.store.protocol import Store
 from tests.sim.history import Cause, History, Snapshot
 from tests.sim.kernel import Scheduler
@@ -34,7 +36,15 @@ from tests.sim.network import Network
 from tests.sim.recording import RecordingStore, StoreKind, StoreWrapper
 
 SIGNATURE_WINDOW_MS = 300_000
-ABOUT_ONE_JOB = ("progress", "cancel_poll", "cancel_job", "get_job", "ack_many", "result_many")
+ABOUT_ONE_JOB = (
+    "progress",
+    "cancel_poll",
+    "cancel_job",
+    "get_job",
+    "ack_many",
+    "result_many",
+    "delete_job",
+)
 """Calls whose `entries` name the one job their answer (or whole refusal) is about."""
 ServiceFactory = Callable[..., SchedulingService]
 FIRE_INTERVAL_MS = 500
@@ -209,7 +219,24 @@ class Platform:
                 swept = self._call(cause, instance.service.sweep)
                 if not isinstance(swept, int) or swept < self._settings.sweep_batch:
                     break
+            self._prune(instance)
         self._scheduler.after(self.sweep_interval_ms, lambda: self._sweep(index))
+
+    def _prune(self, instance: Instance) -> None:
+        """The sweeper's retention pass, after its sweep as in the app (`service/sweeper.py`):
+        batches of finished jobs past `retain_finished_s` deleted, at once again while whole
+        batches come back, then their space given back. No logs or artifacts here to forget."""
+        self._calls += 1
+        cause = Cause(self._calls, "prune", instance.index, f"platform:{instance.index}")
+        whole = min(self._settings.prune_batch, PRUNE_BATCH_LIMIT)
+        deleted = 0
+        while True:
+            pruned = self._call(cause, lambda: instance.service.prune(lambda job: None))
+            deleted += len(pruned) if isinstance(pruned, list) else 0
+            if not isinstance(pruned, list) or len(pruned) < whole:
+                break
+        if deleted:
+            self._call(cause, lambda: instance.service.release_space(RELEASE_PAGES))
 
     def _fire(self, index: int) -> None:
         """A firing pass of the schedules, as the app's firing loop runs it."""
@@ -253,7 +280,13 @@ class Platform:
         history = self._history
         history.snapshots.append(
             Snapshot(
-                self._clock.now(), index, jobs, len(history.writes), len(history.answers), final
+                self._clock.now(),
+                index,
+                jobs,
+                len(history.writes),
+                len(history.answers),
+                final,
+                len(history.deletions),
             )
         )
 

@@ -22,7 +22,8 @@ StoreWrapper = Callable[[Store], Store]
 
 
 class RecordingStore:
-    """Delegates everything to the store; tells the history about each committed job write.
+    """Delegates everything to the store; tells the history about each committed job write
+    and each job it deleted.
 
     It also answers `active_jobs` and `active_deadlines` in job id order: the protocol promises
     no order, and MemoryStore's (a set's) depends on the interpreter's hash seed, which would
@@ -124,6 +125,12 @@ class RecordingStore:
             if job.id in found and job.id not in self._history.latest:
                 self._history.wrote(self._clock.now(), None, found[job.id])
         return stored
+
+    def delete_jobs(self, job_ids: Sequence[str], deletable: Callable[[Job], bool]) -> list[Job]:
+        deleted = self._inner.delete_jobs(job_ids, deletable)
+        for job in deleted:
+            self._history.deleted(self._clock.now(), job)
+        return deleted
 
     def active_jobs(self, endpoint_id: str) -> list[Job]:
         return sorted(self._inner.active_jobs(endpoint_id), key=lambda job: job.id)

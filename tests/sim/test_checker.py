@@ -28,6 +28,10 @@ PLANTED = [
     ("key_release_all", "memory"),
     ("no_wait", "memory"),
     ("no_priority", "memory"),
+    ("prune_group", "memory"),
+    ("prune_awaited", "file"),
+    ("delete_unfinished", "memory"),
+    ("prune_early", "file"),
 ]
 
 

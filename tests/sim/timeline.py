@@ -13,7 +13,8 @@ def _short(value: Any, width: int = 160) -> str:
 
 
 def timeline(history: History, job_id: str) -> str:
-    """Every committed write, answer and stretch of work about one job, in time order."""
+    """Every committed write and deletion, answer and stretch of work about one job, in time
+    order."""
     start = history.started_at
     events: list[tuple[int, int, str]] = []
     for write in history.writes:
@@ -24,6 +25,12 @@ def timeline(history: History, job_id: str) -> str:
         was = "-" if b is None else f"{b.state.value}/{b.attempt} until {_at(b.deadline_at, start)}"
         now = f"{a.state.value}/{a.attempt} until {_at(a.deadline_at, start)} v{a.version}"
         events.append((write.at, 0, f"write   {came}: {was} -> {now}"))
+    for deletion in history.deletions:
+        if deletion.job.id == job_id:
+            cause = deletion.cause
+            came = f"{cause.kind} from {cause.sender} via #{cause.instance}" if cause else "no call"
+            job = deletion.job
+            events.append((deletion.at, 0, f"delete  {came}: {job.state.value}/{job.attempt}"))
     for answer in history.answers:
         cause = answer.cause
         if answer.job_id != job_id and not (answer.job_id is None and job_id in cause.entries):

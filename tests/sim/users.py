@@ -1,6 +1,6 @@
 """Simulated users: they create jobs (alone or in batches, mostly with an Idempotency-Key that
-they reuse when they retry a request whose answer did not come), cancel jobs and read them,
-over the same simulated network as the Runs."""
+they reuse when they retry a request whose answer did not come), cancel jobs, read them
+and delete some, over the same simulated network as the Runs."""
 
 from __future__ import annotations
 
@@ -48,6 +48,10 @@ class UserNode(Node):
     def read(self) -> None:
         if self.known:
             self.spawn(self._read(self.sim.rng.choice(self.known)), "read")
+
+    def delete(self) -> None:
+        if self.known:
+            self.spawn(self._delete(self.sim.retention_rng.choice(self.known)), "delete")
 
     def _retrying(self, call: Call, *, retry: bool) -> Body:
         """Send until answered (a refusal counts as an answer); at most USER_RETRIES times."""
@@ -151,6 +155,22 @@ class UserNode(Node):
             entries={job_id: None},
         )
         yield from self._retrying(call, retry=False)
+
+    def _delete(self, job_id: str) -> Body:
+        """`DELETE /api/v1/jobs/{id}`: refused while the job has not ended or something still
+        needs it (the checker's `pruned_needed` judges what it deleted)."""
+        call = Call(
+            "delete_job",
+            (self.user, job_id, _no_files),
+            USER_TIMEOUT_MS,
+            signed=False,
+            entries={job_id: None},
+        )
+        yield from self._retrying(call, retry=True)  # a second delete is only 404
+
+
+def _no_files(job: Any) -> None:
+    """What a delete forgets beside the store: the simulation keeps no logs or artifacts."""
 
 
 def spec_of(sim: Simulation) -> JobSpec:

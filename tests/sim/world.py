@@ -16,7 +16,7 @@ import math
 import random
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from moonrun.clock import ManualClock
@@ -46,9 +46,16 @@ SETTINGS = SchedulingSettings(
     backoff_multiplier=2,
     backoff_max_s=4,
     backoff_jitter=0.5,
+    transfer_grace_s=1,
 )
 """docs/protocol.md's defaults (ack 30 s, lease 40 s, session 50 s, heartbeat 10 s) divided by five,
-backoff capped at 4 s, with jitter so that its bounds are checked."""
+backoff capped at 4 s, with jitter so that its bounds are checked. The transfer grace (60 s),
+which only logs and artifacts use (the simulation has neither), is 1 s: retention never prunes
+a job sooner after its end, and each seed's window is a few seconds (`RETAIN_S`)."""
+
+RETAIN_S = (1, 3, 8, 20)
+"""Each seed keeps finished jobs one of these (`--retain-finished`, drawn per seed), so the
+sweeper prunes while jobs, groups, dependencies and schedules are live."""
 
 RUN_TIMINGS = RunTimings()
 CLOCK_DRIFT = 0.03
@@ -180,14 +187,17 @@ class Simulation:
         """Each job's priority (drawn apart, likewise)."""
         self.scenario = Scenario.draw(seed, store, self.rng)
         self.bug = bug
-        self.settings = SETTINGS
+        self.retention_rng = random.Random(f"retention-{seed}")
+        """How long finished jobs are kept, which the user deletes (drawn apart, so that the
+        other draws stay as they were)."""
+        self.settings = retention_settings(SETTINGS, self.retention_rng)
         self.run_timings = RUN_TIMINGS
         self.max_work_ms = MAX_WORK_MS
         self.max_backoff_s = SETTINGS.backoff_max_s
         self.max_not_before_ms = MAX_NOT_BEFORE_MS
         self.clock = ManualClock(START)
         self.scheduler = Scheduler(self.clock)
-        self.history = History(SETTINGS, started_at=START)
+        self.history = History(self.settings, started_at=START)
         self.network = Network(self.scheduler, self.rng, self.scenario.network, self.history.faults)
         self.platform = Platform(
             scheduler=self.scheduler,
@@ -195,7 +205,7 @@ class Simulation:
             network=self.network,
             history=self.history,
             store_kind=StoreKind(store),
-            settings=SETTINGS,
+            settings=self.settings,
             token_seed=self.rng.getrandbits(64),
             instances=self.scenario.instances,
             wrap_store=wrap_store,
@@ -315,6 +325,7 @@ class Simulation:
             scheduler.at(START + fans.randint(0, fault_ms), self.user.fanout)
         for _ in range(scenario.reads):
             scheduler.at(START + rng.randint(1000, fault_ms), self.user.read)
+        self._schedule_deletes()
 
         def at(action: Any) -> None:
             scheduler.at(
@@ -339,6 +350,14 @@ class Simulation:
             index, late = rng.randrange(scenario.instances), rng.randint(1000, 3 * ttl_ms)
             at(lambda i=index, d=late: self.platform.pause_sweeper(i, d))
         scheduler.at(START + fault_ms, self._become_calm)
+
+    def _schedule_deletes(self) -> None:
+        """The user deletes a job it knows of now and then (`DELETE /api/v1/jobs/{id}`), at
+        times drawn from the retention source (retention itself runs in every sweep)."""
+        deletes = self.retention_rng
+        for _ in range(deletes.choice([0, 1, 2, 3])):
+            at = START + deletes.randint(2000, self.scenario.fault_ms + 10_000)
+            self.scheduler.at(at, self.user.delete)
 
     def _crash_platform(self, index: int, down_ms: int) -> None:
         self.platform.crash(index)
@@ -470,7 +489,8 @@ class Simulation:
     def _finished(self) -> bool:
         if not self.calm or self.user.busy():
             return False
-        return all(job.state.is_terminal for job in self.history.latest.values())
+        gone = self.history.gone
+        return all(job.state.is_terminal or job.id in gone for job in self.history.latest.values())
 
     def run(self) -> Outcome:
         self._schedule()
@@ -511,6 +531,11 @@ class Simulation:
             scheduler.now() - START,
             history.faults,
         )
+
+
+def retention_settings(settings: SchedulingSettings, rng: random.Random) -> SchedulingSettings:
+    """The seed's settings with its retention window (one of `RETAIN_S`)."""
+    return replace(settings, retain_finished_s=rng.choice(RETAIN_S))
 
 
 def simulate(

@@ -1,8 +1,9 @@
 """Cron expressions and the instants they name in a time zone, across daylight saving time.
 
 `parse` reads the 5-field syntax (minute, hour, day of month, month, day of week) with lists,
-ranges, steps and names (`jan`..`dec`, `sun`..`sat`, 7 also Sunday), and `@hourly`, `@daily`
-(`@midnight`), `@weekly`, `@monthly`, `@yearly` (`@annually`). As in Vixie cron and its heirs,
+ranges, steps and names (`jan`..`dec`, `sun`..`sat`, 7 also Sunday), `@hourly`, `@daily`
+(`@midnight`), `@weekly`, `@monthly`, `@yearly` (`@annually`), and intervals of 1 s to 24 h
+(`@every 30s`, `@every 5m`, `@every 2h`: `Every`, in absolute time). As in Vixie cron and its heirs,
 when both day fields are restricted a day matches if either does.
 
 `Cron.after(instant, zone)` is the first scheduled instant strictly after `instant`. Times are
@@ -135,16 +136,47 @@ class Cron:
             day += timedelta(days=1)
 
 
-def parse(text: object) -> Cron:
-    """A cron expression, or InvalidRequest naming the field (`cron`) and the token."""
+@dataclass(frozen=True)
+class Every:
+    """`@every 30s`: every `period_ms` of absolute time, counted from 1970-01-01T00:00Z, so
+    every platform derives the same times; no zone moves them and no clock change skips or
+    repeats one (`@every 1h` fires at every full UTC hour, also where the offset is 5:30)."""
+
+    text: str
+    period_ms: int
+
+    def after(self, instant: Instant, zone: tzinfo) -> Instant | None:
+        """The first time strictly after `instant` (the zone is not read)."""
+        return (instant // self.period_ms + 1) * self.period_ms
+
+    def times_after(self, instant: Instant, zone: tzinfo, count: int) -> list[Instant]:
+        """The next `count` times after `instant`, in order."""
+        first = (instant // self.period_ms + 1) * self.period_ms
+        return [first + n * self.period_ms for n in range(count)]
+
+
+Calendar = Cron | Every
+"""What a schedule's `cron` names: a cron expression, or an interval (`@every`)."""
+
+EVERY_UNITS = {"s": 1000, "m": 60_000, "h": 3_600_000}
+EVERY_MAX_MS = 24 * 3_600_000
+"""An interval is 1 s to 24 h (longer calendars read better as cron: `0 3 * * *`)."""
+_EVERY = re.compile(r"^@every\s+([0-9]{1,6})([smh])$")
+
+
+def parse(text: object) -> Calendar:
+    """A cron expression (or an interval, `@every 30s`), or InvalidRequest naming the field
+    (`cron`) and the token."""
     if not isinstance(text, str):
         raise InvalidRequest("cron must be a string such as '0 3 * * *' or '@daily'")
     expression = text.strip().lower()
     if len(expression) > MAX_LENGTH:
         raise InvalidRequest(f"cron is longer than {MAX_LENGTH} characters")
+    if expression.startswith("@every"):
+        return _every(text.strip(), expression)
     if expression.startswith("@"):
         if expression not in MACROS:
-            known = ", ".join(sorted(MACROS))
+            known = ", ".join([*sorted(MACROS), "@every 30s"])
             raise InvalidRequest(f"cron: unknown macro {_shown(expression)} (known: {known})")
         expression = MACROS[expression]
     tokens = expression.split()
@@ -167,6 +199,18 @@ def parse(text: object) -> Cron:
     if not _fires_ever(cron):
         raise InvalidRequest(f"cron {_shown(text.strip())} names no day that exists")
     return cron
+
+
+def _every(text: str, expression: str) -> Every:
+    found = _EVERY.match(expression)
+    if found is None:
+        raise InvalidRequest(
+            f"cron: {_shown(text)} is no interval (a number and s, m or h: '@every 30s')"
+        )
+    period = int(found.group(1)) * EVERY_UNITS[found.group(2)]
+    if not 1000 <= period <= EVERY_MAX_MS:
+        raise InvalidRequest(f"cron: {_shown(text)} is outside 1s-24h")
+    return Every(text, period)
 
 
 def _values(field: _Field, token: str) -> set[int]:

@@ -101,13 +101,13 @@ def zone(name: object) -> tzinfo:
         raise InvalidRequest(f"timezone: unknown time zone {name[:40]!r}") from None
 
 
-def first_cursor(expression: cron_domain.Cron, where: tzinfo, now: Instant) -> Instant | None:
+def first_cursor(expression: cron_domain.Calendar, where: tzinfo, now: Instant) -> Instant | None:
     """A new (or resumed-from-scratch) schedule's cursor: its first time after `now`."""
     return expression.after(now, where)
 
 
 def next_times(
-    schedule: Schedule, expression: cron_domain.Cron, where: tzinfo, now: Instant
+    schedule: Schedule, expression: cron_domain.Calendar, where: tzinfo, now: Instant
 ) -> list[Instant]:
     """The next `NEXT_TIMES` calendar times that may fire: from the cursor when it is still
     ahead, else from `now`."""
@@ -121,7 +121,7 @@ def next_times(
 
 def decide(
     schedule: Schedule,
-    expression: cron_domain.Cron,
+    expression: cron_domain.Calendar,
     where: tzinfo,
     now: Instant,
     *,
@@ -167,7 +167,7 @@ def firing_job_id(schedule_id: str, scheduled_for: Instant) -> str:
 
 
 def _latest_due(
-    expression: cron_domain.Cron, where: tzinfo, due: Instant, now: Instant
+    expression: cron_domain.Calendar, where: tzinfo, due: Instant, now: Instant
 ) -> tuple[Instant, int]:
     """The last calendar time `<= now` from `due` on, and how many came before it."""
     latest, earlier = due, 0
@@ -182,7 +182,7 @@ def _latest_due(
     return (jumped if jumped is not None and jumped > latest else latest), earlier
 
 
-def _last_before(expression: cron_domain.Cron, where: tzinfo, now: Instant) -> Instant | None:
+def _last_before(expression: cron_domain.Calendar, where: tzinfo, now: Instant) -> Instant | None:
     """The last calendar time `<= now`: the last one found in a window ending at `now`, the
     window doubling from an hour until it holds one (so the steps stay few both for a
     minutely calendar and for a yearly one)."""

@@ -341,7 +341,7 @@ def _spec(job_json: str) -> JobSpec:
     )
 
 
-def _calendar(text: object, zone_name: object) -> tuple[cron_domain.Cron, Any]:
+def _calendar(text: object, zone_name: object) -> tuple[cron_domain.Calendar, Any]:
     return cron_domain.parse(text), domain.zone(zone_name)
 
 
