@@ -30,6 +30,13 @@ RELEASE_PAGES = 512
 measured at 15 to 20 ms of its write lock on a loaded 2-core machine (2,048 took 65 to 80 ms);
 more waits for the next pass, which comes at once."""
 
+PRUNE_PACE = 4.0
+"""While a retention backlog lasts, the sweeper rests this many times as long as its last
+prune batch took, so that pruning holds the store a fifth of the time at most and serving the
+rest: back to back, pruning 100,000 jobs halved the peer bench's throughput beside it
+(`bench/retention_bench.py --part serving`, docs/benchmarks.md). Passed deadlines are not
+paced: they are due now."""
+
 STALLED_AFTER_S = 10.0
 """A pass that has not come back for this long counts as a store that does not answer (a
 database server that hangs rather than refuses: its queries wait, they do not fail)."""
@@ -43,8 +50,22 @@ class Runner(Protocol):
     async def thread(self, work: Callable[[], T]) -> T: ...
 
 
+def rest_s(
+    deadlines_whole: bool, prune_more: bool, prune_took_s: float, interval_s: float
+) -> float:
+    """How long the sweeper rests before its next pass: not at all while whole batches of
+    passed deadlines come back, `PRUNE_PACE` times its last prune batch while a retention
+    backlog lasts (never longer than the interval), else the interval."""
+    if deadlines_whole:
+        return 0.0
+    if prune_more:
+        return min(interval_s, PRUNE_PACE * prune_took_s)
+    return interval_s
+
+
 class Sweeper:
-    """Sweeps every `interval_s`, and at once again while whole batches come back.
+    """Sweeps every `interval_s`, at once again while whole batches of passed deadlines come
+    back, and at a pace while a retention backlog lasts (`rest_s`).
 
     Its passes also tell whether the store answers (`/healthz` reports it): see
     `store_failure`.
@@ -105,11 +126,13 @@ class Sweeper:
                 finally:
                     self._pass_began = None
                 self.swept += applied
+                began = self._monotonic()
                 _, more = await self._prune()
-                if applied >= self._service.settings.sweep_batch or more:
-                    continue
-                with anyio.move_on_after(self._interval_s):
-                    await stop.wait()
+                whole = applied >= self._service.settings.sweep_batch
+                rest = rest_s(whole, more, self._monotonic() - began, self._interval_s)
+                if rest > 0:
+                    with anyio.move_on_after(rest):
+                        await stop.wait()
         finally:
             self.running = False
 
