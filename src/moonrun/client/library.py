@@ -775,6 +775,8 @@ class Client:
         max_attempts: int | None = None,
         backoff: dict[str, float] | None = None,
         priority: int | None = None,
+        concurrency_key: str | None = None,
+        concurrency_limit: int | None = None,
     ) -> Schedule:
         """A schedule that creates a `kind` job at every time of `cron` (5 fields or a macro
         such as `@daily`) in `timezone`; `overlap` is `skip`, `allow` or `cancel_previous`;
@@ -790,6 +792,7 @@ class Client:
                 job[name_] = value
         if backoff is not None:
             job["backoff"] = backoff
+        _concurrency(job, concurrency_key, concurrency_limit)
         body = {
             "name": name,
             "cron": cron,

@@ -104,6 +104,19 @@ def schedule_create(
         int | None,
         typer.Option("--priority", min=0, max=9, help="Each job's priority, 0 to 9 (default 5)"),
     ] = None,
+    concurrency_key: Annotated[
+        str | None,
+        typer.Option(
+            "--concurrency-key",
+            help="At most --concurrency-limit of your jobs with this key run at once",
+        ),
+    ] = None,
+    concurrency_limit: Annotated[
+        int | None,
+        typer.Option(
+            "--concurrency-limit", min=1, max=1000, help="With --concurrency-key (default 1)"
+        ),
+    ] = None,
     profile: ProfileOption = profiles.DEFAULT_PROFILE,
     as_json: JsonOption = False,
 ) -> None:
@@ -121,6 +134,8 @@ def schedule_create(
             paused=paused,
             max_attempts=max_attempts,
             priority=priority,
+            concurrency_key=concurrency_key,
+            concurrency_limit=concurrency_limit,
         )
     _show(schedule, as_json)
 

@@ -39,6 +39,7 @@ def _job(body: ScheduleJobRequest) -> JobSpec:
         max_attempts=body.max_attempts,
         backoff=backoff,
         priority=body.priority,
+        concurrency=None if body.concurrency is None else body.concurrency.model_dump(),
     )
 
 

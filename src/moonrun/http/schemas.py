@@ -284,6 +284,7 @@ class ScheduleJobRequest(UserRequest):
     priority: int | None = Field(
         default=None, ge=MIN_PRIORITY, le=MAX_PRIORITY, description="0 to 9, default 5"
     )
+    concurrency: ConcurrencyModel | None = None
 
 
 class CreateScheduleRequest(UserRequest):

@@ -194,6 +194,7 @@ def schedule_view(
             "max_attempts": template.get("max_attempts"),
             "backoff": template.get("backoff"),
             "priority": template.get("priority", DEFAULT_PRIORITY),
+            "concurrency": template.get("concurrency"),
         },
         "overlap": schedule.overlap.value,
         "catchup_window_s": schedule.catchup_window_s,

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from moonrun.clock import Clock
 from moonrun.errors import InvalidRequest, MoonrunError, NotFound
+from moonrun.scheduling import concurrency as concurrency_domain
 from moonrun.scheduling import cron as cron_domain
 from moonrun.scheduling import schedules as domain
 from moonrun.scheduling.fingerprint import JsonValue
@@ -249,10 +250,16 @@ class Schedules:
 
     def _store_writes(self, writes: list[ScheduleWrite]) -> list[bool]:
         stored = self._store.fire_schedules(writes) if writes else []
-        for write, won in zip(writes, stored, strict=True):
-            if won and write.job is not None:
-                self.fired += 1
-                self._jobs.job_stored(write.job)
+        made = [
+            write.job
+            for write, won in zip(writes, stored, strict=True)
+            if won and write.job is not None
+        ]
+        # A job with a concurrency key is made held by it: its key releases it now, as after
+        # a create (`keys_declared`), not at the sweeper's repair.
+        for job in self._jobs.keys_declared(made):
+            self.fired += 1
+            self._jobs.job_stored(job)
         return stored
 
     def _build(self, schedule: Schedule, scheduled_for: Instant) -> Job:
@@ -312,8 +319,12 @@ class Schedules:
             "max_attempts": spec.max_attempts,
             "backoff": dict(spec.backoff) if spec.backoff is not None else None,
         }
-        if spec.priority is not None:  # a template naming none reads as it always did
+        # Options named only when given: a template naming none reads as it always did.
+        if spec.priority is not None:
             template["priority"] = spec.priority
+        concurrency = concurrency_domain.check(spec.concurrency)
+        if concurrency is not None:
+            template["concurrency"] = {"key": concurrency.key, "limit": concurrency.limit}
         return json.dumps(template, separators=(",", ":"), sort_keys=True)
 
     def _state(self, schedule: Schedule, now: Instant) -> ScheduleState:
@@ -338,6 +349,7 @@ def _spec(job_json: str) -> JobSpec:
         max_attempts=template.get("max_attempts"),
         backoff=template.get("backoff"),
         priority=template.get("priority"),
+        concurrency=template.get("concurrency"),
     )
 
 

@@ -1290,6 +1290,7 @@ class SchedulingService:
             schedule_id=schedule_id,
             scheduled_for=scheduled_for,
             priority=spec.priority,
+            concurrency=concurrency_domain.check(spec.concurrency),
         )
 
     def job_stored(self, job: Job) -> None:

@@ -249,15 +249,19 @@ class MemoryStore:
             if group is not None:
                 self._groups[group.id] = group
             for job in jobs:
-                self._jobs[job.id] = job
-                self._index.replace(None, job)
-                if job.group_id is not None:
-                    self._group_jobs.setdefault(job.group_id, []).append(job.id)
-                if job.concurrency is not None:
-                    scope = (job.owner_id, job.concurrency.key)
-                    self._key_jobs.setdefault(scope, []).append(job.id)
-                for on_id in job.waits_on:
-                    self._waiters.setdefault(on_id, []).append(job.id)
+                self._add(job)
+
+    def _add(self, job: Job) -> None:
+        """A new job, with every index that finds it (under the lock)."""
+        self._jobs[job.id] = job
+        self._index.replace(None, job)
+        if job.group_id is not None:
+            self._group_jobs.setdefault(job.group_id, []).append(job.id)
+        if job.concurrency is not None:
+            scope = (job.owner_id, job.concurrency.key)
+            self._key_jobs.setdefault(scope, []).append(job.id)
+        for on_id in job.waits_on:
+            self._waiters.setdefault(on_id, []).append(job.id)
 
     def replace_job(self, job: Job, expected: Job) -> bool:
         with self._lock:
@@ -730,8 +734,7 @@ class MemoryStore:
                     continue
                 self._schedules[schedule.id] = schedule
                 if job is not None and job.id not in self._jobs:
-                    self._jobs[job.id] = job
-                    self._index.replace(None, job)
+                    self._add(job)
         return stored
 
     def delete_schedule(self, schedule_id: str) -> bool:

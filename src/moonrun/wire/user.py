@@ -209,6 +209,13 @@ class BackoffAsked(TypedDict):
     max_s: NotRequired[float]
 
 
+class ScheduleConcurrencyView(TypedDict):
+    """The concurrency key a schedule's jobs carry (docs/protocol.md, "Concurrency keys")."""
+
+    key: str
+    limit: int
+
+
 class ScheduleJobView(TypedDict):
     """What each firing creates, without the payload (no user projection shows one)."""
 
@@ -217,6 +224,8 @@ class ScheduleJobView(TypedDict):
     backoff: BackoffAsked | None
     priority: int
     """Its jobs' priority, 5 unless the schedule named one."""
+    concurrency: ScheduleConcurrencyView | None
+    """Its jobs' concurrency key and limit, if it names one."""
 
 
 class LastFiringView(TypedDict):

@@ -1,7 +1,7 @@
-"""Priorities from a terminal and from Python (docs/cli.md): `job submit --priority P` (with a
-server or with --selector), `schedule create --priority P`, `job show` printing it, and
-`Client.submit/fanout/create_schedule(..., priority=P)`. The CLI runs in-process against a
-platform served on loopback."""
+"""Priorities (and a schedule's concurrency key) from a terminal and from Python (docs/cli.md):
+`job submit --priority P` (with a server or with --selector), `schedule create --priority P
+--concurrency-key K`, `job show` printing it, and `Client.submit/fanout/create_schedule(...,
+priority=P)`. The CLI runs in-process against a platform served on loopback."""
 
 from __future__ import annotations
 
@@ -103,3 +103,29 @@ def test_the_python_client_submits_with_a_priority(terminal: Terminal) -> None:
         plain = client.submit(terminal.cast.server_id, "noop")
     assert (job.priority, fanned.jobs[0].priority, plain.priority) == (0, 7, 5)
     assert schedule.data["job"]["priority"] == 3
+
+
+def test_schedule_create_takes_a_concurrency_key_for_its_jobs(terminal: Terminal) -> None:
+    made = terminal(
+        "schedule",
+        "create",
+        terminal.cast.server_id,
+        "--name",
+        "backup",
+        "--cron",
+        "@daily",
+        "--kind",
+        "noop",
+        "--concurrency-key",
+        "backup",
+        "--concurrency-limit",
+        "2",
+        "--json",
+    )
+    assert made.exit_code == 0, made.output
+    assert json.loads(made.stdout)["job"]["concurrency"] == {"key": "backup", "limit": 2}
+    with Client(terminal.url, terminal.cast.owner[1]) as client:
+        schedule = client.create_schedule(
+            terminal.cast.server_id, "s", "@hourly", "noop", concurrency_key="k"
+        )
+    assert schedule.data["job"]["concurrency"] == {"key": "k", "limit": 1}

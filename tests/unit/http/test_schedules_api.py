@@ -59,7 +59,13 @@ def test_a_created_schedule_shows_its_next_five_times_and_never_its_payload(cast
 
     assert response.status_code == 201, response.text
     view = response.json()
-    assert view["job"] == {"kind": "noop", "max_attempts": None, "backoff": None, "priority": 5}
+    assert view["job"] == {
+        "kind": "noop",
+        "max_attempts": None,
+        "backoff": None,
+        "priority": 5,
+        "concurrency": None,
+    }
     assert "s3cr3t" not in response.text
     assert len(view["next_times"]) == 5
     assert all(t.endswith(("T02:00:00.000Z", "T01:00:00.000Z")) for t in view["next_times"])
