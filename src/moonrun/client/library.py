@@ -890,6 +890,25 @@ class Client:
         )
         return Job.of(answer)
 
+    def submit_batch(
+        self,
+        server_id: str,
+        jobs: Sequence[Mapping[str, Any]],
+        *,
+        idempotency_key: str | None = None,
+    ) -> list[Job]:
+        """Queue 1 to 1,000 jobs on one server in one request, all or none, in order: each is
+        the body of a single create (`{"kind", "payload"?, "priority"?, ...}`). Like `submit`,
+        it always carries an Idempotency-Key, so a retry answers the same jobs."""
+        key = idempotency_key if idempotency_key is not None else secrets.token_urlsafe(24)
+        answer = self._request(
+            "POST",
+            f"/api/v1/servers/{server_id}/jobs/batch",
+            json={"jobs": [dict(job) for job in jobs]},
+            headers={"Idempotency-Key": key},
+        )
+        return [Job.of(job) for job in answer["jobs"]]
+
     def rerun(self, job_id: str, *, idempotency_key: str | None = None) -> Job:
         """Queue a new job like a finished one (same server, kind, payload and retry policy);
         like `submit`, always with an Idempotency-Key."""

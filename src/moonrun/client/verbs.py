@@ -423,6 +423,57 @@ def read_payload(text_or_file: str | None) -> dict[str, Any] | None:
     return payload
 
 
+BATCH_SIZE: Final = 1000
+"""Jobs per batch request (the route's bound): a longer file is sent as several batches."""
+
+
+def read_batch(path: str) -> list[dict[str, Any]]:
+    """The jobs of a JSON-lines file (`-`: stdin), one create's body per line (blank lines
+    skipped); a line that is not a JSON object is bad usage naming its number."""
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except OSError as error:
+        raise typer.BadParameter(f"cannot read {path}: {error.strerror}") from None
+    jobs: list[dict[str, Any]] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            job = json.loads(line)
+        except ValueError as error:
+            raise typer.BadParameter(f"{path} line {number}: not JSON: {error}") from None
+        if not isinstance(job, dict):
+            raise typer.BadParameter(f"{path} line {number}: a job must be a JSON object")
+        jobs.append(job)
+    if not jobs:
+        raise typer.BadParameter(f"{path} holds no job")
+    return jobs
+
+
+def _submit_batch(
+    ctx: typer.Context,
+    profile: str,
+    server: str,
+    jobs: list[dict[str, Any]],
+    idempotency_key: str | None,
+    as_json: bool,
+) -> None:
+    """Queue the jobs through the batch route, BATCH_SIZE at a time (each batch all or none;
+    with --idempotency-key K, batch n carries K-n, so a rerun of the command makes none twice)."""
+    made = []
+    with connect(ctx, profile) as client:
+        server_id = server_named(client, server)
+        for n, start in enumerate(range(0, len(jobs), BATCH_SIZE)):
+            key = None if idempotency_key is None else f"{idempotency_key}-{n}"
+            made += client.submit_batch(
+                server_id, jobs[start : start + BATCH_SIZE], idempotency_key=key
+            )
+    if as_json:
+        print_json([job.data for job in made])
+    else:
+        print_table(("id", "server_id", "kind", "state"), (job.data for job in made))
+
+
 @job_app.command("submit", cls=CommandTail)
 @user_errors
 def job_submit(
@@ -500,6 +551,14 @@ def job_submit(
         str | None,
         typer.Option("--after-group", help="Wait until every job of this group succeeded"),
     ] = None,
+    batch: Annotated[
+        str | None,
+        typer.Option(
+            "--batch",
+            help="Queue the jobs of a JSON-lines FILE (- for stdin), one create's body per "
+            "line, through the batch route",
+        ),
+    ] = None,
     outage_grace: OutageGraceOption = OUTAGE_GRACE_S,
     profile: ProfileOption = profiles.DEFAULT_PROFILE,
     as_json: JsonOption = False,
@@ -511,6 +570,11 @@ def job_submit(
     --wait or --follow, a platform restart of up to --outage-grace seconds is ridden through.
     With --after JOB_ID (repeatable) or --after-group GROUP_ID, the job waits until each of them
     succeeded."""
+    if batch is not None:
+        if server is None or kind is not None or ctx.meta.get(TAIL) is not None or selector:
+            raise typer.BadParameter("--batch takes a SERVER and no KIND, `--` or --selector")
+        _submit_batch(ctx, profile, server, read_batch(batch), idempotency_key, as_json)
+        return
     if selector is not None:
         # With --selector the one positional is the KIND; a server id there is a SERVER too.
         if (server is not None and kind is not None) or (server or "").startswith("srv_"):
