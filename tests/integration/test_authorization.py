@@ -808,6 +808,13 @@ ROWS: tuple[Row, ...] = (
         (NOT_FOUND, NOT_FOUND, NOT_FOUND, NOT_FOUND, UNAUTH, UNAUTH),
     ),
     Row(
+        "list one's own groups (every caller sees only theirs)",
+        "GET",
+        "/api/v1/groups",
+        lambda s: "/api/v1/groups",
+        (OK, OK, OK, OK, UNAUTH, UNAUTH),
+    ),
+    Row(
         "list jobs of the owner's group",
         "GET",
         "/api/v1/jobs",

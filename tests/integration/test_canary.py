@@ -516,6 +516,8 @@ def refused_and_invalid(c: Canary, server_id: str, job_id: str, owner: str, stra
         assert refused.status_code == status, refused.text
     c.call("GET", "/api/v1/groups/{group_id}", token=owner, group_id=group_id)
     c.call("GET", "/api/v1/groups/{group_id}", token=stranger, group_id=group_id)
+    c.call("GET", "/api/v1/groups", token=owner)
+    c.call("GET", "/api/v1/groups", token=stranger)
     c.call("GET", "/api/v1/groups/{group_id}", group_id=lease)
     c.call("GET", "/api/v1/jobs", token=owner, query=f"group={group_id}")
     c.call("POST", "/api/v1/groups/{group_id}/cancel", token=stranger, group_id=group_id)
