@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from moonrun.errors import AlreadyExists
 from moonrun.scheduling.fairness import NextOwner, Oldest, take_by_priority
 from moonrun.scheduling.groups import Group, release_order
-from moonrun.scheduling.jobs import MAX_PRIORITY, Job, JobState
+from moonrun.scheduling.jobs import Job, JobState
 from moonrun.scheduling.records import Advertisement, Endpoint, Server, Session, User
 from moonrun.scheduling.schedules import Schedule
 from moonrun.scheduling.time import Instant
@@ -177,8 +177,10 @@ class _JobIndexes:
 
 
 def _rank(job: Job) -> int:
-    """The rank of a job's claims (`Job.claim_rank`), for a job that waits."""
-    return MAX_PRIORITY - job.priority
+    """The rank of a waiting job's claims (`Job.claim_rank`, set while it is claimable)."""
+    rank = job.claim_rank
+    assert rank is not None, f"job {job.id} is not claimable"
+    return rank
 
 
 def _discard(keys: list[tuple[Instant, str]], key: tuple[Instant, str]) -> None:

@@ -7,37 +7,21 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner, Result
 
-from moonrun.cli import app
-from moonrun.client import verbs
 from moonrun.client.library import Client
 from moonrun.errors import InvalidRequest
 from tests.support.console_kit import serve
-from tests.support.http_harness import Cast, http_world
+from tests.support.http_harness import http_world
 from tests.support.stores import memory_factory
-
-if not any(group.name == "job" for group in app.registered_groups):
-    verbs.register(app)  # as `moonrun`'s main() does for every command line but the services'
+from tests.support.terminal import Terminal
 
 
-@dataclass
-class Terminal:
-    cast: Cast
-    url: str
-    home: Path
-
-    def __call__(self, *args: str, stdin: str | None = None) -> Result:
-        environment = verbs.Environment(self.home, self.url, self.cast.owner[1])
-        return CliRunner().invoke(app, list(args), obj=environment, input=stdin)
-
-    def jobs(self) -> list[dict[str, object]]:
-        with Client(self.url, self.cast.owner[1]) as client:
-            return [job.data for job in client.jobs()]
+def jobs_of(terminal: Terminal) -> list[dict[str, object]]:
+    with Client(terminal.url, terminal.cast.owner[1]) as client:
+        return [job.data for job in client.jobs()]
 
 
 @pytest.fixture
@@ -72,7 +56,7 @@ def test_a_line_that_is_not_a_json_object_is_bad_usage_and_queues_nothing(
     refused = terminal("job", "submit", terminal.cast.server_id, "--batch", str(lines))
     assert refused.exit_code == 2, refused.output
     assert "line 2" in refused.output
-    assert terminal.jobs() == []
+    assert jobs_of(terminal) == []
     both = terminal("job", "submit", terminal.cast.server_id, "noop", "--batch", str(lines))
     assert both.exit_code == 2, both.output
 
@@ -85,4 +69,4 @@ def test_the_python_client_submits_a_batch_all_or_none(terminal: Terminal) -> No
         assert [job.priority for job in made] == [5, 1]
         with pytest.raises(InvalidRequest, match=r"jobs\.1\.kind"):
             client.submit_batch(terminal.cast.server_id, [{"kind": "noop"}, {"kind": "BAD"}])
-    assert len(terminal.jobs()) == 2
+    assert len(jobs_of(terminal)) == 2

@@ -8,6 +8,7 @@ claim order, plus ranks whose jobs are not claimable yet. It counts the rank rea
 from __future__ import annotations
 
 import bisect
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 
 from moonrun.errors import InvalidRequest
 from moonrun.scheduling.fairness import NextOwner, Oldest, take_by_priority, take_turns
-from moonrun.scheduling.jobs import MAX_PRIORITY, create_job
+from moonrun.scheduling.jobs import MAX_PRIORITY, Job, create_job
 from tests.support.jobkit import ENDPOINT, POLICY, T0
 
 Queues = dict[int, dict[str, list[str]]]
@@ -114,47 +115,32 @@ def test_each_rank_is_the_owners_turns_of_what_the_ranks_above_left(
     assert granted == expected
 
 
+def made(job_id: str = "job-1", **options: Any) -> Job:
+    """A new job of the endpoint, with `options` (a priority, what it waits on)."""
+    return create_job(
+        job_id=job_id,
+        server_id="srv-1",
+        endpoint_id=ENDPOINT,
+        owner_id="usr-1",
+        kind="work",
+        payload={},
+        policy=POLICY,
+        now=T0,
+        **options,
+    )
+
+
 @pytest.mark.parametrize("priority", [-1, 10, 5.0, "5", True])
 def test_a_priority_outside_0_to_9_or_not_an_integer_is_refused_naming_it(
     priority: object,
 ) -> None:
     with pytest.raises(InvalidRequest) as refused:
-        create_job(
-            job_id="job-1",
-            server_id="srv-1",
-            endpoint_id=ENDPOINT,
-            owner_id="usr-1",
-            kind="work",
-            payload={},
-            policy=POLICY,
-            now=T0,
-            priority=priority,  # type: ignore[arg-type]
-        )
+        made(priority=priority)
     assert refused.value.fields[0][0] == "priority"
 
 
 def test_a_job_names_no_priority_and_has_5_its_claim_rank_only_while_it_waits() -> None:
-    job = create_job(
-        job_id="job-1",
-        server_id="srv-1",
-        endpoint_id=ENDPOINT,
-        owner_id="usr-1",
-        kind="work",
-        payload={},
-        policy=POLICY,
-        now=T0,
-    )
+    job = made()
     assert (job.priority, job.claim_rank) == (5, 4)
-    held = create_job(
-        job_id="job-2",
-        server_id="srv-1",
-        endpoint_id=ENDPOINT,
-        owner_id="usr-1",
-        kind="work",
-        payload={},
-        policy=POLICY,
-        now=T0,
-        priority=9,
-        after=("job-1",),
-    )
+    held = made("job-2", priority=9, after=("job-1",))
     assert (held.priority, held.claim_rank) == (9, None)
