@@ -86,8 +86,12 @@ class PostgresStore(SqlStore):
             min_size=1,
             max_size=pool_size,
             timeout=connect_timeout_s,
+            # Every connection is in autocommit: a read is one round trip, and a write opens
+            # its own transaction. Switching modes per checkout costs a step each time, and a
+            # `reset` callback would send every returned connection through the pool's worker
+            # thread (a thread hop per query, measured: reads 125-170 us against MySQL's 30).
+            kwargs={"autocommit": True},
             check=self._check_if_idle,
-            reset=self._returned,
             open=False,
         )
         try:
@@ -106,15 +110,13 @@ class PostgresStore(SqlStore):
         if returned is None or time.monotonic() - returned >= CHECK_IDLE_S:
             self._psycopg_pool.ConnectionPool.check_connection(connection)
 
-    def _returned(self, connection: Any) -> None:
-        self._idle_since[connection] = time.monotonic()
-
     def _read(self, work: Callable[[Cursor], T]) -> T:
         try:
             with self._pool.connection() as connection:
-                connection.autocommit = True
                 with connection.cursor() as cursor:
-                    return work(cursor)
+                    result = work(cursor)
+                self._idle_since[connection] = time.monotonic()
+                return result
         except self._psycopg.Error as error:
             raise self._unavailable(error) from None
         except self._pool_timeout() as error:
@@ -126,10 +128,9 @@ class PostgresStore(SqlStore):
         for attempt in range(1, self.write_retries + 1):
             try:
                 with self._pool.connection() as connection:
-                    connection.autocommit = False
-                    with connection.cursor() as cursor:
-                        result = work(cursor)
-                    connection.commit()  # on an error, the pool rolls the connection back
+                    with connection.transaction(), connection.cursor() as cursor:
+                        result = work(cursor)  # committed as the block ends, else rolled back
+                    self._idle_since[connection] = time.monotonic()
                     return result
             except errors.UniqueViolation as error:
                 raise duplicate(error) from None
