@@ -79,7 +79,7 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python bench/heartbeat_bench.py
 	$(BIN)/python bench/create_bench.py
 	$(BIN)/python bench/schedule_bench.py
-	$(BIN)/python bench/peer_bench.py --keyed
+	$(BIN)/python bench/peer_bench.py --keyed --proxied 1,2
 	$(BIN)/python bench/wakeup_bench.py
 	$(BIN)/python bench/scale_bench.py
 	$(BIN)/python bench/retention_bench.py

@@ -21,8 +21,17 @@ sys.path.insert(0, str(ROOT))  # a bench runs as a script from bench/: the launc
 
 from tests.support import launcher  # noqa: E402
 from tests.support.launcher import free_port  # noqa: E402
+from tests.support.round_robin_proxy import RoundRobinProxy  # noqa: E402
 
-__all__ = ["ROOT", "Process", "Served", "child_env", "free_port", "platform_command"]
+__all__ = [
+    "ROOT",
+    "Process",
+    "RoundRobinProxy",
+    "Served",
+    "child_env",
+    "free_port",
+    "platform_command",
+]
 
 
 def child_env(admin_token: str | None = None) -> dict[str, str]:

@@ -30,7 +30,7 @@ concurrency keys (limit 1) and one of the 10 priorities, for fleet scheduling's 
 
     python bench/peer_bench.py [--jobs 3000] [--lanes 8] [--capacities 16,256] [--samples 200]
                                [--stores file,mysql,postgres] [--await block|poll] [--no-celery]
-                               [--no-procrastinate] [--rounds 1] [--keyed]
+                               [--no-procrastinate] [--rounds 1] [--keyed] [--proxied 1,2]
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kit import (
     ROOT,
     Process,
+    RoundRobinProxy,
     Served,
     child_env,
     free_port,
@@ -134,26 +135,51 @@ class User:
 
 class Moonrun:
     """A platform (with `flags` after its command) and one Run in subprocesses, an endpoint,
-    a server; ready for jobs."""
+    a server; ready for jobs. With `proxied` N, N platforms on the one store, sharing their
+    secret and data directory, behind the tests' round-robin proxy (tests/support/
+    round_robin_proxy.py: every request to the next platform, a new upstream connection per
+    request, bodies buffered), which the Run and the user talk to."""
 
     def __init__(
-        self, store_url: str, workdir: Path, capacity: int, flags: tuple[str, ...] = ()
+        self,
+        store_url: str,
+        workdir: Path,
+        capacity: int,
+        flags: tuple[str, ...] = (),
+        proxied: int = 0,
     ) -> None:
         self.workdir = workdir
-        port = free_port()
-        self.platform = Served(
-            "platform",
-            platform_command(store_url, port, workdir, *flags),
-            port,
-            workdir,
-            child_env(ADMIN_TOKEN),
-        )
+        if proxied:
+            secret = workdir / "platform.secret"  # written before any platform races to
+            secret.write_text(secrets.token_hex(32))
+            secret.chmod(0o600)
+            flags = (*flags, "--trusted-proxy", "127.0.0.1")
+        self.platforms = []
+        for n in range(max(1, proxied)):
+            port = free_port()
+            self.platforms.append(
+                Served(
+                    f"platform-{n}" if proxied else "platform",
+                    platform_command(store_url, port, workdir, *flags),
+                    port,
+                    workdir,
+                    child_env(ADMIN_TOKEN),
+                )
+            )
+        self.platform = self.platforms[0]
+        self.proxy: RoundRobinProxy | None = None
+        if proxied:
+            self.proxy = RoundRobinProxy(workdir, [platform.url for platform in self.platforms])
+        self.url = self.proxy.url if self.proxy is not None else self.platform.url
         self.run: Process | None = None
         self.capacity = capacity
 
     async def start(self, user: User) -> str:
         """Join a Run and create a server on its endpoint; returns the server id."""
-        self.platform.wait_ready()
+        for platform in self.platforms:
+            platform.wait_ready()
+        if self.proxy is not None:
+            self.proxy.start()
         admin = await user.call("GET", "/api/v1/users")
         admin_id = admin["users"][0]["id"]
         created = await user.call("POST", "/api/v1/endpoints", {"name": "bench-host"}, 201)
@@ -161,13 +187,13 @@ class Moonrun:
         run_dir.mkdir(mode=0o700)
         base = [sys.executable, "-m", "moonrun", "run"]
         subprocess.run(
-            [*base, "join", "--platform", self.platform.url, "--token", created["join_token"],
+            [*base, "join", "--platform", self.url, "--token", created["join_token"],
              "--data-dir", str(run_dir)],
             check=True, env=child_env(), cwd=self.workdir, stdout=subprocess.DEVNULL,
         )  # fmt: skip
         self.run = Process(
             "run",
-            [*base, "start", "--platform", self.platform.url, "--data-dir", str(run_dir),
+            [*base, "start", "--platform", self.url, "--data-dir", str(run_dir),
              "--capacity", str(self.capacity), "--log-level", "warning"],
             self.workdir,
         )  # fmt: skip
@@ -190,7 +216,10 @@ class Moonrun:
     def stop(self) -> None:
         if self.run is not None:
             self.run.stop()
-        self.platform.stop()
+        if self.proxy is not None:
+            self.proxy.stop()
+        for platform in self.platforms:
+            platform.stop()
 
 
 async def moonrun_figures(
@@ -200,12 +229,13 @@ async def moonrun_figures(
     workdir: Path,
     capacity: int,
     keyed: bool = False,
+    proxied: int = 0,
 ) -> Figures:
-    system = Moonrun(store_url, workdir, capacity)
+    system = Moonrun(store_url, workdir, capacity, proxied=proxied)
     connector = aiohttp.TCPConnector(limit=args.lanes + 2)
     try:
         async with aiohttp.ClientSession(connector=connector) as http:
-            user = User(http, system.platform.url, args.await_mode, args.poll_ms / 1000, keyed)
+            user = User(http, system.url, args.await_mode, args.poll_ms / 1000, keyed)
             server_id = await system.start(user)
             for _ in range(args.warmup):
                 await user.until_terminal(await user.submit(server_id))
@@ -231,7 +261,8 @@ async def moonrun_figures(
         p50, p99 = percentiles(samples)
         return Figures(label, args.jobs / seconds, p50, p99)
     except BaseException:
-        print(system.platform.tail(), file=sys.stderr)
+        for platform in system.platforms:
+            print(platform.tail(), file=sys.stderr)
         if system.run is not None:
             print(system.run.tail(), file=sys.stderr)
         raise
@@ -385,6 +416,12 @@ def main() -> None:
     parser.add_argument(
         "--keyed", action="store_true", help="also FileStore with keys and priorities"
     )
+    parser.add_argument(
+        "--proxied",
+        default="",
+        help="also each database store with N platforms behind the round-robin proxy, for "
+        "each N given (e.g. 1,2: one platform behind it is the proxy's own cost)",
+    )
     args = parser.parse_args()
 
     capacities = [int(c) for c in args.capacities.split(",") if c]
@@ -415,6 +452,12 @@ def main() -> None:
                     runners.append(
                         lambda c=capacity, s=store: _with_database(s, args, fresh(f"{s}-{c}"), c)
                     )
+                    for n in (int(n) for n in args.proxied.split(",") if n):
+                        runners.append(
+                            lambda c=capacity, s=store, n=n: _with_database(
+                                s, args, fresh(f"{s}-{c}-{n}"), c, proxied=n
+                            )
+                        )
             if store == "file" and args.keyed:
                 label = f"moonrun, FileStore, {capacities[0]}, keyed"
                 runners.append(
@@ -442,7 +485,7 @@ def main() -> None:
     celery = next((f for f in results if f.label.startswith("Celery")), None)
     durable = next((f for f in results if f.label.startswith("Procrastinate")), None)
     print(
-        f"{'':28} {'jobs/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'jobs/s x C':>11} {'p50 x C':>8}"
+        f"{'':44} {'jobs/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'jobs/s x C':>11} {'p50 x C':>8}"
         f" {'jobs/s x P':>11}"
     )
     for f in results:
@@ -453,7 +496,7 @@ def main() -> None:
         )
         versus_durable = f"{f.jobs_per_s / durable.jobs_per_s:11.2f}" if durable else ""
         print(
-            f"{f.label:28} {f.jobs_per_s:9,.0f} {f.p50_ms:8.2f} {f.p99_ms:8.2f}"
+            f"{f.label:44} {f.jobs_per_s:9,.0f} {f.p50_ms:8.2f} {f.p99_ms:8.2f}"
             f" {versus_celery} {versus_durable}"
         )
 
@@ -475,7 +518,7 @@ def _with_file(
 
 
 def _with_database(
-    store: str, args: argparse.Namespace, workdir: Path, capacity: int
+    store: str, args: argparse.Namespace, workdir: Path, capacity: int, proxied: int = 0
 ) -> Figures | None:
     """moonrun over a fresh MySQL or PostgreSQL database (None when it does not answer)."""
     database, name = (
@@ -485,7 +528,9 @@ def _with_database(
         if url is None:
             return None
         label = f"moonrun, {name}, {capacity}"
-        return asyncio.run(moonrun_figures(label, url, args, workdir, capacity))
+        if proxied:
+            label += f", {proxied} behind proxy"
+        return asyncio.run(moonrun_figures(label, url, args, workdir, capacity, proxied=proxied))
 
 
 if __name__ == "__main__":
