@@ -10,8 +10,10 @@ sides of the wire use this module; it reads no clock (times are passed in).
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import hmac
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -145,6 +147,27 @@ def parse_head(method: str, path: str, query: str, headers: Mapping[str, str]) -
     raw_digest = headers.get("content-digest")
     if not raw_input or not raw_signature or not raw_digest:
         raise SignatureMissing()
+    read = canonical_headers(raw_input, raw_signature, raw_digest) or structured_headers(
+        raw_input, raw_signature, raw_digest
+    )
+    created, nonce, key_id, alg = _parameters(read.member)
+    base = signature_base(method, path, _query_component(query), raw_digest.strip(), read.params)
+    return Signed(key_id, alg, created, nonce, base, read.signature, read.digest)
+
+
+@dataclass(frozen=True, slots=True)
+class SignatureHeaders:
+    """What the three signature headers say: the `run` member of `Signature-Input`, its
+    parameters serialized (the `@signature-params` line), the signature and the digest."""
+
+    member: Member
+    params: str
+    signature: bytes
+    digest: bytes
+
+
+def structured_headers(raw_input: str, raw_signature: str, raw_digest: str) -> SignatureHeaders:
+    """The headers read as structured fields (RFC 8941), whatever their form."""
     try:
         inputs = parse_dictionary(raw_input)
         signatures = parse_dictionary(raw_signature)
@@ -154,13 +177,42 @@ def parse_head(method: str, path: str, query: str, headers: Mapping[str, str]) -
     member, signature = inputs.get(LABEL), signatures.get(LABEL)
     if member is None or signature is None or not isinstance(signature.value, bytes):
         raise SignatureInvalid("no signature labelled run")
-    created, nonce, key_id, alg = _parameters(member)
+    _parameters(member)  # its faults come before the digest's, as they always have
     expected = digests.get("sha-256")
     if expected is None or not isinstance(expected.value, bytes):
         raise SignatureInvalid("Content-Digest needs a sha-256 member")
     params = serialize_inner_list(COMPONENTS, dict(member.params))
-    base = signature_base(method, path, _query_component(query), raw_digest.strip(), params)
-    return Signed(key_id, alg, created, nonce, base, signature.value, expected.value)
+    return SignatureHeaders(member, params, signature.value, expected.value)
+
+
+_SF_STRING = r'"([\x20\x21\x23-\x5b\x5d-\x7e]*)"'  # an sf-string without escapes
+_CANONICAL_INPUT = re.compile(
+    r'run=(\("@method" "@path" "@query" "content-digest"\);created=(0|[1-9][0-9]{0,14})'
+    rf";nonce={_SF_STRING};keyid={_SF_STRING};alg={_SF_STRING})"
+)
+_CANONICAL_SIGNATURE = re.compile(r"run=:([A-Za-z0-9+/]*={0,2}):")
+_CANONICAL_DIGEST = re.compile(r"sha-256=:([A-Za-z0-9+/]*={0,2}):")
+
+
+def canonical_headers(
+    raw_input: str, raw_signature: str, raw_digest: str
+) -> SignatureHeaders | None:
+    """The headers when they are exactly what `sign` writes, read with three regular
+    expressions; None for any other form (`structured_headers` reads those). Every Run request
+    carries them, and the structured-field parser took 60 us a request (issue 24's fleet
+    profile); a differential test holds both readings equal wherever this one answers."""
+    given = _CANONICAL_INPUT.fullmatch(raw_input.strip())
+    signature = _CANONICAL_SIGNATURE.fullmatch(raw_signature.strip())
+    digest = _CANONICAL_DIGEST.fullmatch(raw_digest.strip())
+    if given is None or signature is None or digest is None:
+        return None
+    try:
+        signature_bytes = base64.b64decode(signature[1], validate=True)
+        digest_bytes = base64.b64decode(digest[1], validate=True)
+    except binascii.Error:
+        return None
+    params = {"created": int(given[2]), "nonce": given[3], "keyid": given[4], "alg": given[5]}
+    return SignatureHeaders(Member(COMPONENTS, params), given[1], signature_bytes, digest_bytes)
 
 
 def check_digest(signed: Signed, body: bytes) -> None:
