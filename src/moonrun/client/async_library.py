@@ -142,7 +142,8 @@ class AsyncClient:
     async def _stream(
         self, call: calls.Call[None], write: Callable[[httpx.Response], Awaitable[None]]
     ) -> None:
-        """A streamed GET: `write` reads the answer's body; tried again as `_do` is."""
+        """A streamed GET: `write` reads the answer's body; tried again as `_do` is until the
+        body begins (a retry after some of it was written would write that part twice)."""
         retry = policy.Retry(self.platform, self.retries, self.backoff)
         while True:
             try:
@@ -150,7 +151,10 @@ class AsyncClient:
                     call.method, call.path, params=call.params
                 ) as response:
                     if response.status_code < 400:
-                        await write(response)
+                        try:
+                            await write(response)
+                        except httpx.TransportError as error:
+                            raise policy.broken_off(self.platform, error) from None
                         return
                     content = await response.aread()
                     raise calls.refusal(

@@ -179,13 +179,17 @@ class Client:
             self._sleep(pause)
 
     def _stream(self, call: calls.Call[None], write: Callable[[httpx.Response], None]) -> None:
-        """A streamed GET: `write` reads the answer's body; tried again as `_do` is."""
+        """A streamed GET: `write` reads the answer's body; tried again as `_do` is until the
+        body begins (a retry after some of it was written would write that part twice)."""
         retry = policy.Retry(self.platform, self.retries, self.backoff)
         while True:
             try:
                 with self._http.stream(call.method, call.path, params=call.params) as response:
                     if response.status_code < 400:
-                        write(response)
+                        try:
+                            write(response)
+                        except httpx.TransportError as error:
+                            raise policy.broken_off(self.platform, error) from None
                         return
                     content = response.read()
                     raise calls.refusal(

@@ -79,6 +79,15 @@ class Retry:
         return min(pause, self.backoff.max_s)
 
 
+def broken_off(platform: str, error: httpx.TransportError) -> Unreachable:
+    """A streamed answer that broke off after its body began: not tried again, since what
+    was written of it would be written twice."""
+    return Unreachable(
+        f"the answer from {platform} broke off: {type(error).__name__} (not tried again: "
+        "part of it was already written)"
+    )
+
+
 class Outage:
     """A read tried again while the platform does not answer (a restart, an outage), for up
     to `grace_s` from the first failure: what follows a job (`wait`, `logs` with `follow`)
