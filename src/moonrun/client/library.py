@@ -29,7 +29,7 @@ import httpx
 
 from moonrun.backoff import Backoff
 from moonrun.client import calls, policy, profiles
-from moonrun.client.calls import PlatformError
+from moonrun.client.calls import RETRY_STATUSES, PlatformError
 from moonrun.client.policy import (
     FOLLOW_POLL,
     LOG_SETTLE_S,
@@ -52,7 +52,17 @@ from moonrun.client.records import (
     Server,
     User,
 )
-from moonrun.errors import MoonrunError, Unreachable, WaitTimedOut
+
+# The errors callers caught by these names from here before calls.py was split out.
+from moonrun.errors import (
+    AlreadyExists,
+    InvalidRequest,
+    MoonrunError,
+    NotFound,
+    Unauthenticated,
+    Unreachable,
+    WaitTimedOut,
+)
 
 __all__ = [
     "FOLLOW_POLL",
@@ -60,20 +70,25 @@ __all__ = [
     "OUTAGE_GRACE_S",
     "PAGE_SIZE",
     "RETRY_BACKOFF",
+    "RETRY_STATUSES",
     "TERMINAL_STATES",
     "WAIT_CHUNK_S",
+    "AlreadyExists",
     "Artifact",
     "Client",
     "Endpoint",
     "FanOut",
     "Group",
+    "InvalidRequest",
     "Job",
     "JobState",
     "Kinds",
     "LogLine",
+    "NotFound",
     "PlatformError",
     "Schedule",
     "Server",
+    "Unauthenticated",
     "Unreachable",
     "User",
     "WaitTimedOut",
