@@ -53,7 +53,7 @@ from moonrun.client.records import (
     User,
 )
 
-# The errors callers caught by these names from here before calls.py was split out.
+# Some of these only so that what callers imported from here before calls.py still imports.
 from moonrun.errors import (
     AlreadyExists,
     InvalidRequest,
