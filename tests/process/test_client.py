@@ -1,4 +1,5 @@
-"""`moonrun.client` against a real `moonrun platform serve` and a real Run (tests/support/e2e.py).
+"""`moonrun.client` against a real `moonrun platform serve` and a real Run (tests/support/e2e.py),
+each test twice: with `Client`, and with `AsyncClient` (driven by tests/support/both_clients.py).
 
 Jobs end every way (succeeded, failed, cancelled, or not yet when a wait times out), lists and
 logs are read page after page, the admin calls make and read users, endpoints and servers, and
@@ -33,6 +34,7 @@ from moonrun.errors import (
     Unreachable,
     WaitTimedOut,
 )
+from tests.support.both_clients import FLAVOURS, Flavour, Recording, connect
 from tests.support.e2e import Cluster, Server, cluster
 from tests.support.launcher import ADMIN_TOKEN, free_port
 
@@ -41,24 +43,6 @@ pytestmark = pytest.mark.processes
 
 FAR_FUTURE = datetime.now(UTC) + timedelta(days=365)
 """A not_before that keeps a job queued for the whole test."""
-
-
-class Recording(httpx.BaseTransport):
-    """Forwards every request to the real platform and keeps what was sent."""
-
-    def __init__(self) -> None:
-        self.inner = httpx.HTTPTransport()
-        self.sent: list[httpx.Request] = []
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        self.sent.append(request)
-        return self.inner.handle_request(request)
-
-    def close(self) -> None:
-        self.inner.close()
-
-    def paths(self, suffix: str) -> list[str]:
-        return [r.url.path for r in self.sent if r.url.path.endswith(suffix)]
 
 
 class LosesFirstSubmitAnswer(Recording):
@@ -71,12 +55,25 @@ class LosesFirstSubmitAnswer(Recording):
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         response = super().handle_request(request)
-        if request.method == "POST" and request.url.path.endswith("/jobs") and not self.dropped:
-            self.dropped = True
+        if self.drops(request):
             response.read()
             response.close()
             raise httpx.ReadError("connection reset after the request was sent", request=request)
         return response
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await super().handle_async_request(request)
+        if self.drops(request):
+            await response.aread()
+            await response.aclose()
+            raise httpx.ReadError("connection reset after the request was sent", request=request)
+        return response
+
+    def drops(self, request: httpx.Request) -> bool:
+        if request.method == "POST" and request.url.path.endswith("/jobs") and not self.dropped:
+            self.dropped = True
+            return True
+        return False
 
 
 @pytest.fixture(scope="module")
@@ -86,9 +83,16 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, 
         yield cl, cl.create_server("web-1", run.endpoint_id)
 
 
+@pytest.fixture(params=FLAVOURS)
+def flavour(request: pytest.FixtureRequest) -> Flavour:
+    """Which client a test drives: `Client`, or `AsyncClient`."""
+    flavour: Flavour = request.param
+    return flavour
+
+
 @pytest.fixture
-def client(shared: tuple[Cluster, Server]) -> Iterator[Client]:
-    with Client(shared[0].platform.url, ADMIN_TOKEN) as admin:
+def client(shared: tuple[Cluster, Server], flavour: Flavour) -> Iterator[Client]:
+    with connect(flavour, shared[0].platform.url, ADMIN_TOKEN) as admin:
         yield admin
 
 
@@ -155,7 +159,7 @@ def test_cancel_of_a_queued_job_ends_it_at_once(
 
 
 def test_cancel_many_answers_each_job_or_the_error_its_own_cancel_raises(
-    shared: tuple[Cluster, Server], client: Client
+    shared: tuple[Cluster, Server], client: Client, flavour: Flavour
 ) -> None:
     """One request: the caller's queued jobs come back cancelled; for a user who may not
     manage them, each job is the `Forbidden` (and a missing one the `NotFound`) a cancel of it
@@ -164,7 +168,7 @@ def test_cancel_many_answers_each_job_or_the_error_its_own_cancel_raises(
     with cl.explained():
         jobs = [client.submit(server.id, "noop", not_before=FAR_FUTURE) for _ in range(2)]
         _, token = client.create_user(f"nobody-{secrets.token_hex(4)}")
-        with Client(cl.platform.url, token) as nobody:
+        with connect(flavour, cl.platform.url, token) as nobody:
             refused = nobody.cancel_many([jobs[0].id, "job_doesnotexist0000"])
             with pytest.raises(InvalidRequest):
                 nobody.cancel_many([])
@@ -190,11 +194,16 @@ def test_wait_raises_wait_timed_out_while_the_job_has_not_ended(
     assert (raised.value.code, after.state) == ("wait_timed_out", "queued")
 
 
-def test_jobs_follows_the_cursor_through_every_page(shared: tuple[Cluster, Server]) -> None:
+def test_jobs_follows_the_cursor_through_every_page(
+    shared: tuple[Cluster, Server], flavour: Flavour
+) -> None:
     """jobs() reads page after page: every job of the server, newest first, once each."""
     cl, server = shared
     recording = Recording()
-    with cl.explained(), Client(cl.platform.url, ADMIN_TOKEN, transport=recording) as client:
+    with (
+        cl.explained(),
+        connect(flavour, cl.platform.url, ADMIN_TOKEN, transport=recording) as client,
+    ):
         own = fresh_server(cl, server)
         submitted = [client.submit(own.id, "noop", not_before=FAR_FUTURE).id for _ in range(5)]
         listed = [job.id for job in client.jobs(server_id=own.id, page_size=2)]
@@ -216,13 +225,13 @@ def test_submit_with_the_same_idempotency_key_answers_the_same_job(
 
 
 def test_a_submit_retried_after_a_lost_answer_makes_exactly_one_job(
-    shared: tuple[Cluster, Server],
+    shared: tuple[Cluster, Server], flavour: Flavour
 ) -> None:
     """The connection drops after the platform took the submit; the retry (same
     Idempotency-Key) answers the job the first try made, and the server has one job."""
     cl, server = shared
     lossy = LosesFirstSubmitAnswer()
-    with cl.explained(), Client(cl.platform.url, ADMIN_TOKEN, transport=lossy) as client:
+    with cl.explained(), connect(flavour, cl.platform.url, ADMIN_TOKEN, transport=lossy) as client:
         own = fresh_server(cl, server)
         job = client.submit(own.id, "noop", not_before=FAR_FUTURE)
         listed = [j.id for j in client.jobs(server_id=own.id)]
@@ -235,11 +244,16 @@ def test_a_submit_retried_after_a_lost_answer_makes_exactly_one_job(
 # -- logs --------------------------------------------------------------------------------------
 
 
-def test_logs_reads_every_page_of_an_attempt(shared: tuple[Cluster, Server]) -> None:
+def test_logs_reads_every_page_of_an_attempt(
+    shared: tuple[Cluster, Server], flavour: Flavour
+) -> None:
     """1,200 lines in two batches (more than the 1,000 of one page) are read in order."""
     cl, server = shared
     recording = Recording()
-    with cl.explained(), Client(cl.platform.url, ADMIN_TOKEN, transport=recording) as client:
+    with (
+        cl.explained(),
+        connect(flavour, cl.platform.url, ADMIN_TOKEN, transport=recording) as client,
+    ):
         script = "seq 1 600; sleep 1.5; seq 601 1200"  # Run ships a batch about every second
         job = client.submit(server.id, "command", {"argv": ["sh", "-c", script]})
         done = client.wait(job.id, timeout_s=30)
@@ -277,7 +291,7 @@ def test_logs_follow_yields_lines_while_the_job_runs(
 
 
 def test_admin_calls_make_and_read_users_endpoints_and_servers(
-    shared: tuple[Cluster, Server], client: Client
+    shared: tuple[Cluster, Server], client: Client, flavour: Flavour
 ) -> None:
     """A platform admin creates a user, an endpoint and a server, and manages its admins."""
     cl, _ = shared
@@ -291,7 +305,7 @@ def test_admin_calls_make_and_read_users_endpoints_and_servers(
         with_admin = client.server(server.id)
         client.remove_server_admin(server.id, me.id)
         without_admin = client.server(server.id)
-        with Client(cl.platform.url, token) as as_user:
+        with connect(flavour, cl.platform.url, token) as as_user:
             they = as_user.whoami()
             their_servers = [s.id for s in as_user.servers()]
         users = {u.id for u in client.users()}
@@ -318,10 +332,12 @@ def test_creating_a_taken_name_raises_already_exists(client: Client) -> None:
 # -- errors ------------------------------------------------------------------------------------
 
 
-def test_a_bad_token_raises_unauthenticated(shared: tuple[Cluster, Server]) -> None:
+def test_a_bad_token_raises_unauthenticated(
+    shared: tuple[Cluster, Server], flavour: Flavour
+) -> None:
     """A token nobody holds is 401 unauthenticated, raised as Unauthenticated."""
     with (
-        Client(shared[0].platform.url, "mra_" + "x" * 43) as stranger,
+        connect(flavour, shared[0].platform.url, "mra_" + "x" * 43) as stranger,
         pytest.raises(Unauthenticated) as raised,
     ):
         stranger.whoami()
@@ -349,13 +365,15 @@ CEILINGS = Backoff(initial_s=0.2, max_s=5.0, draw=lambda: 1.0)
 """The client's backoff without its jitter: every pause is its retry's ceiling."""
 
 
-def test_an_unreachable_platform_raises_unreachable_after_retries() -> None:
+def test_an_unreachable_platform_raises_unreachable_after_retries(flavour: Flavour) -> None:
     """Nobody listens: each try fails to connect; after `retries` retries with doubling
     backoff the call raises Unreachable."""
     pauses: list[float] = []
     url = f"http://127.0.0.1:{free_port()}"
     with (
-        Client(url, ADMIN_TOKEN, retries=3, backoff=CEILINGS, sleep=pauses.append) as client,
+        connect(
+            flavour, url, ADMIN_TOKEN, retries=3, backoff=CEILINGS, sleep=pauses.append
+        ) as client,
         pytest.raises(Unreachable) as raised,
     ):
         client.whoami()
@@ -385,7 +403,7 @@ def error(status: int, code: str, headers: dict[str, str] | None = None) -> http
 USER = {"id": "usr_1", "name": "ada", "platform_admin": False, "created_at": "2026-01-01T00:00:00Z"}
 
 
-def test_busy_and_unavailable_answers_are_retried_after_retry_after() -> None:
+def test_busy_and_unavailable_answers_are_retried_after_retry_after(flavour: Flavour) -> None:
     """429 and 503 are tried again, after at least the answer's Retry-After."""
     transport, sent = answering(
         error(429, "channel_busy", {"Retry-After": "1"}),
@@ -393,19 +411,20 @@ def test_busy_and_unavailable_answers_are_retried_after_retry_after() -> None:
         httpx.Response(200, json=USER),
     )
     pauses: list[float] = []
-    with Client(
-        "http://platform", "t", backoff=CEILINGS, transport=transport, sleep=pauses.append
+    with connect(
+        flavour, "http://platform", "t", backoff=CEILINGS, transport=transport, sleep=pauses.append
     ) as client:
         user = client.whoami()
     assert (user.name, len(sent), pauses) == ("ada", 3, [1.0, 0.4])
 
 
-def test_a_busy_platform_raises_its_error_once_the_retries_are_spent() -> None:
+def test_a_busy_platform_raises_its_error_once_the_retries_are_spent(flavour: Flavour) -> None:
     """The last 429 is raised as the error its code names."""
     transport, _ = answering(*(error(429, "channel_busy") for _ in range(3)))
     pauses: list[float] = []
     with (
-        Client(
+        connect(
+            flavour,
             "http://platform",
             "t",
             retries=2,
@@ -419,11 +438,11 @@ def test_a_busy_platform_raises_its_error_once_the_retries_are_spent() -> None:
     assert pauses == [0.2, 0.4]
 
 
-def test_an_unknown_error_code_raises_platform_error_with_its_code() -> None:
+def test_an_unknown_error_code_raises_platform_error_with_its_code(flavour: Flavour) -> None:
     """A code this client does not know is a PlatformError carrying code, status, message."""
     transport, _ = answering(error(418, "teapot"))
     with (
-        Client("http://platform", "t", transport=transport) as client,
+        connect(flavour, "http://platform", "t", transport=transport) as client,
         pytest.raises(PlatformError) as raised,
     ):
         client.whoami()
@@ -431,19 +450,23 @@ def test_an_unknown_error_code_raises_platform_error_with_its_code() -> None:
     assert found == ("teapot", 418, "teapot happened")
 
 
-def test_a_create_retried_after_a_lost_answer_says_so_when_the_name_is_taken() -> None:
+def test_a_create_retried_after_a_lost_answer_says_so_when_the_name_is_taken(
+    flavour: Flavour,
+) -> None:
     """A 409 already_exists to a retried create is raised, saying the first try may have
     made it (its one-time token is then lost)."""
     transport, _ = answering(error(503, "store_unavailable"), error(409, "already_exists"))
     with (
-        Client("http://platform", "t", transport=transport, sleep=lambda _: None) as client,
+        connect(
+            flavour, "http://platform", "t", transport=transport, sleep=lambda _: None
+        ) as client,
         pytest.raises(AlreadyExists) as raised,
     ):
         client.create_endpoint("host-1")
     assert "the first try may have created it" in raised.value.message
 
 
-def test_not_before_is_sent_as_rfc3339_utc() -> None:
+def test_not_before_is_sent_as_rfc3339_utc(flavour: Flavour) -> None:
     """A datetime not_before goes on the wire as RFC 3339 with a Z, in milliseconds."""
     job = {
         "id": "job_1",
@@ -458,28 +481,28 @@ def test_not_before_is_sent_as_rfc3339_utc() -> None:
     }
     transport, sent = answering(httpx.Response(201, json=job))
     moment = datetime(2026, 11, 30, 5, 0, 0, 123456, tzinfo=timezone(timedelta(hours=1)))
-    with Client("http://platform", "t", transport=transport) as client:
+    with connect(flavour, "http://platform", "t", transport=transport) as client:
         answered = client.submit("srv_1", "noop", not_before=moment)
     body = json.loads(sent[0].content)
     assert body["not_before"] == "2026-11-30T04:00:00.123Z"
     assert (answered.data, sent[0].headers["idempotency-key"] != "") == (job, True)
 
 
-def test_an_answer_that_is_not_json_raises_unreachable() -> None:
+def test_an_answer_that_is_not_json_raises_unreachable(flavour: Flavour) -> None:
     """A 200 that is no JSON (say, a captive portal's page) is Unreachable, not a crash."""
     transport, _ = answering(httpx.Response(200, text="<html>hello</html>"))
     with (
-        Client("http://platform", "t", transport=transport) as client,
+        connect(flavour, "http://platform", "t", transport=transport) as client,
         pytest.raises(Unreachable),
     ):
         client.whoami()
 
 
-def test_a_platform_url_without_a_scheme_raises_unreachable_at_once() -> None:
+def test_a_platform_url_without_a_scheme_raises_unreachable_at_once(flavour: Flavour) -> None:
     """`platform.example` (no http://) is Unreachable on the first try, without retries."""
     pauses: list[float] = []
     with (
-        Client("platform.example", "t", sleep=pauses.append) as client,
+        connect(flavour, "platform.example", "t", sleep=pauses.append) as client,
         pytest.raises(Unreachable) as raised,
     ):
         client.whoami()

@@ -82,6 +82,28 @@ MODULE_RULES: dict[str, set[str]] = {
         "click",
         "moonrun.client.verbs",
     },
+    "client/async_library.py": {"typer", "rich", "click", "moonrun.client.verbs"},
+    # The user API without I/O, which both clients send: what a request is and what its
+    # answer means, never how it travels.
+    "client/calls.py": {
+        "httpx",
+        "moonrun.client.library",
+        "moonrun.client.async_library",
+        "moonrun.client.verbs",
+    },
+    "client/records.py": {
+        "httpx",
+        "moonrun.client.calls",
+        "moonrun.client.library",
+        "moonrun.client.async_library",
+        "moonrun.client.verbs",
+    },
+    # The clients' decisions (retries, outages, following): neither client's loop.
+    "client/policy.py": {
+        "moonrun.client.library",
+        "moonrun.client.async_library",
+        "moonrun.client.verbs",
+    },
     "client/profiles.py": {"httpx", "moonrun.client.library", "moonrun.client.verbs"},
 }
 """What a module may not import besides its room's rules."""
@@ -288,6 +310,7 @@ PLANTED = {
     "run/planted.py": "from moonrun.store.protocol import Store\nimport pydantic\n",
     "wire/planted.py": "import pydantic\nfrom moonrun.scheduling.jobs import Job\n",
     "client/library.py": "import typer\nfrom moonrun.scheduling.jobs import Job\n",
+    "client/calls.py": "import httpx\n",
 }
 CAUGHT: dict[Callable[[Path], set[str]], set[str]] = {
     upwards: {
@@ -318,6 +341,7 @@ CAUGHT: dict[Callable[[Path], set[str]], set[str]] = {
         "wire/planted.py: pydantic",
         "client/library.py: typer",
         "client/library.py: moonrun.scheduling.jobs",
+        "client/calls.py: httpx",
     },
     chosen_outside_the_wiring: {
         "logs/planted.py: moonrun.store",

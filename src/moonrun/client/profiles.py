@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from moonrun.errors import InvalidRequest
+from moonrun.errors import InvalidRequest, Unauthenticated
 
 DEFAULT_PROFILE = "default"
 
@@ -56,6 +56,25 @@ def load(path: Path) -> dict[str, Profile]:
             raise InvalidRequest(f"{path}: profile {name!r} needs a platform and a token string")
         profiles[name] = Profile(platform, token)
     return profiles
+
+
+def from_env(environ: Mapping[str, str]) -> Profile:
+    """The platform and token of MOONRUN_PLATFORM and MOONRUN_TOKEN, as the CLI reads them
+    (`Client.from_env`, `AsyncClient.from_env`)."""
+    platform, token = environ.get("MOONRUN_PLATFORM"), environ.get("MOONRUN_TOKEN")
+    if not platform or not token:
+        raise Unauthenticated("MOONRUN_PLATFORM and MOONRUN_TOKEN must both be set")
+    return Profile(platform, token)
+
+
+def saved(name: str, environ: Mapping[str, str]) -> Profile:
+    """The profile `name` that `moonrun login` saved in the config file `environ` points at
+    (`Client.from_profile`, `AsyncClient.from_profile`)."""
+    path = config_path(config_home(environ))
+    found = load(path).get(name)
+    if found is None:
+        raise Unauthenticated(f"no profile {name!r} in {path}: run `moonrun login --platform URL`")
+    return found
 
 
 def _quoted(text: str) -> str:

@@ -1,5 +1,6 @@
 """Following a job rides through a platform that stops answering (a restart, a deploy) for up
-to the client's outage grace, and resumes where it was (docs/cli.md, "Exit codes")."""
+to the client's outage grace, and resumes where it was (docs/cli.md, "Exit codes"): with
+`Client` and with `AsyncClient` alike."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ import httpx
 import pytest
 import uvicorn
 
-from moonrun.client.library import Client, Unreachable
+from moonrun.client.library import Unreachable
+from tests.support.both_clients import FLAVOURS, Flavour, connect
 from tests.support.http_harness import Cast, http_world
 from tests.support.stores import memory_factory
 
@@ -84,13 +86,14 @@ def down_for(platform: Restartable, seconds: float) -> Iterator[None]:
         again.join()
 
 
+@pytest.mark.parametrize("flavour", FLAVOURS)
 def test_wait_rides_through_a_platform_restart_and_returns_the_jobs_outcome(
-    served: Restartable,
+    served: Restartable, flavour: Flavour
 ) -> None:
     cast = served.cast
     job_id = cast.world.submit(cast.server_id, cast.owner[1])["id"]
     run = cast.run.start()
-    client = Client(served.url, cast.owner[1], retries=1, outage_grace_s=30)
+    client = connect(flavour, served.url, cast.owner[1], retries=1, outage_grace_s=30)
     with client, down_for(served, 1.5):
         attempt = run.run_to_running(job_id)  # in-process: the job goes on while it is down
         assert run.result(job_id, attempt, "succeeded").status_code == 200
@@ -98,8 +101,9 @@ def test_wait_rides_through_a_platform_restart_and_returns_the_jobs_outcome(
     assert ended.state == "succeeded"
 
 
+@pytest.mark.parametrize("flavour", FLAVOURS)
 def test_a_followed_log_resumes_after_its_last_line_once_the_platform_is_back(
-    served: Restartable,
+    served: Restartable, flavour: Flavour
 ) -> None:
     cast = served.cast
     job_id = cast.world.submit(cast.server_id, cast.owner[1])["id"]
@@ -113,7 +117,7 @@ def test_a_followed_log_resumes_after_its_last_line_once_the_platform_is_back(
 
     send(1, "one", "two")
     seen: list[str] = []
-    with Client(served.url, cast.owner[1], retries=1, outage_grace_s=30) as client:
+    with connect(flavour, served.url, cast.owner[1], retries=1, outage_grace_s=30) as client:
         followed = client.logs(job_id, follow=True, settle_s=0.2)
         seen += [next(followed).text, next(followed).text]
         with down_for(served, 1.5):
@@ -123,7 +127,8 @@ def test_a_followed_log_resumes_after_its_last_line_once_the_platform_is_back(
     assert seen == ["one", "two", "three", "four"]
 
 
-def test_past_the_outage_grace_following_gives_up_as_unreachable() -> None:
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_past_the_outage_grace_following_gives_up_as_unreachable(flavour: Flavour) -> None:
     now = [0.0]
 
     def refuse(request: httpx.Request) -> httpx.Response:
@@ -132,7 +137,8 @@ def test_past_the_outage_grace_following_gives_up_as_unreachable() -> None:
     def sleep(seconds: float) -> None:
         now[0] += seconds
 
-    client = Client(
+    client = connect(
+        flavour,
         "http://127.0.0.1:9",
         "token",
         retries=0,

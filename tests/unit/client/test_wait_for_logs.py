@@ -1,7 +1,7 @@
 """`wait(logs=True)` returns once the job's logs are all in, and following a finished job's logs
 returns at once (issue 28, point 4): `wait(id)` then `logs(id)` gave no line for a short job,
 whose lines travel after its result, and `logs(follow=True)` on a finished job waited seconds
-for lines that could no longer come."""
+for lines that could no longer come. With `Client` and with `AsyncClient` alike."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from moonrun.client.library import Client
+from tests.support.both_clients import FLAVOURS, Flavour, connect
 from tests.support.http_harness import Cast, http_world
 from tests.support.stores import memory_factory
 from tests.unit.client.test_follow_through_outages import Restartable
@@ -38,7 +38,10 @@ def finished_job(cast: Cast) -> tuple[str, int]:
     return job_id, attempt
 
 
-def test_wait_for_logs_then_logs_gives_every_line_of_a_short_job(served: Restartable) -> None:
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_wait_for_logs_then_logs_gives_every_line_of_a_short_job(
+    served: Restartable, flavour: Flavour
+) -> None:
     """The job has ended and its last lines are still on their way when `wait` begins."""
     cast = served.cast
     job_id, attempt = finished_job(cast)
@@ -47,7 +50,7 @@ def test_wait_for_logs_then_logs_gives_every_line_of_a_short_job(served: Restart
         assert cast.run.send_logs(job_id, attempt, 2, "two", final=True).status_code == 202
 
     later = threading.Timer(0.3, last_batch)
-    with Client(served.url, cast.owner[1]) as client:
+    with connect(flavour, served.url, cast.owner[1]) as client:
         later.start()
         try:
             ended = client.wait(job_id, logs=True)
@@ -57,12 +60,15 @@ def test_wait_for_logs_then_logs_gives_every_line_of_a_short_job(served: Restart
     assert (ended.state, ended.logs_complete, texts) == ("succeeded", True, ["one", "two"])
 
 
-def test_following_a_finished_jobs_complete_logs_returns_at_once(served: Restartable) -> None:
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_following_a_finished_jobs_complete_logs_returns_at_once(
+    served: Restartable, flavour: Flavour
+) -> None:
     cast = served.cast
     job_id, attempt = finished_job(cast)
     assert cast.run.send_logs(job_id, attempt, 2, "two", final=True).status_code == 202
     pauses: list[float] = []
-    with Client(served.url, cast.owner[1], sleep=pauses.append) as client:
+    with connect(flavour, served.url, cast.owner[1], sleep=pauses.append) as client:
         texts = [line.text for line in client.logs(job_id, follow=True)]
         of_the_attempt = [line.text for line in client.logs(job_id, attempt=1, follow=True)]
     assert (texts, of_the_attempt, pauses) == (["one", "two"], ["one", "two"], [])
