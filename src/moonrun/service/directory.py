@@ -6,7 +6,14 @@ from dataclasses import dataclass, replace
 from enum import Enum
 
 from moonrun.clock import Clock
-from moonrun.errors import Contention, InvalidRequest, NotFound, ServerBusy, Unauthenticated
+from moonrun.errors import (
+    AlreadyExists,
+    Contention,
+    InvalidRequest,
+    NotFound,
+    ServerBusy,
+    Unauthenticated,
+)
 from moonrun.scheduling.fingerprint import token_hash
 from moonrun.scheduling.labels import NO_LABELS, Labels, check_labels, effective_labels
 from moonrun.scheduling.records import Server, User
@@ -84,10 +91,23 @@ class Directory:
         """Make platform admin `name` hold `api_token` as its only API token: create it, or
         rotate its token (the old ones stop working); a token it already holds changes nothing.
         A `password` is set too, so the admin can sign in to the console. The edge checks the
-        token's length (`check_bootstrap_token`)."""
+        token's length (`check_bootstrap_token`).
+
+        Several platforms starting together on a new database all make sure of the same admin:
+        the one that loses the race to create it (or to record its token) looks again and finds
+        what the winner made, instead of failing its start."""
         _check_name(name)
         password_hash = None if password is None else hash_password(password)
-        hashed = token_hash(api_token)
+        for _ in range(self._cas_retries):
+            try:
+                return self._bootstrap_once(token_hash(api_token), name, password_hash)
+            except AlreadyExists:  # another platform made the admin or its token meanwhile
+                continue
+        raise Contention()
+
+    def _bootstrap_once(
+        self, hashed: str, name: str, password_hash: str | None
+    ) -> tuple[User, Bootstrap]:
         holder = self._store.user_by_api_token(hashed)
         if holder is not None and holder.name != name:
             raise InvalidRequest(f"user {holder.name!r} already holds that token, not {name!r}")
