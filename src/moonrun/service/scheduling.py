@@ -470,9 +470,11 @@ class SchedulingService:
         now, online, bound = self._clock.now(), {}, self._settings.liveness_bound_ms
         for endpoint_id in set(endpoint_ids):
             endpoint = self._store.get_endpoint(endpoint_id)
-            online[endpoint_id] = endpoint is not None and endpoint_online(
-                endpoint, self._shown_session(endpoint), now, liveness_bound_ms=bound
-            )
+            if endpoint is None or endpoint.current_session_id is None:
+                online[endpoint_id] = False  # no need to read the session it had last
+                continue
+            session = self._shown_session(endpoint)
+            online[endpoint_id] = endpoint_online(endpoint, session, now, liveness_bound_ms=bound)
         return online
 
     def endpoint_views(self, actor: User) -> list[EndpointView]:
