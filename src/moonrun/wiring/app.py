@@ -79,7 +79,6 @@ def create_app(platform: Platform, *, sweep: bool = True, api_docs: bool = False
             platform.channels.ops.thread,
             service.settings.liveness_flush_s,
         )
-        app.state.liveness = flusher
         peers = platform.peers
         if peers is not None:
             peers.start()
