@@ -32,12 +32,14 @@ __all__ = [
     "ScheduleView",
     "ServerView",
     "UserView",
+    "endpoint_online",
     "endpoint_view",
     "group_view",
     "job_view",
     "logs_complete",
     "schedule_view",
     "server_view",
+    "session_live",
     "user_view",
 ]
 
@@ -223,17 +225,40 @@ def _terminal_result(job: Job) -> JsonValue:
     return None if output is None else json.loads(output)
 
 
-def endpoint_view(endpoint: Endpoint, session: Session | None, now: Instant) -> EndpointView:
-    """An endpoint as platform admins see it; `session` is its current one, if any."""
-    live = session if session is not None and session.id == endpoint.current_session_id else None
+def session_live(session: Session, now: Instant, liveness_bound_ms: int) -> bool:
+    """Whether a current session's Run counts as online at `now`: the session has not expired
+    (fencing) and its last heartbeat is at most `liveness_bound_ms` old (liveness: a Run
+    killed shows offline within the bound, not when its session would expire)."""
+    return now < session.expires_at and now - session.last_seen_at <= liveness_bound_ms
+
+
+def endpoint_online(
+    endpoint: Endpoint, session: Session | None, now: Instant, *, liveness_bound_ms: int
+) -> bool:
+    """Whether an endpoint is online: `session` is its current one, and live."""
+    return (
+        session is not None
+        and session.id == endpoint.current_session_id
+        and session_live(session, now, liveness_bound_ms)
+    )
+
+
+def endpoint_view(
+    endpoint: Endpoint, session: Session | None, now: Instant, *, liveness_bound_ms: int
+) -> EndpointView:
+    """An endpoint as platform admins see it. `session` is its latest: the current one, else
+    the one that was current last (None before its Run first registered). Online only while
+    that is current and live (`endpoint_online`); when it was last seen and what it offered
+    (`last_seen_at`, `capacity`, `run_version`) are shown online or not."""
+    online = endpoint_online(endpoint, session, now, liveness_bound_ms=liveness_bound_ms)
     return {
         "id": endpoint.id,
         "name": endpoint.name,
-        "online": live is not None and now < live.expires_at,
+        "online": online,
         "generation": endpoint.generation,
-        "last_seen_at": format_optional(live.last_seen_at if live else None),
-        "capacity": live.capacity if live else None,
-        "run_version": live.run_version if live else None,
+        "last_seen_at": format_optional(session.last_seen_at if session else None),
+        "capacity": session.capacity if session else None,
+        "run_version": session.run_version if session else None,
         "draining": endpoint.draining,
         "labels": dict(endpoint.labels),
     }

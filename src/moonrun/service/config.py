@@ -43,6 +43,13 @@ class SchedulingSettings:
     session_extend_granularity_s: float = 1.0
     """A session's expiry is rewritten only when it would move by at least this much (the
     least of `session_extend_slack_ms`)."""
+    liveness_margin_s: float = 5.0
+    """An endpoint is online while its last heartbeat is at most the heartbeat interval plus
+    this old (`liveness_bound_ms`): room for a heartbeat's jitter (a tenth of the interval),
+    the beats' flush (`liveness_flush_s`) and a slow answer."""
+    liveness_flush_s: float = 2.0
+    """How often each platform process writes the heartbeats it received since its last pass,
+    all in one write (`service/liveness.py`)."""
 
     def default_policy(self) -> RetryPolicy:
         return RetryPolicy(
@@ -80,6 +87,13 @@ class SchedulingSettings:
         beats = 2 * seconds_to_ms(self.heartbeat_interval_s)
         least = seconds_to_ms(self.session_extend_granularity_s)
         return max(least, min(ttl // 2, ttl - beats))
+
+    @property
+    def liveness_bound_ms(self) -> int:
+        """An endpoint shows online only while its Run's last heartbeat is at most this old:
+        the heartbeat interval plus the margin (15 s with the defaults), whatever the session
+        TTL (which fences; a session may outlive its liveness by up to the TTL)."""
+        return seconds_to_ms(self.heartbeat_interval_s) + seconds_to_ms(self.liveness_margin_s)
 
     @property
     def join_token_ttl_ms(self) -> int:

@@ -63,7 +63,7 @@ from moonrun.scheduling.reconcile import ReconcileEntry
 from moonrun.scheduling.records import Advertisement, Endpoint, Server, Session, User
 from moonrun.scheduling.retry import RetryPolicy, check_int
 from moonrun.scheduling.time import Instant, seconds_to_ms
-from moonrun.scheduling.views import EndpointView, endpoint_view
+from moonrun.scheduling.views import EndpointView, endpoint_online, endpoint_view
 from moonrun.scheduling.views import logs_complete as logs_complete_rule
 from moonrun.security.access import can_manage_jobs, require, require_platform_admin
 from moonrun.security.tokens import JOIN_PREFIX, LEASE_PREFIX, TokenSource, b64url_decode
@@ -83,6 +83,7 @@ from moonrun.service.dependencies import Dependencies
 from moonrun.service.extensions import SessionExtensions
 from moonrun.service.groups import Groups
 from moonrun.service.keys import ConcurrencyKeys
+from moonrun.service.liveness import Beats
 from moonrun.service.schedules import Schedules
 from moonrun.service.specs import JobSpec
 from moonrun.service.waiting import CANCELS, ENDPOINT, JOB, Peers, Place, Runner, Waiting, Watch
@@ -156,8 +157,9 @@ class SchedulingService:
         """Who waits for which job or endpoint (told of every committed job write)."""
         self.extensions = SessionExtensions(store)
         """Heartbeats' session extensions, written together."""
-        self._beats: dict[str, Instant] = {}
-        """Session id -> when it last heartbeat here (for `connected_runs`)."""
+        self.beats = Beats()
+        """The heartbeats this process answered: `connected_runs`, the endpoints' views, and
+        the liveness flusher's writes (`service/liveness.py`)."""
         self._events = _Committed(store, self.waiters)
         self._touch_peers: Peers | None = None
         self._served_last: dict[str, str] = {}
@@ -306,7 +308,7 @@ class SchedulingService:
             )
             if self._store.replace_endpoint(rotated, endpoint.version):
                 if endpoint.current_session_id is not None:
-                    self._beats.pop(endpoint.current_session_id, None)
+                    self.beats.forget(endpoint.current_session_id)
                 s = self._settings
                 return Registration(
                     session, s.heartbeat_interval_s, s.session_ttl_s, s.ack_timeout_s, s.lease_ttl_s
@@ -402,8 +404,10 @@ class SchedulingService:
         )
 
     def heartbeat(self, session_id: str) -> Heartbeat:
+        now = self._clock.now()
         session = self.authenticate_session(session_id)
-        return Heartbeat(session.expires_at, self._clock.now())
+        self.beats.beat(session.id, now, written=session.last_seen_at >= now)
+        return Heartbeat(session.expires_at, now)
 
     async def heartbeat_shared(
         self,
@@ -419,29 +423,36 @@ class SchedulingService:
         the commit it gives up its `place` on its channel (it has nothing more to do there)."""
         now = self._clock.now()
         session, _ = await run(self._current_session, session_id, now)
-        self._beats[session.id] = now
         expires_at = self._extension_due(session, now)
         if expires_at is not None:
             if place is not None:
                 place.leave()
             await self.extensions.extend(session.id, now, expires_at, flush or run)
             session = replace(session, last_seen_at=now, expires_at=expires_at)
+        # Written by the liveness flusher's next pass, with every other beat of that pass
+        # (unless the extension just wrote it): no write of its own.
+        self.beats.beat(session.id, now, written=expires_at is not None)
         return Heartbeat(session.expires_at, now)
 
     def connected_runs(self) -> int:
         """Runs whose sessions heartbeat to this platform process within the session TTL."""
-        since = self._clock.now() - self._settings.session_ttl_ms
-        beats = self._beats
-        # A copy first: registrations (on threads) drop rotated sessions meanwhile.
-        for session_id in [sid for sid, at in list(beats.items()) if at < since]:
-            beats.pop(session_id, None)
-        return len(beats)
+        return self.beats.connected(self._clock.now() - self._settings.session_ttl_ms)
+
+    def record_beats(self, beats: Mapping[str, Instant]) -> None:
+        """Store the heartbeats the liveness flusher took (`service/liveness.py`), in one write:
+        each session's `last_seen_at` moves forward only."""
+        self._store.record_beats(beats)
 
     def end_session(self, session_id: str) -> Session:
         """Run is shutting down cleanly: the session is no longer current, so its endpoint
         shows offline at once (not when the session would have expired). Its held attempts
-        keep their leases; the next registration reconciles them."""
+        keep their leases; the next registration reconciles them. It is seen at its end: its
+        endpoint's view shows when its Run stopped, and what it offered."""
+        now = self._clock.now()
         session = self.authenticate_session(session_id)
+        if session.last_seen_at < now:
+            self._store.record_beats({session.id: now})
+            session = replace(session, last_seen_at=now)
         for _ in range(self._settings.cas_retries):
             found = self._store.session_with_endpoint(session_id)
             endpoint = found[1] if found is not None else None
@@ -449,31 +460,51 @@ class SchedulingService:
                 raise SessionRotated()
             ended = replace(endpoint, current_session_id=None, version=endpoint.version + 1)
             if self._store.replace_endpoint(ended, endpoint.version):
-                self._beats.pop(session_id, None)
+                self.beats.forget(session_id)
                 return session
         raise Contention()
 
     def endpoints_online(self, endpoint_ids: Iterable[str]) -> dict[str, bool]:
-        """Whether each endpoint's Run holds a current, unexpired session (as EndpointView's
-        `online`)."""
-        now, online = self._clock.now(), {}
+        """Whether each endpoint's Run holds a current, unexpired session that heartbeat within
+        the liveness bound (as EndpointView's `online`)."""
+        now, online, bound = self._clock.now(), {}, self._settings.liveness_bound_ms
         for endpoint_id in set(endpoint_ids):
             endpoint = self._store.get_endpoint(endpoint_id)
-            sid = endpoint.current_session_id if endpoint is not None else None
-            session = self._store.get_session(sid) if sid else None
-            online[endpoint_id] = session is not None and now < session.expires_at
+            if endpoint is None or endpoint.current_session_id is None:
+                online[endpoint_id] = False  # no need to read the session it had last
+                continue
+            session = self._shown_session(endpoint)
+            online[endpoint_id] = endpoint_online(endpoint, session, now, liveness_bound_ms=bound)
         return online
 
     def endpoint_views(self, actor: User) -> list[EndpointView]:
         """Every endpoint, as a platform admin sees it."""
         require_platform_admin(actor)
-        now = self._clock.now()
-        views = []
-        for endpoint in self._store.list_endpoints():
-            sid = endpoint.current_session_id
-            session = self._store.get_session(sid) if sid else None
-            views.append(endpoint_view(endpoint, session, now))
-        return views
+        return [
+            self._endpoint_view(endpoint, self._shown_session(endpoint))
+            for endpoint in self._store.list_endpoints()
+        ]
+
+    def _shown_session(self, endpoint: Endpoint) -> Session | None:
+        """The session an endpoint's view shows: its current one, else the one that was current
+        last (its Run stopped cleanly); seen at the later of its stored `last_seen_at` and the
+        last beat this process answered (the flusher may not have written it yet)."""
+        sid = endpoint.current_session_id
+        session = self._store.get_session(sid) if sid else self._store.latest_session(endpoint.id)
+        if session is None:
+            return None
+        noted = self.beats.last(session.id)
+        if noted is not None and noted > session.last_seen_at:
+            session = replace(session, last_seen_at=noted)
+        return session
+
+    def _endpoint_view(self, endpoint: Endpoint, session: Session | None) -> EndpointView:
+        return endpoint_view(
+            endpoint,
+            session,
+            self._clock.now(),
+            liveness_bound_ms=self._settings.liveness_bound_ms,
+        )
 
     def set_draining(self, actor: User, endpoint_id: str, draining: bool) -> EndpointView:
         """A platform admin drains an endpoint (no new claims are granted to it; its running
@@ -498,9 +529,7 @@ class SchedulingService:
                 updated = replace(endpoint, **fields, version=endpoint.version + 1)
                 if not self._store.replace_endpoint(updated, endpoint.version):
                     continue
-            sid = updated.current_session_id
-            session = self._store.get_session(sid) if sid else None
-            return endpoint_view(updated, session, self._clock.now())
+            return self._endpoint_view(updated, self._shown_session(updated))
         raise Contention()
 
     def remove_endpoint(self, actor: User, endpoint_id: str) -> EndpointView:
@@ -510,13 +539,12 @@ class SchedulingService:
         endpoint = self._store.get_endpoint(endpoint_id) if isinstance(endpoint_id, str) else None
         if endpoint is None:
             raise NotFound("no such endpoint")
-        sid = endpoint.current_session_id
-        session = self._store.get_session(sid) if sid else None
+        session = self._shown_session(endpoint)
         using = self._store.delete_endpoint(endpoint.id)
         if using:
             servers = "1 server points" if using == 1 else f"{using} servers point"
             raise EndpointInUse(f"{servers} at endpoint {endpoint.id}; remove them first")
-        return endpoint_view(replace(endpoint, current_session_id=None), session, self._clock.now())
+        return self._endpoint_view(replace(endpoint, current_session_id=None), session)
 
     # -- jobs channel ------------------------------------------------------------------------
 

@@ -601,6 +601,18 @@ class MemoryStore:
                         stored, last_seen_at=seen_at, expires_at=expires_at
                     )
 
+    def record_beats(self, beats: Mapping[str, Instant]) -> None:
+        with self._lock:
+            for session_id, seen_at in beats.items():
+                stored = self._sessions.get(session_id)
+                if stored is not None and stored.last_seen_at < seen_at:
+                    self._sessions[session_id] = replace(stored, last_seen_at=seen_at)
+
+    def latest_session(self, endpoint_id: str) -> Session | None:
+        with self._lock:
+            sessions = [s for s in self._sessions.values() if s.endpoint_id == endpoint_id]
+        return max(sessions, key=lambda s: (s.generation, s.last_seen_at), default=None)
+
     def mark_session_reconciled(self, session_id: str, at: Instant) -> None:
         with self._lock:
             stored = self._sessions.get(session_id)

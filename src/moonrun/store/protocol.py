@@ -10,7 +10,7 @@ the call is answered once the group holding it is committed (`after_commit` wait
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -266,6 +266,18 @@ class Store(Protocol):
     def extend_sessions(self, extensions: Sequence[tuple[str, Instant, Instant]]) -> None:
         """`extend_session` for each (session id, seen at, expires at), in one write: the
         heartbeats that arrive together share one commit."""
+
+    def record_beats(self, beats: Mapping[str, Instant]) -> None:
+        """Record heartbeats (session id -> when it beat), all in one write: each session's
+        `last_seen_at` becomes the later of the stored and the given (a beat older than the
+        stored one never moves it back); unknown sessions are skipped; nothing else changes
+        (a session's expiry is `extend_session`'s)."""
+        ...
+
+    def latest_session(self, endpoint_id: str) -> Session | None:
+        """The endpoint's session of the highest generation (the last seen first among
+        equals): the one that was current last, once none is (its Run stopped cleanly)."""
+        ...
 
     def mark_session_reconciled(self, session_id: str, at: Instant) -> None: ...
 

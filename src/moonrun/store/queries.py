@@ -181,6 +181,13 @@ class Queries:
             "UPDATE sessions SET last_seen_at = :seen_at, expires_at = :expires_at "
             "WHERE id = :id AND expires_at < :expires_at"
         )
+        self.record_beat = render(
+            "UPDATE sessions SET last_seen_at = :seen_at WHERE id = :id AND last_seen_at < :seen_at"
+        )
+        self.latest_session = render(
+            f"SELECT {_SESSION} FROM sessions WHERE endpoint_id = :endpoint_id "
+            "ORDER BY generation DESC, last_seen_at DESC LIMIT 1"
+        )
         self.mark_session_reconciled = render(
             "UPDATE sessions SET reconciled_at = :at WHERE id = :id"
         )

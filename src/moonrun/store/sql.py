@@ -693,10 +693,19 @@ class SqlStore:
     def extend_sessions(self, extensions: Sequence[tuple[str, Instant, Instant]]) -> None:
         rows = [
             {"id": session_id, "seen_at": seen_at, "expires_at": expires_at}
-            for session_id, seen_at, expires_at in extensions
+            for session_id, seen_at, expires_at in sorted(extensions)
         ]
         if rows:
             self._write(lambda cursor: cursor.executemany(self._sql.extend_session, rows))
+
+    def record_beats(self, beats: Mapping[str, Instant]) -> None:
+        # In id order: two processes' passes over the same sessions lock their rows in one order.
+        rows = [{"id": sid, "seen_at": seen_at} for sid, seen_at in sorted(beats.items())]
+        if rows:
+            self._write(lambda cursor: cursor.executemany(self._sql.record_beat, rows))
+
+    def latest_session(self, endpoint_id: str) -> Session | None:
+        return self._one(self._sql.latest_session, {"endpoint_id": endpoint_id}, _session)
 
     def mark_session_reconciled(self, session_id: str, at: Instant) -> None:
         parameters = {"id": session_id, "at": at}

@@ -17,6 +17,7 @@ from moonrun.http.api import Api, openapi_paths
 from moonrun.http.platform import AnonymousBodies, BodyLimit, RequestLog, Scope, error_response
 from moonrun.http.schemas import HealthAnswer
 from moonrun.service.firing import Firer
+from moonrun.service.liveness import LivenessFlusher
 from moonrun.service.retention import job_data
 from moonrun.service.sweeper import Sweeper
 from moonrun.web import console
@@ -53,8 +54,8 @@ class PlatformApp(FastAPI):
 
 
 def create_app(platform: Platform, *, sweep: bool = True, api_docs: bool = False) -> FastAPI:
-    """The platform's HTTP service over `platform`; `sweep=False` leaves sweeping and firing
-    schedules to the caller
+    """The platform's HTTP service over `platform`; `sweep=False` leaves sweeping, firing
+    schedules and writing heartbeats (the liveness flusher) to the caller
     (tests drive it with a manual clock). `api_docs` serves /docs and /redoc, whose pages load
     scripts from a CDN: off unless the operator asks (/openapi.json is always served)."""
 
@@ -69,6 +70,15 @@ def create_app(platform: Platform, *, sweep: bool = True, api_docs: bool = False
             on_pruned=platform.metrics.pruned.inc,
         )
         app.state.sweeper = sweeper
+        service = platform.service
+        # Heartbeats' last_seen_at, all those of a pass in one write, on the ops channel's
+        # threads (a FileStore's fsync never holds up the loop).
+        flusher = LivenessFlusher(
+            service.beats,
+            service.record_beats,
+            platform.channels.ops.thread,
+            service.settings.liveness_flush_s,
+        )
         peers = platform.peers
         if peers is not None:
             peers.start()
@@ -76,6 +86,7 @@ def create_app(platform: Platform, *, sweep: bool = True, api_docs: bool = False
             if sweep:
                 tasks.start_soon(sweeper.run, stop)
                 tasks.start_soon(Firer(platform.service.schedules, platform.channels.ops).run, stop)
+                tasks.start_soon(flusher.run, stop)
             tasks.start_soon(platform.lag.run, stop.is_set)
             try:
                 yield

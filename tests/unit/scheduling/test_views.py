@@ -368,8 +368,13 @@ def session(session_id: str = "SESSION-ID-MARKER") -> Session:
     )
 
 
+BOUND_MS = 15_000
+"""The liveness bound with the default settings (a heartbeat every 10 s, plus 5 s)."""
+
+
 def test_endpoint_with_a_live_current_session_is_online() -> None:
-    """The current, unexpired session makes the endpoint online with its details."""
+    """The current, unexpired session that heartbeat within the bound makes the endpoint
+    online with its details."""
     expected = {
         "id": "ep-1",
         "name": "host-a",
@@ -381,12 +386,15 @@ def test_endpoint_with_a_live_current_session_is_online() -> None:
         "run_version": "0.1.0",
         "labels": {},
     }
-    assert expected == endpoint_view(endpoint(), session(), T0 + 49_999)
+    view = endpoint_view(endpoint(), session(), T0 + 2_500 + BOUND_MS, liveness_bound_ms=BOUND_MS)
+    assert expected == view
 
 
 def test_endpoint_is_offline_once_its_session_expires() -> None:
-    """At now == expires_at the session is no longer live."""
-    assert False is endpoint_view(endpoint(), session(), T0 + 50_000)["online"]
+    """At now == expires_at the session is no longer live, however recent its last beat."""
+    beat_late = replace(session(), last_seen_at=T0 + 49_000)
+    view = endpoint_view(endpoint(), beat_late, T0 + 50_000, liveness_bound_ms=BOUND_MS)
+    assert False is view["online"]
 
 
 @pytest.mark.parametrize(
@@ -397,9 +405,11 @@ def test_endpoint_is_offline_once_its_session_expires() -> None:
 def test_endpoint_without_its_current_session_is_offline(
     current: str | None, given: Session | None
 ) -> None:
-    """A missing or superseded session shows the endpoint offline and no session details."""
-    view = endpoint_view(endpoint(current), given, T0)
-    expected = (ENDPOINT_KEYS, False, None, None, None, 4)
+    """A missing, superseded or ended session shows the endpoint offline; the details are
+    those of the session given (its last one), if any."""
+    view = endpoint_view(endpoint(current), given, T0, liveness_bound_ms=BOUND_MS)
+    shown = (None, None, None) if given is None else ("2026-05-28T20:26:42.500Z", 8, "0.1.0")
+    expected = (ENDPOINT_KEYS, False, *shown, 4)
     actual = (
         set(view),
         view["online"],
@@ -416,7 +426,8 @@ def test_endpoint_without_its_current_session_is_offline(
 )
 def test_endpoint_view_leaks_no_session_or_key_material(marker: str) -> None:
     """Session id, boot id, join token hash and identity key never appear."""
-    assert marker not in json.dumps(endpoint_view(endpoint(), session(), T0))
+    view = endpoint_view(endpoint(), session(), T0, liveness_bound_ms=BOUND_MS)
+    assert marker not in json.dumps(view)
 
 
 def test_user_view_never_includes_the_password_hash() -> None:
