@@ -566,6 +566,13 @@ ROWS: tuple[Row, ...] = (
         (OK, FORBIDDEN, FORBIDDEN, OK, UNAUTH, UNAUTH),
     ),
     Row(
+        "list jobs of db-1 with their payloads",
+        "GET",
+        "/api/v1/jobs",
+        lambda s: f"/api/v1/jobs?server_id={db1(s)}&include=payload",
+        (OK, FORBIDDEN, FORBIDDEN, OK, UNAUTH, UNAUTH),
+    ),
+    Row(
         "list jobs of missing server",
         "GET",
         "/api/v1/jobs",
@@ -585,6 +592,28 @@ ROWS: tuple[Row, ...] = (
         "/api/v1/jobs/{job_id}",
         lambda s: f"/api/v1/jobs/{s.other_job_id}",
         (OK, FORBIDDEN, FORBIDDEN, OK, UNAUTH, UNAUTH),
+    ),
+    # Its payload: whoever may read the job (docs/protocol.md, "Payload"); others as above.
+    Row(
+        "get job on web-1 with its payload",
+        "GET",
+        "/api/v1/jobs/{job_id}",
+        lambda s: f"/api/v1/jobs/{s.job_id}?include=payload",
+        (OK, OK, OK, FORBIDDEN, UNAUTH, UNAUTH),
+    ),
+    Row(
+        "get job on db-1 with its payload",
+        "GET",
+        "/api/v1/jobs/{job_id}",
+        lambda s: f"/api/v1/jobs/{s.other_job_id}?include=payload",
+        (OK, FORBIDDEN, FORBIDDEN, OK, UNAUTH, UNAUTH),
+    ),
+    Row(
+        "get missing job with its payload",
+        "GET",
+        "/api/v1/jobs/{job_id}",
+        lambda s: f"/api/v1/jobs/{MISSING_JOB}?include=payload",
+        (NOT_FOUND, NOT_FOUND, NOT_FOUND, NOT_FOUND, UNAUTH, UNAUTH),
     ),
     Row(
         "get missing job",

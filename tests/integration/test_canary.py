@@ -10,6 +10,10 @@ successful, 401, 403, 404, 409 and 422 answers. No marker may appear in any resp
 header: raw, hex, base64 (standard and urlsafe, padded or not, at any byte offset) or
 URL-encoded. Neither may the SHA-256 hashes the store keeps of leases, join and API tokens.
 
+What a user typed in a payload is theirs: a read that asks for it (`include=payload`) shows the
+payload's host and socket paths to whoever may read the job, in its `payload` member only, and
+its secret reference (under `secret_ref`) redacted (docs/protocol.md, "Payload").
+
 Three answers return a secret once, by design, and only their own freshly created one is excused:
 POST /api/v1/users returns the new user's `api_token`; POST /api/v1/users/{user_id}/token the
 user's rotated `api_token`; POST /api/v1/endpoints returns the new endpoint's `join_token`.
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +59,17 @@ SOCKET_PATH = f"/run/{SOCKET_NAME}.sock"
 PAYLOAD = {"secret_ref": SECRET_REF, "path": HOST_PATH, "socket": SOCKET_PATH}
 KINDS = {"noop": {"type": "object", "properties": {"secret_ref": {"type": "string"}}}}
 """What the canary's Run advertises from its second registration on (PAYLOAD fits it)."""
+TYPED_BY_THE_USER = (
+    "payload host path",
+    "payload host directory",
+    "payload socket path",
+    "payload socket name",
+)
+"""The markers a payload holds under keys that name no credential: what its submitter typed,
+shown back (only) in the `payload` member of a view that asked for it, to whoever may read the
+job (docs/protocol.md, "Payload"). The secret reference, under `secret_ref`, is redacted there
+too. The platform's own paths and sockets never enter a payload."""
+PAYLOAD_ASKED = "include=payload"
 IDEMPOTENCY_KEY = "deploy-canary-1"
 """Not a secret: a client's name for a request (it may show up anywhere)."""
 
@@ -67,6 +83,8 @@ class Seen:
     label: str
     response: Any
     fresh: str | None = None
+    shows_payload: bool = False
+    """A job read or listing that asked for payloads (`include=payload`) and got them."""
 
 
 @dataclass
@@ -112,9 +130,9 @@ class Canary:
         response = self.world.api(method, path, token=token, **kwargs)
         self.routes.add((method, route))
         caller = self.who.get(token, "an unknown token")
-        self.seen.append(
-            Seen(f"{method} {path} as {caller} -> {response.status_code}", response, fresh)
-        )
+        label = f"{method} {path} as {caller} -> {response.status_code}"
+        shows_payload = "include=payload" in query and response.status_code == 200
+        self.seen.append(Seen(label, response, fresh, shows_payload))
         return response
 
     def create_user(
@@ -442,8 +460,10 @@ def read_everything(c: Canary, jobs: list[str], server_id: str, tokens: tuple[st
                 query=f"limit=1&cursor={cursor}" if cursor else "limit=1",
             )
             cursor = page.json()["next_cursor"]
+        c.call("GET", "/api/v1/jobs", token=token, query="include=payload")
         for job_id in jobs:
             c.call("GET", "/api/v1/jobs/{job_id}", token=token, job_id=job_id)
+            c.call("GET", "/api/v1/jobs/{job_id}", token=token, job_id=job_id, query=PAYLOAD_ASKED)
             c.call("GET", "/api/v1/jobs/{job_id}/logs", token=token, job_id=job_id)
             for query in ("attempt=1", "attempt=2", "attempt=3", "after_seq=0"):
                 c.call("GET", "/api/v1/jobs/{job_id}/logs", token=token, job_id=job_id, query=query)
@@ -463,6 +483,7 @@ def refused_and_invalid(c: Canary, server_id: str, job_id: str, owner: str, stra
     for token in (None, lease, c.markers["join token of host-b"]):
         assert isinstance(token, str | None)
         c.call("GET", "/api/v1/jobs/{job_id}", token=token, job_id=job_id)
+        c.call("GET", "/api/v1/jobs/{job_id}", token=token, job_id=job_id, query=PAYLOAD_ASKED)
         c.call(
             "POST",
             "/api/v1/servers/{server_id}/jobs",
@@ -471,6 +492,10 @@ def refused_and_invalid(c: Canary, server_id: str, job_id: str, owner: str, stra
             json={"kind": "noop", "payload": PAYLOAD},
         )
     c.call("GET", "/api/v1/jobs/{job_id}", token=stranger, job_id=job_id)
+    for asked in (PAYLOAD_ASKED, "include=payloads", "include=payload&wait_s=1"):
+        c.call("GET", "/api/v1/jobs/{job_id}", token=stranger, job_id=job_id, query=asked)
+    c.call("GET", "/api/v1/jobs", token=stranger, query=PAYLOAD_ASKED)
+    c.call("GET", "/api/v1/jobs/{job_id}", job_id=lease, query=PAYLOAD_ASKED)
     c.call("GET", "/api/v1/jobs/{job_id}/logs", token=stranger, job_id=job_id)
     c.call("GET", "/api/v1/jobs/{job_id}/artifacts", token=stranger, job_id=job_id)
     c.call(
@@ -668,17 +693,60 @@ def test_the_markers_were_live_secrets_while_the_responses_were_taken(canary: Ca
     assert joined.status_code == 200
 
 
+@dataclass
+class WithoutPayloads:
+    """A response as `haystack_of` reads it, every view's `payload` member taken out."""
+
+    status_code: int
+    headers: Any
+    content: bytes
+
+    @classmethod
+    def of(cls, response: Any) -> WithoutPayloads:
+        body = response.json()
+        for view in body.get("jobs", [body]):
+            view.pop("payload")
+        return cls(response.status_code, response.headers, json.dumps(body).encode())
+
+
 def test_no_secret_appears_in_any_user_facing_response(canary: Canary) -> None:
-    """No marker, in any encoding, in any user-facing body or header (see the module doc)."""
+    """No marker, in any encoding, in any user-facing body or header (see the module doc);
+    what the user typed in a payload only in the `payload` member of an answer that asked for
+    it (TYPED_BY_THE_USER), and its secret reference nowhere."""
     leaks = []
     for seen in canary.seen:
         haystack = haystack_of(seen.response)
+        outside_payloads = (
+            haystack_of(WithoutPayloads.of(seen.response)) if seen.shows_payload else haystack
+        )
         for name, secret in canary.markers.items():
             if name == seen.fresh:
                 continue  # POST /users and POST /endpoints return this one secret, by design
-            leaks += [f"{seen.label}: {name} ({form})" for form in found_forms(secret, haystack)]
+            scanned = outside_payloads if name in TYPED_BY_THE_USER else haystack
+            leaks += [f"{seen.label}: {name} ({form})" for form in found_forms(secret, scanned)]
     assert leaks == []
     assert len(canary.seen) > 300
+
+
+def test_payloads_are_shown_only_to_readers_who_asked_with_the_secret_reference_redacted(
+    canary: Canary,
+) -> None:
+    """Every answer that asked for payloads and got them shows the marked payload with its
+    `secret_ref` redacted; a refused one shows none."""
+    asked = [seen for seen in canary.seen if PAYLOAD_ASKED in seen.label.split()[1]]
+    shown = [seen for seen in asked if seen.shows_payload]
+    payloads = [
+        view["payload"]
+        for seen in shown
+        for view in seen.response.json().get("jobs", [seen.response.json()])
+    ]
+    assert len(shown) > 10
+    assert {json.dumps(p, sort_keys=True) for p in payloads} >= {
+        json.dumps({**PAYLOAD, "secret_ref": "[redacted]"}, sort_keys=True)
+    }
+    assert all(p.get("secret_ref", "[redacted]") == "[redacted]" for p in payloads)
+    refused = {seen.response.status_code for seen in asked if not seen.shows_payload}
+    assert refused == {401, 403, 404, 422}
 
 
 def test_lease_hashes_never_appear(canary: Canary) -> None:

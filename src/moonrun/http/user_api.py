@@ -93,6 +93,15 @@ class _Query(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+INCLUDE_DESCRIPTION = (
+    "payload: add the job's payload, as its submitter gave it, with the value of every "
+    "credential-looking member shown as [redacted] (docs/protocol.md, Payload)"
+)
+
+Include = Literal["payload"]
+"""What a job's view may add when asked for: `include=payload` (any other value is 422)."""
+
+
 class JobsQuery(_Query):
     server_id: str | None = None
     state: str | None = None
@@ -101,6 +110,7 @@ class JobsQuery(_Query):
     limit: int = Field(default=50, ge=1, le=200)
     cursor: str | None = None
     group: str | None = Field(default=None, description="Only the jobs of this fan-out group")
+    include: Include | None = Field(default=None, description=INCLUDE_DESCRIPTION)
 
 
 class ServersQuery(_Query):
@@ -114,6 +124,7 @@ class ServersQuery(_Query):
 class JobReadQuery(_Query):
     wait_s: float | None = Field(default=None, gt=0, le=3600)
     until: Literal["terminal", "logs_complete"] | None = None
+    include: Include | None = Field(default=None, description=INCLUDE_DESCRIPTION)
 
 
 class LogsQuery(_Query):
@@ -345,8 +356,8 @@ def logs_complete(platform: HttpPlatform, job: Job) -> bool:
     return platform.service.logs_complete(job, None, platform.logs.complete)
 
 
-def view(platform: HttpPlatform, job: Job) -> JobView:
-    return job_view(job, logs_complete=logs_complete(platform, job))
+def view(platform: HttpPlatform, job: Job, *, payload: bool = False) -> JobView:
+    return job_view(job, logs_complete=logs_complete(platform, job), payload=payload)
 
 
 def etag(job: Job, complete: bool) -> str:
@@ -354,10 +365,14 @@ def etag(job: Job, complete: bool) -> str:
     return f'"{job.version}.logs"' if complete else f'"{job.version}"'
 
 
-def job_reply(platform: HttpPlatform, job: Job, status: int = 200) -> JsonReply[JobView]:
-    """The job's view, with its ETag."""
+def job_reply(
+    platform: HttpPlatform, job: Job, status: int = 200, *, payload: bool = False
+) -> JsonReply[JobView]:
+    """The job's view (with its payload when asked for), with its ETag. A payload never
+    changes, so the tag is the same with or without it (the two are different URLs)."""
     complete = logs_complete(platform, job)
-    return JsonReply(status, job_view(job, logs_complete=complete), {"ETag": etag(job, complete)})
+    shown = job_view(job, logs_complete=complete, payload=payload)
+    return JsonReply(status, shown, {"ETag": etag(job, complete)})
 
 
 async def create_job(call: Call) -> JsonReply[JobView]:
@@ -402,7 +417,8 @@ async def create_jobs(call: Call) -> CreatedJobsAnswer:
 
 
 async def list_jobs(call: Call) -> JobsAnswer:
-    """The jobs the caller may see, newest first, a page at a time."""
+    """The jobs the caller may see, newest first, a page at a time (with `include=payload`,
+    each with its payload, credential-looking members redacted)."""
     query: JobsQuery = call.query
     page = await as_caller(
         call,
@@ -415,8 +431,9 @@ async def list_jobs(call: Call) -> JobsAnswer:
         id_prefix=query.id_prefix,
         group_id=query.group,
     )
+    payload = query.include == "payload"
     return {
-        "jobs": [view(call.platform, job) for job in page.jobs],
+        "jobs": [view(call.platform, job, payload=payload) for job in page.jobs],
         "next_cursor": page.next_cursor,
     }
 
@@ -449,15 +466,17 @@ async def get_job(call: Call) -> JsonReply[JobView] | JsonReply[None]:
     soon as the job is no longer the one `If-None-Match` names (304 if it still is when the
     wait ends), or with `until=terminal`, once it has ended, or with `until=logs_complete`,
     once it has ended and its last attempt's logs are all in (the current job when the wait
-    ends first)."""
+    ends first). With `include=payload`, the view carries the job's payload, credential-looking
+    members redacted."""
     platform, query = call.platform, call.query
     service, job_id = platform.service, call.params["job_id"]
     if_none_match = call.headers.get("if-none-match")
+    payload = query.include == "payload"
     if query.wait_s is None or (query.until is None and if_none_match is None):
         job = await as_caller(call, service.get_job, job_id)  # 401, 403 and 404 come first
         if query.wait_s is not None:
             raise InvalidRequest("wait_s needs an If-None-Match header or until=terminal")
-        return job_reply(platform, job)
+        return job_reply(platform, job, payload=payload)
 
     def settled(job: Job) -> bool:
         if query.until == "terminal":
@@ -477,7 +496,7 @@ async def get_job(call: Call) -> JsonReply[JobView] | JsonReply[None]:
     )
     if query.until is None and not settled(job):
         return JsonReply(304, None, {"ETag": etag(job, logs_complete(platform, job))})
-    return job_reply(platform, job)
+    return job_reply(platform, job, payload=payload)
 
 
 async def delete_job(call: Call) -> JobView:

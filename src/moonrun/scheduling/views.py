@@ -14,6 +14,7 @@ from moonrun.scheduling.fingerprint import JsonValue
 from moonrun.scheduling.groups import Group, is_done
 from moonrun.scheduling.jobs import DEFAULT_PRIORITY, Job, JobState
 from moonrun.scheduling.records import Endpoint, Server, Session, User
+from moonrun.scheduling.redaction import redacted
 from moonrun.scheduling.schedules import Schedule
 from moonrun.scheduling.time import Instant, format_instant, format_optional
 from moonrun.wire.user import (
@@ -59,10 +60,11 @@ def logs_complete(job: Job, attempt: int, marked: bool, now: Instant, grace_ms: 
     return ended is not None and now > ended + grace_ms
 
 
-def job_view(job: Job, *, logs_complete: bool = False) -> JobView:
-    """The user projection of a job: scheduling status without credentials or payload (a
-    payload may name secrets and host paths, which no user projection shows).
-    `logs_complete`: whether its latest attempt's logs are all in (the log store knows)."""
+def job_view(job: Job, *, logs_complete: bool = False, payload: bool = False) -> JobView:
+    """The user projection of a job: scheduling status, never the platform's credentials.
+    `logs_complete`: whether its latest attempt's logs are all in (the log store knows);
+    `payload`: whether to show what its submitter gave, credential-looking parts redacted
+    (asked for: `?include=payload`; docs/protocol.md, "Payload")."""
     failure = job.last_failure
     policy = job.policy
     view: JobView = {
@@ -147,6 +149,8 @@ def job_view(job: Job, *, logs_complete: bool = False) -> JobView:
         else None,
         "priority": job.priority,
     }
+    if payload:
+        view["payload"] = redacted(job.payload())
     return view
 
 

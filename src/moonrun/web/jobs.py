@@ -11,6 +11,7 @@ from urllib.parse import quote, urlencode
 
 from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
+from markupsafe import Markup
 
 from moonrun.errors import (
     Forbidden,
@@ -20,7 +21,7 @@ from moonrun.errors import (
     NotFound,
     TooLarge,
 )
-from moonrun.scheduling.jobs import JobState
+from moonrun.scheduling.jobs import Job, JobState
 from moonrun.scheduling.records import User
 from moonrun.scheduling.views import job_view, server_view
 from moonrun.service.answers import CancelOutcome, JobPage
@@ -375,6 +376,7 @@ async def job_page(request: Request, job_id: str, fragment: bool = False) -> Res
         except Forbidden:  # not the viewer's to manage: its id alone
             pass
     context: dict[str, Any] = {
+        "payload_lines": [] if fragment else payload_lines(job),
         "artifacts": [
             {
                 "attempt": a.attempt,
@@ -404,6 +406,15 @@ async def job_page(request: Request, job_id: str, fragment: bool = False) -> Res
         "rerun_nonce": secrets.token_urlsafe(8),
     }
     return render(request, "_job_detail.html" if fragment else "job.html", **context)
+
+
+def payload_lines(job: Job) -> list[Markup]:
+    """The job's payload as its readers see it (credential-looking members redacted), as
+    pretty JSON, a line at a time, each escaped with its controls and bidi characters drawn as
+    visible escapes, as log lines are (JSON escapes the C0 controls itself)."""
+    shown = job_view(job, payload=True)["payload"]
+    text = json.dumps(shown, indent=2, ensure_ascii=False)
+    return [logview.line_html(line) for line in text.split("\n")]
 
 
 @router.post("/jobs/{job_id}/rerun")

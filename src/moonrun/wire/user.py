@@ -113,7 +113,8 @@ class JobScheduleView(TypedDict):
 
 
 class JobView(TypedDict):
-    """A job as users see it: its scheduling status, without credentials or payload."""
+    """A job as users see it: its scheduling status, never the platform's credentials; its
+    payload only when asked for."""
 
     id: str
     server_id: str
@@ -143,6 +144,10 @@ class JobView(TypedDict):
     dependency did not succeed ends `cancelled`, its terminal error `dependency_failed`."""
     priority: int
     """0 to 9, 5 by default: among its endpoint's claimable jobs a higher one goes first."""
+    payload: NotRequired[dict[str, Any]]
+    """Only with `include=payload`: the payload its submitter gave, each credential-looking
+    member's value (`token`, `password`, `api_key`, ...: docs/protocol.md, "Payload") shown as
+    "[redacted]"."""
 
 
 class EndpointView(TypedDict):

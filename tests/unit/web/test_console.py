@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import html
+import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -25,7 +27,9 @@ from moonrun.scheduling.fingerprint import token_hash
 from moonrun.store.file import FileStore
 from moonrun.web import console as console_room
 from tests.integration.test_canary import (
+    PAYLOAD,
     SECRET_REF,
+    TYPED_BY_THE_USER,
     Canary,
     Seen,
     planted,
@@ -874,7 +878,9 @@ class PageCanary:
         if (method, route) in console_routes():
             self.routes.add((method, route))
         label = f"{method} {path} as {who} -> {response.status_code}"
-        self.pages.append(Seen(label, response, fresh))
+        job_page = (method, route, response.status_code) == ("GET", "/jobs/{job_id}", 200)
+        shows_payload = job_page and "fragment" not in query
+        self.pages.append(Seen(label, response, fresh, shows_payload))
         return response
 
     def sign_in(self, who: str) -> Any:
@@ -1200,18 +1206,57 @@ def test_the_page_canary_pages_show_what_they_should(page_canary: PageCanary) ->
     assert len(page_canary.pages) > 250
 
 
+PAYLOAD_BLOCK = re.compile(
+    r'<pre class="payload" data-testid="payload"><code>(.*?)</code></pre>', re.S
+)
+
+
+@dataclass
+class WithoutPayloadBlock:
+    """A page as `haystack_of` reads it, its payload block taken out."""
+
+    status_code: int
+    headers: Any
+    content: bytes
+
+    @classmethod
+    def of(cls, response: Any) -> WithoutPayloadBlock:
+        page, taken = PAYLOAD_BLOCK.subn("", response.text)
+        assert taken == 1
+        return cls(response.status_code, response.headers, page.encode())
+
+
 def test_no_secret_appears_in_any_console_page(page_canary: PageCanary) -> None:
-    """No marker, in any encoding, in any console page's body or headers."""
+    """No marker, in any encoding, in any console page's body or headers; what the user typed
+    in a payload only in the job page's payload block (TYPED_BY_THE_USER)."""
     markers = page_canary.canary.markers
     leaks = []
     for seen in page_canary.pages:
         haystack = haystack_of(seen.response)
+        outside = (
+            haystack_of(WithoutPayloadBlock.of(seen.response)) if seen.shows_payload else haystack
+        )
         for name, secret in markers.items():
             if name == seen.fresh:
                 continue  # a sign-in sets its own new session cookie, by design
-            leaks += [f"{seen.label}: {name} ({form})" for form in found_forms(secret, haystack)]
+            scanned = outside if name in TYPED_BY_THE_USER else haystack
+            leaks += [f"{seen.label}: {name} ({form})" for form in found_forms(secret, scanned)]
     assert leaks == []
     assert len(markers) > 60
+
+
+def test_the_job_pages_show_the_payload_with_its_secret_reference_redacted(
+    page_canary: PageCanary,
+) -> None:
+    """Each job page a reader took shows the marked payload, `secret_ref` redacted."""
+    blocks = [
+        PAYLOAD_BLOCK.search(seen.response.text) for seen in page_canary.pages if seen.shows_payload
+    ]
+    shown = [json.loads(html.unescape(block.group(1))) for block in blocks if block]
+    assert len(shown) == len(blocks) > 10
+    assert {json.dumps(p, sort_keys=True) for p in shown} == {
+        json.dumps({**PAYLOAD, "secret_ref": "[redacted]"}, sort_keys=True)
+    }
 
 
 def test_each_token_shown_once_is_on_its_answer_page_only(page_canary: PageCanary) -> None:

@@ -209,8 +209,8 @@ def test_every_run_answer_is_its_documented_shape_exactly_and_parses_as_run_read
 
 def test_every_job_view_is_its_documented_shape_exactly(cast: Cast) -> None:
     """Jobs that failed, retry, were cancelled and were lost in reconciliation, read, listed
-    and cancelled in bulk: each answer fits the document's schema, and every key of JobView,
-    its parts and the bulk cancel's entries is sent."""
+    (with their payloads too) and cancelled in bulk: each answer fits the document's schema,
+    and every key of JobView, its parts and the bulk cancel's entries is sent."""
     world, runner, owner = cast.world, cast.run.start(), cast.owner[1]
     once = {"max_attempts": 1}
     failed, retrying, cancelled = (
@@ -237,6 +237,10 @@ def test_every_job_view_is_its_documented_shape_exactly(cast: Cast) -> None:
     for job_id in (failed, retrying, cancelled, lost):
         sent.note("GET", "/api/v1/jobs/{job_id}", world.api("GET", f"/api/v1/jobs/{job_id}"))
     sent.note("GET", "/api/v1/jobs", world.api("GET", "/api/v1/jobs"))
+    for path in (f"/api/v1/jobs/{failed}", "/api/v1/jobs"):  # with their payloads
+        sent.note(
+            "GET", path.replace(failed, "{job_id}"), world.api("GET", f"{path}?include=payload")
+        )
     queued = world.submit(cast.server_id, owner)["id"]
     bulk = world.api("POST", "/api/v1/jobs/cancel", json={"job_ids": [queued, "job_unknown"]})
     sent.note("POST", "/api/v1/jobs/cancel", bulk)
