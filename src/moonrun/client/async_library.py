@@ -367,8 +367,8 @@ class AsyncClient:
     async def kinds(self, server_id: str) -> Kinds:
         return await self._do(calls.kinds(server_id))
 
-    async def job(self, job_id: str) -> Job:
-        return await self._do(calls.job(job_id))
+    async def job(self, job_id: str, *, include_payload: bool = False) -> Job:
+        return await self._do(calls.job(job_id, include_payload=include_payload))
 
     async def jobs(
         self,
@@ -379,6 +379,7 @@ class AsyncClient:
         id_prefix: str | None = None,
         group: str | None = None,
         page_size: int = PAGE_SIZE,
+        include_payload: bool = False,
     ) -> AsyncIterator[Job]:
         cursor: str | None = None
         while True:
@@ -390,6 +391,7 @@ class AsyncClient:
                 group=group,
                 page_size=page_size,
                 cursor=cursor,
+                include_payload=include_payload,
             )
             found, cursor = await self._do(page)
             for job in found:

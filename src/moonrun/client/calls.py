@@ -493,8 +493,11 @@ def kinds(server_id: str) -> Call[Kinds]:
     return _call("GET", f"/api/v1/servers/{server_id}/kinds", Kinds.of)
 
 
-def job(job_id: str) -> Call[Job]:
-    return _call("GET", f"/api/v1/jobs/{job_id}", Job.of)
+def job(job_id: str, *, include_payload: bool = False) -> Call[Job]:
+    """A read of the job; with `include_payload`, with its payload (redacted by the platform:
+    docs/protocol.md, "Payload")."""
+    params = {"include": "payload"} if include_payload else None
+    return _call("GET", f"/api/v1/jobs/{job_id}", Job.of, params=params)
 
 
 def job_when(job_id: str, until: str, wait_s: float) -> Call[Job]:
@@ -513,6 +516,7 @@ def jobs_page(
     group: str | None,
     page_size: int,
     cursor: str | None,
+    include_payload: bool = False,
 ) -> Call[tuple[list[Job], str | None]]:
     """One page of `jobs()`, and the cursor of the next (None after the last)."""
 
@@ -520,6 +524,7 @@ def jobs_page(
         return [Job.of(j) for j in page["jobs"]], page.get("next_cursor") or None
 
     params = {
+        "include": "payload" if include_payload else None,
         "group": group,
         "server_id": server_id,
         "state": state,

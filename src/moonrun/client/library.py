@@ -468,8 +468,10 @@ class Client:
         """The kinds the server's Run advertised, with their payload schemas."""
         return self._do(calls.kinds(server_id))
 
-    def job(self, job_id: str) -> Job:
-        return self._do(calls.job(job_id))
+    def job(self, job_id: str, *, include_payload: bool = False) -> Job:
+        """The job; with `include_payload`, with its payload (`Job.payload`), each
+        credential-looking member's value shown as "[redacted]"."""
+        return self._do(calls.job(job_id, include_payload=include_payload))
 
     def jobs(
         self,
@@ -480,9 +482,11 @@ class Client:
         id_prefix: str | None = None,
         group: str | None = None,
         page_size: int = PAGE_SIZE,
+        include_payload: bool = False,
     ) -> Iterator[Job]:
         """The jobs the caller may see, newest first, fetched a page at a time; by server,
-        state, kind, id prefix (`job_` and at least three more characters) or fan-out group."""
+        state, kind, id prefix (`job_` and at least three more characters) or fan-out group;
+        with `include_payload`, each with its payload (redacted as for `job`)."""
         cursor: str | None = None
         while True:
             page = calls.jobs_page(
@@ -493,6 +497,7 @@ class Client:
                 group=group,
                 page_size=page_size,
                 cursor=cursor,
+                include_payload=include_payload,
             )
             found, cursor = self._do(page)
             yield from found

@@ -88,6 +88,14 @@ class Job:
         return int(self.data.get("priority", 5))
 
     @property
+    def payload(self) -> dict[str, Any] | None:
+        """The payload its submitter gave, each credential-looking member's value shown as
+        "[redacted]" (docs/protocol.md, "Payload"); None unless it was asked for
+        (`Client.job(id, include_payload=True)`)."""
+        found = self.data.get("payload")
+        return None if found is None else dict(found)
+
+    @property
     def waiting_for(self) -> dict[str, Any] | None:
         """While it waits on its dependencies, `{"jobs": [...], "group": ...}`; else None."""
         found = self.data.get("waiting_for")

@@ -28,6 +28,7 @@ from rich.table import Table
 from rich.text import Text
 
 from moonrun.client import profiles
+from moonrun.client.drawn import safe_json
 from moonrun.client.labelargs import apply_changes, labels_text, naming_labels, parse_pairs
 from moonrun.client.library import OUTAGE_GRACE_S, Client, Job, WaitTimedOut
 from moonrun.errors import InvalidRequest, MoonrunError, NotFound, Unauthenticated
@@ -205,7 +206,8 @@ def stdout() -> Console:
 
 
 def print_json(document: Any) -> None:
-    typer.echo(json.dumps(document, indent=2, ensure_ascii=False))
+    # Valid JSON with no raw control or bidi character: safe on a terminal, equal when parsed.
+    typer.echo(safe_json(document))
 
 
 def text(value: Any) -> Text:
@@ -274,7 +276,7 @@ def progress_text(progress: dict[str, Any], *, ended: bool) -> str | None:
 
 
 def _compact(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return safe_json(value, compact=True)
 
 
 JOB_FIELDS: Final = (
@@ -295,12 +297,18 @@ JOB_FIELDS: Final = (
 
 
 def show_job(job: Job, as_json: bool) -> None:
+    """The job's fields, a line each; then, when it was read with its payload, the payload as
+    indented JSON below a `payload` line (drawn safely: `drawn.safe_json`)."""
     if as_json:
         print_json(job.data)
-    else:
-        # A job held on its dependencies says what it waits on (the line is there only then).
-        names = JOB_FIELDS if job.waiting_for is None else (*JOB_FIELDS, "waiting_for")
-        print_fields(job_fields(job), names)
+        return
+    # A job held on its dependencies says what it waits on (the line is there only then).
+    names = JOB_FIELDS if job.waiting_for is None else (*JOB_FIELDS, "waiting_for")
+    print_fields(job_fields(job), names)
+    if job.payload is not None:
+        typer.echo("payload")
+        for line in safe_json(job.payload).splitlines():
+            typer.echo(f"  {line}")
 
 
 def ending(job: Job) -> str:
@@ -811,12 +819,20 @@ class LogStream(enum.StrEnum):
 def job_show(
     ctx: typer.Context,
     job_id: JobIdArgument,
+    payload: Annotated[
+        bool,
+        typer.Option(
+            "--payload/--no-payload",
+            help="Show what the job was given (its payload, credential-looking members redacted)",
+        ),
+    ] = True,
     profile: ProfileOption = profiles.DEFAULT_PROFILE,
     as_json: JsonOption = False,
 ) -> None:
-    """One job and, once it ended, what its handler returned."""
+    """One job: its state, attempts and, once it ended, what its handler returned; and its
+    payload (each member whose name looks like a credential shown as [redacted])."""
     with connect(ctx, profile) as client:
-        show_job(client.job(job_id), as_json)
+        show_job(client.job(job_id, include_payload=payload), as_json)
 
 
 @job_app.command("wait")
