@@ -232,7 +232,9 @@ def test_a_form_post_without_its_csrf_token_is_refused(site: Site) -> None:
 )
 def test_pages_fit_a_375_px_wide_screen(site: Site, path: str) -> None:
     """At 375 px nothing is wider than the screen (no horizontal scrolling)."""
-    job_id = site.con.submit(kind="a-rather-long-job-kind-name")
+    # A payload with long unbroken strings: its block wraps rather than widens the page.
+    payload = {"note": "y" * 300, "argv": ["a" * 200, "--flag"]}
+    job_id = site.con.submit(kind="a-rather-long-job-kind-name", payload=payload)
     run = site.con.run.start()
     attempt = run.run_to_running(job_id)
     assert run.send_logs(job_id, attempt, 1, "x" * 300).status_code == 202

@@ -40,6 +40,7 @@ def test_the_job_page_shows_the_payload_as_pretty_json(con: Console) -> None:
     job_id = con.submit(payload={"argv": ["echo", "hello"], "timeout_s": 60})
     page = con.client("olive").get(f"/jobs/{job_id}")
     assert page.status_code == 200
+    assert '<a href="#payload-title">payload</a>' in page.text  # beside its kind, at the top
     block = payload_block(page.text)
     assert (
         html.unescape(block)
