@@ -4,12 +4,14 @@ job's view, credential-looking members redacted, for whoever may read the job
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from moonrun.http import user_api
 from tests.support.http_harness import ADMIN_TOKEN, Cast, http_world
 from tests.support.stores import memory_factory
 
@@ -123,3 +125,22 @@ def test_the_openapi_document_lists_include_on_job_reads_and_listings(cast: Cast
         assert include["required"] is False
         assert "payload" in str(include["schema"])
         assert "redacted" in str(include["schema"])
+
+
+def test_payloads_are_redacted_on_the_user_channels_threads_not_the_event_loop(
+    cast: Cast, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A page of 200 payloads of 64 KiB is milliseconds of CPU each: the event loop, which
+    answers Run's heartbeats, does not wait on it."""
+    where: list[str] = []
+    real = user_api.redacted
+
+    def noted(value: Any) -> Any:
+        where.append(threading.current_thread().name)
+        return real(value)
+
+    monkeypatch.setattr(user_api, "redacted", noted)
+    job_id = submitted(cast)
+    read(cast, f"/api/v1/jobs/{job_id}", cast.owner[1], include="payload")
+    read(cast, "/api/v1/jobs", cast.owner[1], include="payload")
+    assert where == ["moonrun-user", "moonrun-user"]

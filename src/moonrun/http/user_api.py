@@ -37,6 +37,7 @@ from moonrun.logs.protocol import LogPage
 from moonrun.scheduling.jobs import Job
 from moonrun.scheduling.kinds import load_advertisement
 from moonrun.scheduling.records import Server, User
+from moonrun.scheduling.redaction import redacted
 from moonrun.scheduling.time import format_instant, parse_instant
 from moonrun.scheduling.views import endpoint_view, job_view, server_view, user_view
 from moonrun.service.answers import CancelOutcome
@@ -356,8 +357,18 @@ def logs_complete(platform: HttpPlatform, job: Job) -> bool:
     return platform.service.logs_complete(job, None, platform.logs.complete)
 
 
-def view(platform: HttpPlatform, job: Job, *, payload: bool = False) -> JobView:
-    return job_view(job, logs_complete=logs_complete(platform, job), payload=payload)
+def view(platform: HttpPlatform, job: Job) -> JobView:
+    return job_view(job, logs_complete=logs_complete(platform, job))
+
+
+async def with_payloads(call: Call, views: Sequence[JobView], jobs: Sequence[Job]) -> None:
+    """Add each job's payload, redacted, to its view (`include=payload`). On one of the
+    channel's threads: redacting a page of 200 payloads of up to 64 KiB each is CPU work
+    (milliseconds each) that the event loop, which serves Run's heartbeats, should not wait
+    on."""
+    shown = await call.channel.thread(lambda: [redacted(job.payload()) for job in jobs])
+    for one, payload in zip(views, shown, strict=True):
+        one["payload"] = payload
 
 
 def etag(job: Job, complete: bool) -> str:
@@ -365,14 +376,19 @@ def etag(job: Job, complete: bool) -> str:
     return f'"{job.version}.logs"' if complete else f'"{job.version}"'
 
 
-def job_reply(
-    platform: HttpPlatform, job: Job, status: int = 200, *, payload: bool = False
-) -> JsonReply[JobView]:
-    """The job's view (with its payload when asked for), with its ETag. A payload never
-    changes, so the tag is the same with or without it (the two are different URLs)."""
+def job_reply(platform: HttpPlatform, job: Job, status: int = 200) -> JsonReply[JobView]:
+    """The job's view, with its ETag."""
     complete = logs_complete(platform, job)
-    shown = job_view(job, logs_complete=complete, payload=payload)
-    return JsonReply(status, shown, {"ETag": etag(job, complete)})
+    return JsonReply(status, job_view(job, logs_complete=complete), {"ETag": etag(job, complete)})
+
+
+async def read_reply(call: Call, job: Job, payload: bool) -> JsonReply[JobView]:
+    """A read's answer: the job's view, with its payload when asked for. A payload never
+    changes, so the ETag is the same with or without it (the two are different URLs)."""
+    reply = job_reply(call.platform, job)
+    if payload:
+        await with_payloads(call, [reply.content], [job])
+    return reply
 
 
 async def create_job(call: Call) -> JsonReply[JobView]:
@@ -431,11 +447,10 @@ async def list_jobs(call: Call) -> JobsAnswer:
         id_prefix=query.id_prefix,
         group_id=query.group,
     )
-    payload = query.include == "payload"
-    return {
-        "jobs": [view(call.platform, job, payload=payload) for job in page.jobs],
-        "next_cursor": page.next_cursor,
-    }
+    views = [view(call.platform, job) for job in page.jobs]
+    if query.include == "payload":
+        await with_payloads(call, views, page.jobs)
+    return {"jobs": views, "next_cursor": page.next_cursor}
 
 
 async def rerun_job(call: Call) -> JsonReply[JobView]:
@@ -476,7 +491,7 @@ async def get_job(call: Call) -> JsonReply[JobView] | JsonReply[None]:
         job = await as_caller(call, service.get_job, job_id)  # 401, 403 and 404 come first
         if query.wait_s is not None:
             raise InvalidRequest("wait_s needs an If-None-Match header or until=terminal")
-        return job_reply(platform, job, payload=payload)
+        return await read_reply(call, job, payload)
 
     def settled(job: Job) -> bool:
         if query.until == "terminal":
@@ -496,7 +511,7 @@ async def get_job(call: Call) -> JsonReply[JobView] | JsonReply[None]:
     )
     if query.until is None and not settled(job):
         return JsonReply(304, None, {"ETag": etag(job, logs_complete(platform, job))})
-    return job_reply(platform, job, payload=payload)
+    return await read_reply(call, job, payload)
 
 
 async def delete_job(call: Call) -> JobView:

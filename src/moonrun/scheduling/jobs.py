@@ -294,7 +294,8 @@ class Job:
     owner); empty for jobs stored before jobs knew their owner whose server was removed."""
     kind: str
     payload_json: str
-    """The payload as compact JSON; may hold secret references, so it never goes to users."""
+    """The payload as compact JSON (keys sorted). Users see it only through
+    `views.job_view(..., payload=True)`, redacted (`scheduling/redaction.py`)."""
     policy: RetryPolicy
     state: JobState
     attempt: int

@@ -52,9 +52,16 @@ however long the string), then a value that is not empty."""
 _FLAG = re.compile(r"-{1,2}([^\s=:]{1,256})")
 
 
+_WORD = re.compile("|".join(CREDENTIAL_WORDS))
+_NAMES = frozenset(CREDENTIAL_NAMES)
+_NOT_ASCII_ALNUM = re.compile("[^a-z0-9]+")
+
+
 def normalised(name: str) -> str:
     """`name` as it is compared: NFKC, case-folded, letters and digits only (`API-Key`,
     `api_key` and a full-width `apiKey` are all `apikey`)."""
+    if name.isascii():  # the common case, a third of the cost: NFKC and case-folding agree
+        return _NOT_ASCII_ALNUM.sub("", name.lower())
     folded = unicodedata.normalize("NFKC", name).casefold()
     return "".join(char for char in folded if char.isalnum())
 
@@ -62,7 +69,7 @@ def normalised(name: str) -> str:
 def looks_like_credential(name: str) -> bool:
     """Whether a key (or a flag's or an assignment's name) names a credential."""
     plain = normalised(name)
-    return plain in CREDENTIAL_NAMES or any(word in plain for word in CREDENTIAL_WORDS)
+    return plain in _NAMES or _WORD.search(plain) is not None
 
 
 def redacted_string(text: str) -> str:

@@ -376,7 +376,8 @@ async def job_page(request: Request, job_id: str, fragment: bool = False) -> Res
         except Forbidden:  # not the viewer's to manage: its id alone
             pass
     context: dict[str, Any] = {
-        "payload_lines": [] if fragment else payload_lines(job),
+        # On a thread (redacting and escaping up to 64 KiB is CPU work), once: not in the fragment.
+        "payload_lines": [] if fragment else await on_user_channel(request, payload_lines, job),
         "artifacts": [
             {
                 "attempt": a.attempt,

@@ -222,7 +222,8 @@ class ScheduleConcurrencyView(TypedDict):
 
 
 class ScheduleJobView(TypedDict):
-    """What each firing creates, without the payload (no user projection shows one)."""
+    """What each firing creates, without the payload (each job a firing makes shows its own on
+    request: `include=payload`)."""
 
     kind: str
     max_attempts: int | None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import unicodedata
 from typing import Any
 
 import pytest
@@ -13,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from moonrun.scheduling import redaction
-from moonrun.scheduling.redaction import REDACTED, looks_like_credential, redacted
+from moonrun.scheduling.redaction import REDACTED, looks_like_credential, normalised, redacted
 
 SECRET = "s3cr3t-value-that-must-not-survive"
 
@@ -50,6 +51,13 @@ PLAIN_KEYS = ["argv", "timeout_s", "path", "name", "author", "socket", "note", "
 @pytest.mark.parametrize("key", CREDENTIAL_KEYS)
 def test_each_documented_credential_name_is_recognised_in_any_spelling(key: str) -> None:
     assert looks_like_credential(key)
+
+
+@given(name=st.text(alphabet=st.characters(max_codepoint=127), max_size=20))
+def test_an_ascii_name_is_normalised_as_any_other(name: str) -> None:
+    """The ASCII fast path (lower case, letters and digits) agrees with NFKC and case-folding."""
+    folded = unicodedata.normalize("NFKC", name).casefold()
+    assert normalised(name) == "".join(char for char in folded if char.isalnum())
 
 
 @pytest.mark.parametrize("key", PLAIN_KEYS)
