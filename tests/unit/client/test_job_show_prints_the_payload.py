@@ -14,6 +14,7 @@ import pytest
 from moonrun.client.drawn import safe_json
 from moonrun.client.library import Client
 from moonrun.errors import Forbidden
+from tests.support.both_clients import FLAVOURS, Flavour, connect
 from tests.support.console_kit import serve
 from tests.support.http_harness import ADMIN_TOKEN, http_world
 from tests.support.stores import memory_factory
@@ -93,9 +94,13 @@ def test_safe_json_reads_back_as_the_same_value() -> None:
         assert "é ✓ 漢" in text
 
 
-def test_the_python_client_reads_the_payload_when_asked(terminal: Terminal) -> None:
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_the_python_client_reads_the_payload_when_asked(
+    terminal: Terminal, flavour: Flavour
+) -> None:
+    """`Client` and `AsyncClient` alike."""
     job_id = submitted(terminal, PAYLOAD)
-    with Client(terminal.url, terminal.cast.owner[1]) as client:
+    with connect(flavour, terminal.url, terminal.cast.owner[1]) as client:
         asked = client.job(job_id, include_payload=True)
         plain = client.job(job_id)
         listed = [job.payload for job in client.jobs(include_payload=True)]
@@ -104,11 +109,14 @@ def test_the_python_client_reads_the_payload_when_asked(terminal: Terminal) -> N
     assert (listed, unlisted) == ([SHOWN], [None])
 
 
-def test_another_owner_gets_no_payload_from_the_client(terminal: Terminal) -> None:
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_another_owner_gets_no_payload_from_the_client(
+    terminal: Terminal, flavour: Flavour
+) -> None:
     """The refusal a plain read gets (403 `forbidden`), nothing of the payload."""
     job_id = submitted(terminal, PAYLOAD)
     stranger = terminal.cast.stranger[1]
-    with Client(terminal.url, stranger) as client, pytest.raises(Forbidden) as refused:
+    with connect(flavour, terminal.url, stranger) as client, pytest.raises(Forbidden) as refused:
         client.job(job_id, include_payload=True)
     assert "deploy" not in str(refused.value)
     with Client(terminal.url, ADMIN_TOKEN) as admin:
