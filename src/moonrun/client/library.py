@@ -299,10 +299,12 @@ class Server:
 
 @dataclass(frozen=True)
 class Schedule:
-    """A server's recurring job: its calendar, what each firing creates, and how it went."""
+    """A server's recurring job (or, with a `selector`, a recurring fan-out): its calendar,
+    what each firing creates, and how it went."""
 
     id: str
-    server_id: str
+    server_id: str | None
+    """None for a selector schedule."""
     name: str
     cron: str
     timezone: str
@@ -314,6 +316,12 @@ class Schedule:
     missed: int
     last_job_id: str | None
     data: dict[str, Any]
+    selector: str | None = None
+    """The label selector each firing fans out over (a group per firing)."""
+    last_group_id: str | None = None
+    """The group the last selector firing made."""
+    unmatched: int = 0
+    """Selector firings that matched no server."""
 
     @classmethod
     def of(cls, data: dict[str, Any]) -> Schedule:
@@ -332,6 +340,10 @@ class Schedule:
             missed=data["missed"],
             last_job_id=last["job_id"] if last else None,
             data=data,
+            # An older platform sends none of these.
+            selector=data.get("selector"),
+            last_group_id=last.get("group_id") if last else None,
+            unmatched=data.get("unmatched", 0),
         )
 
 
@@ -762,7 +774,7 @@ class Client:
 
     def create_schedule(
         self,
-        server_id: str,
+        server_id: str | None,
         name: str,
         cron: str,
         kind: str,
@@ -777,11 +789,18 @@ class Client:
         priority: int | None = None,
         concurrency_key: str | None = None,
         concurrency_limit: int | None = None,
+        selector: str | None = None,
+        max_parallel: int | None = None,
+        stop_on_failure: bool = False,
     ) -> Schedule:
         """A schedule that creates a `kind` job at every time of `cron` (5 fields or a macro
         such as `@daily`) in `timezone`; `overlap` is `skip`, `allow` or `cancel_previous`;
         `catchup_window_s` None is the platform's default (60); its jobs of `priority` (0 to
-        9, 5 when None)."""
+        9, 5 when None).
+
+        With `selector` (and `server_id` None) each firing is a group instead: one job on each
+        server you may submit to whose labels match at that time, at most `max_parallel` of
+        them at once, the queued ones cancelled once one fails with `stop_on_failure`."""
         job: dict[str, Any] = {"kind": kind}
         for name_, value in (
             ("payload", payload),
@@ -803,8 +822,14 @@ class Client:
         }
         if catchup_window_s is not None:
             body["catchup_window_s"] = catchup_window_s
-        path = f"/api/v1/servers/{server_id}/schedules"
-        return Schedule.of(self._request("POST", path, json=body))
+        if selector is None and server_id is not None:
+            path = f"/api/v1/servers/{server_id}/schedules"
+            return Schedule.of(self._request("POST", path, json=body))
+        # A selector schedule (the platform answers 422 unless exactly one is given).
+        body |= {"server_id": server_id, "selector": selector, "stop_on_failure": stop_on_failure}
+        if max_parallel is not None:
+            body["max_parallel"] = max_parallel
+        return Schedule.of(self._request("POST", "/api/v1/schedules", json=body))
 
     def schedules(self, server_id: str | None = None) -> list[Schedule]:
         """The schedules of the servers whose jobs you manage (or of one server)."""
@@ -817,7 +842,8 @@ class Client:
 
     def change_schedule(self, schedule_id: str, **changes: Any) -> Schedule:
         """Change some of `name`, `cron`, `timezone`, `job`, `overlap`, `catchup_window_s`,
-        `paused`; a new calendar starts after now."""
+        `paused` (and a selector schedule's `selector`, `max_parallel`, `stop_on_failure`); a
+        new calendar starts after now."""
         path = f"/api/v1/schedules/{schedule_id}"
         return Schedule.of(self._request("PATCH", path, json=changes))
 
@@ -831,9 +857,11 @@ class Client:
 
     def trigger_schedule(self, schedule_id: str) -> tuple[Schedule, str | None]:
         """Fire now, outside the calendar, under the overlap policy: the schedule and the job
-        made (None when the policy skipped it)."""
+        made, or for a selector schedule the group (`grp_...`); None when the policy skipped
+        it (or a selector matched nothing)."""
         answer = self._request("POST", f"/api/v1/schedules/{schedule_id}/trigger")
-        return Schedule.of(answer["schedule"]), answer["job_id"]
+        made: str | None = answer["job_id"] or answer.get("group_id")
+        return Schedule.of(answer["schedule"]), made
 
     def delete_schedule(self, schedule_id: str) -> Schedule:
         """Delete a schedule; its jobs stay."""
