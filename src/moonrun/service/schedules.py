@@ -165,6 +165,15 @@ class Schedules:
         now = self._clock.now()
         return [self._state(schedule, now) for schedule in found]
 
+    def selector_schedules(self, actor: User) -> list[ScheduleState]:
+        """The selector schedules the actor made (every one, for platform admins)."""
+        if actor.platform_admin:
+            found = [s for s in self._store.list_schedules() if s.fans_out]
+        else:
+            found = self._store.selector_schedules(actor.id)
+        now = self._clock.now()
+        return [self._state(schedule, now) for schedule in found]
+
     def get(self, actor: User, schedule_id: str) -> ScheduleState:
         return self._state(self._accessible(actor, schedule_id), self._clock.now())
 
