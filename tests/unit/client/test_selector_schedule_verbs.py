@@ -66,18 +66,23 @@ def test_a_selector_matching_nothing_says_so_on_trigger(terminal: Terminal) -> N
 
 
 @pytest.mark.parametrize(
-    "where",
-    [("SERVER", "--selector", "role=web"), (), ("SERVER", "--max-parallel", "2")],
+    ("where", "said"),
+    [
+        (("SERVER", "--selector", "role=web"), "give a SERVER or --selector, exactly one"),
+        ((), "give a SERVER or --selector, exactly one"),
+        (("SERVER", "--max-parallel", "2"), "--max-parallel and --stop-on-failure need"),
+    ],
     ids=["both", "neither", "max-parallel without selector"],
 )
 def test_a_server_and_a_selector_together_or_neither_are_refused(
-    terminal: Terminal, where: tuple[str, ...]
+    terminal: Terminal, where: tuple[str, ...], said: str
 ) -> None:
     args = tuple(terminal.cast.server_id if arg == "SERVER" else arg for arg in where)
 
     refused = terminal(*CREATE, *args)
 
     assert refused.exit_code == 2, refused.output
+    assert said in " ".join(refused.output.split()), refused.output
     assert (
         terminal.cast.world.platform.service.schedules.list_schedules(
             terminal.cast.world.store.get_user(terminal.cast.owner[0])  # type: ignore[arg-type]
