@@ -7,9 +7,10 @@ when migrated, and then takes selector schedules."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import cast
 
 import pytest
 from sqlalchemy import (
@@ -169,7 +170,8 @@ def private_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]
         yield f"file:{tmp_path / 'p.db'}"
         return
     request.getfixturevalue(f"{request.param}_url")  # skips (or fails in CI) without a server
-    databases = mysql_test_database() if request.param == "mysql" else postgres_test_database()
+    made = mysql_test_database() if request.param == "mysql" else postgres_test_database()
+    databases = cast(Generator[str, None, None], made)  # dropped at close
     yield next(databases)
     databases.close()
 
