@@ -110,6 +110,21 @@ class Scene:
         schedule_id: str = response.json()["id"]
         return schedule_id
 
+    def selector_schedule(self) -> str:
+        """A new selector schedule the owner made (over role=web)."""
+        body = {
+            "name": unique_name("fleet"),
+            "cron": "@daily",
+            "selector": "role=web",
+            "job": {"kind": "noop"},
+        }
+        response = self.cast.world.api(
+            "POST", "/api/v1/schedules", token=self.cast.owner[1], json=body
+        )
+        assert response.status_code == 201, response.text
+        schedule_id: str = response.json()["id"]
+        return schedule_id
+
     def web1_schedule(self) -> str:
         return self.schedule_of(self.cast.server_id, self.cast.owner[1])
 
@@ -897,6 +912,69 @@ ROWS: tuple[Row, ...] = (
         lambda s: f"/api/v1/servers/{MISSING_SERVER}/schedules",
         (NOT_FOUND, NOT_FOUND, NOT_FOUND, NOT_FOUND, UNAUTH, UNAUTH),
         body=lambda s: {"name": unique_name("s"), "cron": "@hourly", "job": {"kind": "noop"}},
+        writes=True,
+    ),
+    # -- selector schedules: anyone may make one (its firings reach only the servers its creator
+    # may submit to, as a fan-out's); it is its creator's, as a group is
+    Row(
+        "create selector schedule over role=web",
+        "POST",
+        "/api/v1/schedules",
+        lambda s: "/api/v1/schedules",
+        (CREATED, CREATED, CREATED, CREATED, UNAUTH, UNAUTH),
+        body=lambda s: {
+            "name": unique_name("s"),
+            "cron": "@hourly",
+            "selector": "role=web",
+            "job": {"kind": "noop"},
+        },
+        writes=True,
+    ),
+    Row(
+        "create schedule on web-1 by server_id",
+        "POST",
+        "/api/v1/schedules",
+        lambda s: "/api/v1/schedules",
+        (CREATED, CREATED, CREATED, FORBIDDEN, UNAUTH, UNAUTH),
+        body=lambda s: {
+            "name": unique_name("s"),
+            "cron": "@hourly",
+            "server_id": web1(s),
+            "job": {"kind": "noop"},
+        },
+        writes=True,
+    ),
+    Row(
+        "read the owner's selector schedule",
+        "GET",
+        "/api/v1/schedules/{schedule_id}",
+        lambda s: f"/api/v1/schedules/{s.selector_schedule()}",
+        (OK, OK, FORBIDDEN, FORBIDDEN, UNAUTH, UNAUTH),
+        writes=True,
+    ),
+    Row(
+        "change the owner's selector schedule",
+        "PATCH",
+        "/api/v1/schedules/{schedule_id}",
+        lambda s: f"/api/v1/schedules/{s.selector_schedule()}",
+        (OK, OK, FORBIDDEN, FORBIDDEN, UNAUTH, UNAUTH),
+        body=lambda s: {"selector": "role=web,env=prod"},
+        writes=True,
+    ),
+    Row(
+        "trigger the owner's selector schedule",
+        "POST",
+        "/api/v1/schedules/{schedule_id}/trigger",
+        lambda s: f"/api/v1/schedules/{s.selector_schedule()}/trigger",
+        (OK, OK, FORBIDDEN, FORBIDDEN, UNAUTH, UNAUTH),
+        writes=True,
+    ),
+    Row(
+        "delete the owner's selector schedule",
+        "DELETE",
+        "/api/v1/schedules/{schedule_id}",
+        lambda s: f"/api/v1/schedules/{s.selector_schedule()}",
+        (OK, OK, FORBIDDEN, FORBIDDEN, UNAUTH, UNAUTH),
         writes=True,
     ),
     Row(

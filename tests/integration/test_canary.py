@@ -555,6 +555,32 @@ def refused_and_invalid(c: Canary, server_id: str, job_id: str, owner: str, stra
         query="wait_s=5&until=terminal",
     )
     assert waited.json()["done"] is True, waited.text
+    # A selector schedule of the secret payload: made, triggered (a group), read and refused to
+    # another user, and refused with a lease as its selector; its views never show the payload.
+    fleet = {"name": "canary fleet", "cron": "@daily", "selector": "role=web", "max_parallel": 1}
+    scheduled = c.call(
+        "POST",
+        "/api/v1/schedules",
+        token=owner,
+        json={**fleet, "job": {"kind": "noop", "payload": PAYLOAD}},
+    )
+    assert scheduled.status_code == 201, scheduled.text
+    fleet_id = scheduled.json()["id"]
+    fired = c.call(
+        "POST", "/api/v1/schedules/{schedule_id}/trigger", token=owner, schedule_id=fleet_id
+    )
+    assert fired.json()["group_id"] is not None, fired.text
+    c.call("GET", "/api/v1/schedules/{schedule_id}", token=stranger, schedule_id=fleet_id)
+    c.call("POST", "/api/v1/schedules/{schedule_id}/trigger", token=stranger, schedule_id=fleet_id)
+    refused = c.call(
+        "POST",
+        "/api/v1/schedules",
+        token=owner,
+        json={**fleet, "selector": f"role={lease} x", "job": {"kind": "noop", "payload": PAYLOAD}},
+    )
+    assert refused.status_code == 422, refused.text
+    c.call("GET", "/api/v1/schedules", token=owner)
+    c.call("DELETE", "/api/v1/schedules/{schedule_id}", token=owner, schedule_id=fleet_id)
     for misfit in (
         {"kind": "noop", "payload": {"secret_ref": [SECRET_REF]}},  # 422 invalid_payload
         {"kind": "nope", "payload": PAYLOAD},  # 422 unknown_kind

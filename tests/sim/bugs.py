@@ -142,10 +142,10 @@ class DropsFirings(_Wrapper):
     def fire_schedules(self, writes: Sequence[ScheduleWrite]) -> list[bool]:
         kept = []
         for write in writes:
-            if write.job is not None:
+            if write.job is not None or write.group is not None:
                 self.firings += 1
                 if self.firings % 2 == 0:
-                    write = replace(write, job=None)
+                    write = replace(write, job=None, group=None, group_jobs=())
             kept.append(write)
         return self._inner.fire_schedules(kept)
 
@@ -159,6 +159,8 @@ class FiresTwice(_Wrapper):
         for write, won in zip(writes, stored, strict=True):
             if won and write.job is not None:
                 self._inner.insert_jobs([replace(write.job, id=write.job.id + "x")])
+            if won and write.group_jobs:  # a selector firing's jobs, made again
+                self._inner.insert_jobs([replace(job, id=job.id + "x") for job in write.group_jobs])
         return stored
 
 

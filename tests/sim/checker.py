@@ -723,15 +723,28 @@ class Checker:
         and, for `overlap: allow`, one for every minute while an instance was up through the
         firing's on-time slack."""
         h = self.h
-        made: dict[tuple[str, int], str] = {}
+        # A selector schedule's firing makes a job per server, all of one group: the key is
+        # (schedule, time, server), and one (schedule, time) has one group.
+        made: dict[tuple[str, int, str], str] = {}
+        fired: set[tuple[str, int]] = set()
+        groups: dict[tuple[str, int], str | None] = {}
         for job_id, writes in self.writes.items():
             job = writes[0].after
             if job.schedule_id is None or job.scheduled_for is None:
                 continue
-            key = (job.schedule_id, job.scheduled_for)
+            key = (job.schedule_id, job.scheduled_for, job.server_id)
             if key in made:
                 self.flag("schedule_twice", writes[0].at, job_id, f"{key} also made {made[key]}")
             made[key] = job_id
+            time_key = key[:2]
+            fired.add(time_key)
+            if groups.setdefault(time_key, job.group_id) != job.group_id:
+                self.flag(
+                    "schedule_twice",
+                    writes[0].at,
+                    job_id,
+                    f"{time_key} made groups {groups[time_key]} and {job.group_id}",
+                )
             if job.scheduled_for % MINUTE_MS:
                 self.flag("schedule_off_calendar", writes[0].at, job_id, f"{key} is no minute")
         end = h.ended_at or h.started_at
@@ -745,7 +758,7 @@ class Checker:
                     for spans in h.up.values()
                     for since, until in spans
                 )
-                if up and (schedule_id, t) not in made:
+                if up and (schedule_id, t) not in fired:
                     self.flag(
                         "schedule_not_fired",
                         t,

@@ -117,7 +117,12 @@ class RecordingStore:
 
     def fire_schedules(self, writes: Sequence[ScheduleWrite]) -> list[bool]:
         stored = self._inner.fire_schedules(writes)
-        made = [w.job for w, won in zip(writes, stored, strict=True) if won and w.job is not None]
+        made = [
+            job
+            for w, won in zip(writes, stored, strict=True)
+            if won
+            for job in ((w.job,) if w.job is not None else w.group_jobs)
+        ]
         # Only the jobs the store holds now: a firing answered but not made must not be
         # recorded as made (the checker's `schedule_not_fired` would never see it).
         found = self._inner.get_jobs([job.id for job in made]) if made else {}

@@ -63,6 +63,8 @@ CLOCK_DRIFT = 0.03
 before its lease would lapse on its own clock, so it stays safe while its clock runs no more
 than 12.5% slow over a lease; jumps forward are always safe, only early."""
 
+SELECTOR_SCHEDULES = 0.3
+"""The share of schedules that name a selector (a group per firing) in place of a server."""
 MAX_WORK_MS = 12_000
 MAX_NOT_BEFORE_MS = 5_000
 SWEEP_INTERVAL_MS = 1_000
@@ -185,6 +187,8 @@ class Simulation:
         """Which jobs wait on others (drawn apart, so that the other draws stay as they were)."""
         self.priority_rng = random.Random(f"priorities-{seed}")
         """Each job's priority (drawn apart, likewise)."""
+        self.selector_rng = random.Random(f"selectors-{seed}")
+        """Which schedules name a selector in place of a server (drawn apart, likewise)."""
         self.scenario = Scenario.draw(seed, store, self.rng)
         self.bug = bug
         self.retention_rng = random.Random(f"retention-{seed}")
@@ -247,7 +251,11 @@ class Simulation:
             overlap = self.rng.choice(["allow", "allow", "skip", "cancel_previous"])
             work = JobSpec("sim.work", {"ms": self.rng.randint(20, 2000)})
             spec = ScheduleSpec(f"every minute {n}", "* * * * *", work, overlap=overlap)
-            made = service.schedules.create(owner, self.rng.choice(servers).id, spec)
+            server_id: str | None = self.rng.choice(servers).id
+            if self.selector_rng.random() < SELECTOR_SCHEDULES:
+                # A group per firing over every host (each server is labelled role=sim).
+                server_id, spec = None, replace(spec, selector="role=sim")
+            made = service.schedules.create(owner, server_id, spec)
             self.history.schedules[made.schedule.id] = overlap
 
     def job_spec(self) -> JobSpec:

@@ -261,7 +261,7 @@ class AsyncClient:
 
     async def create_schedule(
         self,
-        server_id: str,
+        server_id: str | None,
         name: str,
         cron: str,
         kind: str,
@@ -276,6 +276,9 @@ class AsyncClient:
         priority: int | None = None,
         concurrency_key: str | None = None,
         concurrency_limit: int | None = None,
+        selector: str | None = None,
+        max_parallel: int | None = None,
+        stop_on_failure: bool = False,
     ) -> Schedule:
         return await self._do(
             calls.create_schedule(
@@ -293,6 +296,9 @@ class AsyncClient:
                 priority=priority,
                 concurrency_key=concurrency_key,
                 concurrency_limit=concurrency_limit,
+                selector=selector,
+                max_parallel=max_parallel,
+                stop_on_failure=stop_on_failure,
             )
         )
 

@@ -362,7 +362,7 @@ def remove_server(server_id: str) -> Call[Server]:
 
 
 def create_schedule(
-    server_id: str,
+    server_id: str | None,
     name: str,
     cron: str,
     kind: str,
@@ -377,6 +377,9 @@ def create_schedule(
     priority: int | None = None,
     concurrency_key: str | None = None,
     concurrency_limit: int | None = None,
+    selector: str | None = None,
+    max_parallel: int | None = None,
+    stop_on_failure: bool = False,
 ) -> Call[Schedule]:
     job: dict[str, Any] = {"kind": kind}
     for name_, value in (
@@ -399,7 +402,13 @@ def create_schedule(
     }
     if catchup_window_s is not None:
         body["catchup_window_s"] = catchup_window_s
-    return _call("POST", f"/api/v1/servers/{server_id}/schedules", Schedule.of, json=body)
+    if selector is None and server_id is not None:
+        return _call("POST", f"/api/v1/servers/{server_id}/schedules", Schedule.of, json=body)
+    # A selector schedule (the platform answers 422 unless exactly one is given).
+    body |= {"server_id": server_id, "selector": selector, "stop_on_failure": stop_on_failure}
+    if max_parallel is not None:
+        body["max_parallel"] = max_parallel
+    return _call("POST", "/api/v1/schedules", Schedule.of, json=body)
 
 
 def schedules(server_id: str | None = None) -> Call[list[Schedule]]:
@@ -425,7 +434,8 @@ def resume_schedule(schedule_id: str) -> Call[Schedule]:
 
 def trigger_schedule(schedule_id: str) -> Call[tuple[Schedule, str | None]]:
     def parse(answer: Any) -> tuple[Schedule, str | None]:
-        return Schedule.of(answer["schedule"]), answer["job_id"]
+        made: str | None = answer["job_id"] or answer.get("group_id")
+        return Schedule.of(answer["schedule"]), made
 
     return _call("POST", f"/api/v1/schedules/{schedule_id}/trigger", parse)
 

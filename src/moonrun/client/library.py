@@ -333,7 +333,7 @@ class Client:
 
     def create_schedule(
         self,
-        server_id: str,
+        server_id: str | None,
         name: str,
         cron: str,
         kind: str,
@@ -348,11 +348,18 @@ class Client:
         priority: int | None = None,
         concurrency_key: str | None = None,
         concurrency_limit: int | None = None,
+        selector: str | None = None,
+        max_parallel: int | None = None,
+        stop_on_failure: bool = False,
     ) -> Schedule:
         """A schedule that creates a `kind` job at every time of `cron` (5 fields or a macro
         such as `@daily`) in `timezone`; `overlap` is `skip`, `allow` or `cancel_previous`;
         `catchup_window_s` None is the platform's default (60); its jobs of `priority` (0 to
-        9, 5 when None)."""
+        9, 5 when None).
+
+        With `selector` (and `server_id` None) each firing is a group instead: one job on each
+        server you may submit to whose labels match at that time, at most `max_parallel` of
+        them at once, the queued ones cancelled once one fails with `stop_on_failure`."""
         return self._do(
             calls.create_schedule(
                 server_id,
@@ -369,6 +376,9 @@ class Client:
                 priority=priority,
                 concurrency_key=concurrency_key,
                 concurrency_limit=concurrency_limit,
+                selector=selector,
+                max_parallel=max_parallel,
+                stop_on_failure=stop_on_failure,
             )
         )
 
@@ -381,7 +391,8 @@ class Client:
 
     def change_schedule(self, schedule_id: str, **changes: Any) -> Schedule:
         """Change some of `name`, `cron`, `timezone`, `job`, `overlap`, `catchup_window_s`,
-        `paused`; a new calendar starts after now."""
+        `paused` (and a selector schedule's `selector`, `max_parallel`, `stop_on_failure`); a
+        new calendar starts after now."""
         return self._do(calls.change_schedule(schedule_id, changes))
 
     def pause_schedule(self, schedule_id: str) -> Schedule:
@@ -394,7 +405,8 @@ class Client:
 
     def trigger_schedule(self, schedule_id: str) -> tuple[Schedule, str | None]:
         """Fire now, outside the calendar, under the overlap policy: the schedule and the job
-        made (None when the policy skipped it)."""
+        made, or for a selector schedule the group (`grp_...`); None when the policy skipped
+        it (or a selector matched nothing)."""
         return self._do(calls.trigger_schedule(schedule_id))
 
     def delete_schedule(self, schedule_id: str) -> Schedule:

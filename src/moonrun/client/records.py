@@ -221,10 +221,12 @@ class Server:
 
 @dataclass(frozen=True)
 class Schedule:
-    """A server's recurring job: its calendar, what each firing creates, and how it went."""
+    """A server's recurring job (or, with a `selector`, a recurring fan-out): its calendar,
+    what each firing creates, and how it went."""
 
     id: str
-    server_id: str
+    server_id: str | None
+    """None for a selector schedule."""
     name: str
     cron: str
     timezone: str
@@ -236,6 +238,12 @@ class Schedule:
     missed: int
     last_job_id: str | None
     data: dict[str, Any]
+    selector: str | None = None
+    """The label selector each firing fans out over (a group per firing)."""
+    last_group_id: str | None = None
+    """The group the last selector firing made."""
+    unmatched: int = 0
+    """Selector firings that matched no server."""
 
     @classmethod
     def of(cls, data: dict[str, Any]) -> Schedule:
@@ -254,6 +262,10 @@ class Schedule:
             missed=data["missed"],
             last_job_id=last["job_id"] if last else None,
             data=data,
+            # An older platform sends none of these.
+            selector=data.get("selector"),
+            last_group_id=last.get("group_id") if last else None,
+            unmatched=data.get("unmatched", 0),
         )
 
 

@@ -7,7 +7,12 @@ from pydantic import BaseModel, ConfigDict
 
 from moonrun.errors import InvalidRequest
 from moonrun.http.api import Call, Route
-from moonrun.http.schemas import ChangeScheduleRequest, CreateScheduleRequest, ScheduleJobRequest
+from moonrun.http.schemas import (
+    ChangeScheduleRequest,
+    CreateAnyScheduleRequest,
+    CreateScheduleRequest,
+    ScheduleJobRequest,
+)
 from moonrun.http.user_api import as_caller
 from moonrun.scheduling.views import schedule_view
 from moonrun.service.schedules import ScheduleSpec, ScheduleState
@@ -28,6 +33,7 @@ def view(state: ScheduleState) -> ScheduleView:
         state.last_job,
         owner_disabled=state.owner_disabled,
         next_times=state.next_times,
+        last_group_done=state.last_group_done,
     )
 
 
@@ -43,10 +49,14 @@ def _job(body: ScheduleJobRequest) -> JobSpec:
     )
 
 
-async def create_schedule(call: Call) -> ScheduleView:
-    """Create a schedule of a server whose jobs the caller manages."""
-    body: CreateScheduleRequest = call.body
-    spec = ScheduleSpec(
+def _spec(
+    body: CreateScheduleRequest,
+    *,
+    selector: str | None = None,
+    max_parallel: int | None = None,
+    stop_on_failure: bool = False,
+) -> ScheduleSpec:
+    return ScheduleSpec(
         name=body.name,
         cron=body.cron,
         job=_job(body.job),
@@ -54,9 +64,30 @@ async def create_schedule(call: Call) -> ScheduleView:
         overlap=body.overlap,
         catchup_window_s=body.catchup_window_s,
         paused=body.paused,
+        selector=selector,
+        max_parallel=max_parallel,
+        stop_on_failure=stop_on_failure,
     )
+
+
+async def create_schedule(call: Call) -> ScheduleView:
+    """Create a schedule of a server whose jobs the caller manages."""
+    spec = _spec(call.body)
     schedules = call.platform.service.schedules
     return view(await as_caller(call, schedules.create, call.params["server_id"], spec))
+
+
+async def create_any_schedule(call: Call) -> ScheduleView:
+    """Create a schedule of a server (`server_id`) or of a label `selector`: exactly one."""
+    body: CreateAnyScheduleRequest = call.body
+    spec = _spec(
+        body,
+        selector=body.selector,
+        max_parallel=body.max_parallel,
+        stop_on_failure=body.stop_on_failure,
+    )
+    schedules = call.platform.service.schedules
+    return view(await as_caller(call, schedules.create, body.server_id, spec))
 
 
 async def list_schedules(call: Call) -> SchedulesAnswer:
@@ -103,14 +134,19 @@ async def resume_schedule(call: Call) -> ScheduleView:
 async def trigger_schedule(call: Call) -> TriggeredAnswer:
     """Fire now, outside the calendar, under the overlap policy."""
     schedules = call.platform.service.schedules
-    state, job_id = await as_caller(call, schedules.trigger, call.params["schedule_id"])
-    return {"schedule": view(state), "job_id": job_id}
+    made = await as_caller(call, schedules.trigger, call.params["schedule_id"])
+    return {"schedule": view(made.state), "job_id": made.job_id, "group_id": made.group_id}
 
 
 ROUTES: tuple[Route, ...] = (
     Route(
         method="POST", path="/api/v1/servers/{server_id}/schedules", channel="user", auth="user",
         body=CreateScheduleRequest, answer=ScheduleView, status=201, handler=create_schedule,
+    ),
+    Route(
+        method="POST", path="/api/v1/schedules", channel="user", auth="user",
+        body=CreateAnyScheduleRequest, answer=ScheduleView, status=201,
+        handler=create_any_schedule,
     ),
     Route(
         method="GET", path="/api/v1/schedules", channel="user", auth="user",

@@ -297,8 +297,38 @@ class CreateScheduleRequest(UserRequest):
     paused: bool = False
 
 
+class CreateAnyScheduleRequest(CreateScheduleRequest):
+    """A schedule of one server (`server_id`) or of the servers a label `selector` matches at
+    each firing (a group per firing): exactly one of the two."""
+
+    server_id: str | None = Field(default=None, description="The server each firing runs on")
+    selector: str | None = Field(
+        default=None,
+        description="In place of a server: the label selector each firing fans out over (one "
+        "job per matching server the creator may submit to, as one group); at least one "
+        "requirement",
+    )
+    max_parallel: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_PARALLEL_LIMIT,
+        description="A selector schedule's: at most this many of a firing's jobs claimed or "
+        "running at once",
+    )
+    stop_on_failure: bool = Field(
+        default=False,
+        description="A selector schedule's: once one job of a firing fails, cancel that "
+        "firing's queued jobs",
+    )
+
+
 class ChangeScheduleRequest(UserRequest):
     """Only the fields given change; a new `cron` or `timezone` starts the calendar after now."""
+
+    selector: str | None = None
+    """A selector schedule's only."""
+    max_parallel: int | None = Field(default=None, ge=1, le=MAX_PARALLEL_LIMIT)
+    stop_on_failure: bool | None = None
 
     name: str | None = None
     cron: str | None = None

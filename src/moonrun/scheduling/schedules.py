@@ -12,9 +12,16 @@ A schedule keeps a cursor, `next_at`: the earliest calendar time not yet decided
   job to cancel and fires;
 - a time whose server's owner is disabled is missed.
 
+A schedule names a server, or a label `selector` instead: then each firing is a fan-out group,
+one job on every server its creator may submit to whose labels match at the firing time
+(`scheduling/groups.py`), and the overlap policy looks at the previous firing's group (running
+while any of its jobs has not ended). A firing whose selector matches no server is recorded
+(`nothing_matched`: counted in `unmatched`, its time shown with no group), never retried.
+
 Exactly once: the job of a firing has an id derived from (schedule, scheduled time)
-(`firing_job_id`), so however many platforms, restarts or retries decide the same time, the
-store holds at most one job for it (a second insert is `AlreadyExists`).
+(`firing_job_id`), and a selector firing's group and jobs from (schedule, time[, server])
+(`firing_group_id`, `group_job_id`), so however many platforms, restarts or retries decide the
+same time, the store holds at most one job (or group) for it.
 """
 
 from __future__ import annotations
@@ -54,12 +61,16 @@ class Overlap(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Schedule:
-    """A recurring job of one server: the calendar, the job it makes, and its cursor."""
+    """A recurring job of one server (or of the servers a selector matches): the calendar, the
+    job it makes, and its cursor."""
 
     id: str
-    server_id: str
+    server_id: str | None
+    """The server each firing makes a job on; None for a selector schedule."""
     owner_id: str
-    """The server's owner, whose job each firing makes (servers never change owner)."""
+    """The server's owner, whose job each firing makes (servers never change owner); for a
+    selector schedule its creator, whose groups its firings are and whose access to servers
+    its selector is matched within at each firing."""
     name: str
     cron: str
     timezone: str
@@ -76,6 +87,21 @@ class Schedule:
     last_job_id: str | None = None
     skipped: int = 0
     missed: int = 0
+    selector: str | None = None
+    """A label selector in place of a server: each firing is a group (`server_id` is None)."""
+    max_parallel: int | None = None
+    """A selector firing's group's `max_parallel` (None: no limit)."""
+    stop_on_failure: bool = False
+    """A selector firing's group's `stop_on_failure`."""
+    last_group_id: str | None = None
+    """The group the last selector firing made (None: none, or nothing matched)."""
+    unmatched: int = 0
+    """Selector firings that matched no server: recorded, no group made."""
+
+    @property
+    def fans_out(self) -> bool:
+        """Its firings are groups over the servers its selector matches."""
+        return self.selector is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +156,8 @@ def decide(
 ) -> Firing:
     """Decide every calendar time from the cursor up to `now` (see the module docstring).
 
-    `previous_running`: the job of the schedule's last firing exists and is not terminal.
+    `previous_running`: the job of the schedule's last firing exists and is not terminal (for a
+    selector schedule: its group has a job that is not terminal).
     """
     due = schedule.next_at
     if due is None or due > now:
@@ -151,12 +178,30 @@ def fire(schedule: Schedule, scheduled_for: Instant, previous_running: bool) -> 
     if previous_running and schedule.overlap is Overlap.SKIP:
         return Firing(dataclasses.replace(schedule, skipped=schedule.skipped + 1), None)
     cancel = previous_running and schedule.overlap is Overlap.CANCEL_PREVIOUS
-    fired = dataclasses.replace(
-        schedule,
-        last_scheduled_for=scheduled_for,
-        last_job_id=firing_job_id(schedule.id, scheduled_for),
-    )
+    if schedule.fans_out:
+        fired = dataclasses.replace(
+            schedule,
+            last_scheduled_for=scheduled_for,
+            last_job_id=None,
+            last_group_id=firing_group_id(schedule.id, scheduled_for),
+        )
+    else:
+        fired = dataclasses.replace(
+            schedule,
+            last_scheduled_for=scheduled_for,
+            last_job_id=firing_job_id(schedule.id, scheduled_for),
+        )
     return Firing(fired, scheduled_for, cancel_previous=cancel)
+
+
+def nothing_matched(firing: Firing) -> Firing:
+    """A selector firing whose selector matched no server: its time is recorded as the last
+    firing, with no group, and counted in `unmatched` (the cursor has moved on: it is never
+    fired again). It is a firing all the same: under `cancel_previous` the previous group is
+    still asked to cancel."""
+    schedule = firing.schedule
+    recorded = dataclasses.replace(schedule, last_group_id=None, unmatched=schedule.unmatched + 1)
+    return Firing(recorded, None, cancel_previous=firing.cancel_previous)
 
 
 def firing_job_id(schedule_id: str, scheduled_for: Instant) -> str:
@@ -164,6 +209,22 @@ def firing_job_id(schedule_id: str, scheduled_for: Instant) -> str:
     (`job_` and 16 base32 characters), the same on every platform and after every restart."""
     digest = hashlib.sha256(f"{schedule_id}\0{scheduled_for}".encode()).digest()
     return "job_" + base64.b32encode(digest[:10]).decode().lower()
+
+
+def firing_group_id(schedule_id: str, scheduled_for: Instant) -> str:
+    """The id of the one group a selector schedule's (schedule, time) may make: shaped like
+    every group id, the same on every platform and after every restart."""
+    return "grp_" + _digest(f"{schedule_id}\0{scheduled_for}\0group")
+
+
+def group_job_id(schedule_id: str, scheduled_for: Instant, server_id: str) -> str:
+    """The id of the one job a selector firing makes on `server_id`."""
+    return "job_" + _digest(f"{schedule_id}\0{scheduled_for}\0{server_id}")
+
+
+def _digest(text: str) -> str:
+    digest = hashlib.sha256(text.encode()).digest()
+    return base64.b32encode(digest[:10]).decode().lower()
 
 
 def _latest_due(

@@ -184,14 +184,19 @@ def schedule_view(
     *,
     owner_disabled: bool,
     next_times: Sequence[Instant],
+    last_group_done: bool | None = None,
 ) -> ScheduleView:
-    """A schedule as its server's owner and admins see it: its job's kind and options, never
-    its payload."""
+    """A schedule as its server's owner and admins (a selector schedule's creator) see it: its
+    job's kind and options, never its payload."""
     template = json.loads(schedule.job_json)
     last = schedule.last_job_id
+    fired = schedule.last_scheduled_for is not None and (last is not None or schedule.fans_out)
     return {
         "id": schedule.id,
         "server_id": schedule.server_id,
+        "selector": schedule.selector,
+        "max_parallel": schedule.max_parallel,
+        "stop_on_failure": schedule.stop_on_failure,
         "name": schedule.name,
         "cron": schedule.cron,
         "timezone": schedule.timezone,
@@ -208,14 +213,17 @@ def schedule_view(
         "owner_disabled": owner_disabled,
         "next_times": [format_instant(t) for t in next_times],
         "last_firing": None
-        if last is None or schedule.last_scheduled_for is None
+        if not fired or schedule.last_scheduled_for is None
         else {
             "scheduled_for": format_instant(schedule.last_scheduled_for),
             "job_id": last,
             "job_state": None if last_job is None else last_job.state.value,
+            "group_id": schedule.last_group_id,
+            "group_done": None if schedule.last_group_id is None else last_group_done,
         },
         "skipped": schedule.skipped,
         "missed": schedule.missed,
+        "unmatched": schedule.unmatched,
         "created_at": format_instant(schedule.created_at),
     }
 

@@ -2,7 +2,9 @@
 
 What fires when is decided in `scheduling/schedules.py`; here each decision is applied with
 one compare-and-swap of the schedule that also inserts the firing's job (`fire_schedules`), so
-two platforms deciding the same time, or one deciding it again after a crash, make one job.
+two platforms deciding the same time, or one deciding it again after a crash, make one job. A
+selector schedule's firing is a fan-out group instead (one job per server its creator may
+submit to whose labels match at the firing time), inserted in that same write.
 """
 
 from __future__ import annotations
@@ -19,13 +21,18 @@ from moonrun.clock import Clock
 from moonrun.errors import InvalidRequest, MoonrunError, NotFound
 from moonrun.scheduling import concurrency as concurrency_domain
 from moonrun.scheduling import cron as cron_domain
+from moonrun.scheduling import groups as groups_domain
 from moonrun.scheduling import schedules as domain
 from moonrun.scheduling.fingerprint import JsonValue
+from moonrun.scheduling.groups import Group
 from moonrun.scheduling.jobs import Job
-from moonrun.scheduling.records import User
+from moonrun.scheduling.records import Server, User
 from moonrun.scheduling.schedules import Overlap, Schedule
+from moonrun.scheduling.selectors import parse_selector
 from moonrun.scheduling.time import Instant
+from moonrun.security.access import require
 from moonrun.security.tokens import TokenSource
+from moonrun.service.directory import servers_matching
 from moonrun.service.specs import JobSpec
 from moonrun.store.protocol import ScheduleWrite, Store
 
@@ -50,17 +57,36 @@ class ScheduleSpec:
     overlap: str = Overlap.SKIP.value
     catchup_window_s: int = domain.DEFAULT_CATCHUP_WINDOW_S
     paused: bool = False
+    selector: str | None = None
+    """A label selector in place of a server: each firing is a group (docs/protocol.md,
+    "Schedules")."""
+    max_parallel: int | None = None
+    """A selector schedule's groups' `max_parallel`."""
+    stop_on_failure: bool = False
+    """A selector schedule's groups' `stop_on_failure`."""
 
 
 @dataclass(frozen=True, slots=True)
 class ScheduleState:
-    """A schedule with what its view needs beside it: its last firing's job, and whether its
-    owner may have jobs made now."""
+    """A schedule with what its view needs beside it: its last firing's job (or group), and
+    whether its owner may have jobs made now."""
 
     schedule: Schedule
     last_job: Job | None
     owner_disabled: bool
     next_times: tuple[Instant, ...]
+    last_group_done: bool | None = None
+    """Whether every job of the last firing's group has ended (None: no group, or gone)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Triggered:
+    """What a trigger made: the job (a server's schedule) or the group (a selector
+    schedule's), or neither (the overlap policy skipped it, or nothing matched)."""
+
+    state: ScheduleState
+    job_id: str | None
+    group_id: str | None = None
 
 
 class Schedules:
@@ -75,29 +101,55 @@ class Schedules:
 
     # -- users ----------------------------------------------------------------------------
 
-    def create(self, actor: User, server_id: str, spec: ScheduleSpec) -> ScheduleState:
-        server = self._jobs.manageable_server(actor, server_id)
+    def create(self, actor: User, server_id: str | None, spec: ScheduleSpec) -> ScheduleState:
+        """A schedule of a server whose jobs the actor manages, or (`server_id` None, a
+        `spec.selector`) of the servers the actor may submit to whose labels match the
+        selector at each firing: exactly one of the two."""
+        if (server_id is None) == (spec.selector is None):
+            raise InvalidRequest(
+                "a schedule names exactly one of server_id and selector",
+                fields=(("selector", "give exactly one of server_id and selector"),),
+            )
         now = self._clock.now()
         expression, where = _calendar(spec.cron, spec.timezone)
+        if server_id is not None:
+            if spec.max_parallel is not None or spec.stop_on_failure:
+                raise InvalidRequest(
+                    "max_parallel and stop_on_failure are a selector schedule's (its groups')"
+                )
+            server = self._jobs.manageable_server(actor, server_id)
+            owner_id, job_json = server.owner_id, self._job_json(server_id, spec.job, actor)
+            group: dict[str, Any] = {}
+        else:
+            groups_domain.check_options(spec.max_parallel, spec.stop_on_failure)
+            selector = _selector(spec.selector)
+            owner_id, job_json = actor.id, self._fanout_job_json(actor, selector, spec.job)
+            group = {
+                "selector": selector,
+                "max_parallel": spec.max_parallel,
+                "stop_on_failure": spec.stop_on_failure,
+            }
         schedule = Schedule(
             id=self._tokens.identifier("sch_"),
-            server_id=server.id,
-            owner_id=server.owner_id,
+            server_id=server_id,
+            owner_id=owner_id,
             name=_name(spec.name),
             cron=spec.cron.strip(),
             timezone=spec.timezone,
-            job_json=self._job_json(server_id, spec.job, actor),
+            job_json=job_json,
             overlap=_overlap(spec.overlap),
             catchup_window_s=_window(spec.catchup_window_s),
             paused=spec.paused,
             created_at=now,
             next_at=domain.first_cursor(expression, where, now),
+            **group,
         )
         self._store.insert_schedule(schedule)
         return self._state(schedule, now)
 
     def list_schedules(self, actor: User, server_id: str | None = None) -> list[ScheduleState]:
-        """The schedules of the servers whose jobs the actor manages (or of one of them)."""
+        """The schedules of the servers whose jobs the actor manages (or of one of them), and
+        the selector schedules the actor made (every one, for platform admins)."""
         if server_id is not None:
             self._jobs.manageable_server(actor, server_id)
             found = self._store.list_schedules(server_id)
@@ -109,6 +161,16 @@ class Schedules:
                 for server in self._store.servers_of_user(actor.id)
                 for schedule in self._store.list_schedules(server.id)
             ]
+            found += self._store.selector_schedules(actor.id)
+        now = self._clock.now()
+        return [self._state(schedule, now) for schedule in found]
+
+    def selector_schedules(self, actor: User) -> list[ScheduleState]:
+        """The selector schedules the actor made (every one, for platform admins)."""
+        if actor.platform_admin:
+            found = [s for s in self._store.list_schedules() if s.fans_out]
+        else:
+            found = self._store.selector_schedules(actor.id)
         now = self._clock.now()
         return [self._state(schedule, now) for schedule in found]
 
@@ -117,10 +179,28 @@ class Schedules:
 
     def change(self, actor: User, schedule_id: str, changes: Mapping[str, Any]) -> ScheduleState:
         """Apply a partial change (`name`, `cron`, `timezone`, `job`, `overlap`,
-        `catchup_window_s`, `paused`); a new calendar starts after now."""
+        `catchup_window_s`, `paused`; a selector schedule's `selector`, `max_parallel` and
+        `stop_on_failure` too); a new calendar starts after now."""
 
         def changed(schedule: Schedule, now: Instant) -> Schedule:
             updates: dict[str, Any] = {}
+            grouping = {"selector", "max_parallel", "stop_on_failure"} & set(changes)
+            if grouping and not schedule.fans_out:
+                raise InvalidRequest(
+                    f"{sorted(grouping)[0]}: this schedule names a server, not a selector",
+                    fields=((sorted(grouping)[0], "only a selector schedule has one"),),
+                )
+            if grouping:
+                groups_domain.check_options(
+                    changes.get("max_parallel", schedule.max_parallel),
+                    changes.get("stop_on_failure", schedule.stop_on_failure),
+                )
+                if "selector" in changes:
+                    updates["selector"] = _selector(changes["selector"])
+                if "max_parallel" in changes:
+                    updates["max_parallel"] = changes["max_parallel"]
+                if "stop_on_failure" in changes:
+                    updates["stop_on_failure"] = changes["stop_on_failure"]
             if "name" in changes:
                 updates["name"] = _name(changes["name"])
             if "overlap" in changes:
@@ -129,9 +209,15 @@ class Schedules:
                 updates["catchup_window_s"] = _window(changes["catchup_window_s"])
             if "paused" in changes:
                 updates["paused"] = bool(changes["paused"])
-            if "job" in changes:
-                job: JobSpec = changes["job"]
-                updates["job_json"] = self._job_json(schedule.server_id, job, actor)
+            if "job" in changes or "selector" in changes:
+                job: JobSpec = changes["job"] if "job" in changes else _spec(schedule.job_json)
+                if schedule.server_id is not None:
+                    updates["job_json"] = self._job_json(schedule.server_id, job, actor)
+                else:
+                    # Checked on the servers the selector reaches now, as its creator.
+                    creator = self._store.get_user(schedule.owner_id) or actor
+                    selector = _selector(updates.get("selector", schedule.selector))
+                    updates["job_json"] = self._fanout_job_json(creator, selector, job)
             if "cron" in changes or "timezone" in changes:
                 text = changes.get("cron", schedule.cron)
                 zone_name = changes.get("timezone", schedule.timezone)
@@ -160,17 +246,21 @@ class Schedules:
             raise NotFound("no such schedule")
         return state
 
-    def trigger(self, actor: User, schedule_id: str) -> tuple[ScheduleState, str | None]:
+    def trigger(self, actor: User, schedule_id: str) -> Triggered:
         """Fire now, outside the calendar, under the overlap policy: the schedule and the job
-        made (None when the policy skipped it)."""
+        (or group) made (None when the policy skipped it, or nothing matched)."""
         for _ in range(CAS_TRIES):
             schedule = self._accessible(actor, schedule_id)
             now = self._clock.now()
             bumped = dataclasses.replace(schedule, version=schedule.version + 1)
             firing = domain.fire(bumped, now, self._previous_running(schedule))
-            stored, job = self._apply(schedule, firing)
-            if stored:
-                return self._state(firing.schedule, now), (job.id if job is not None else None)
+            write = self._write_for(schedule, firing)
+            if self._store_writes([write])[0]:
+                return Triggered(
+                    self._state(write.schedule, now),
+                    None if write.job is None else write.job.id,
+                    None if write.group is None else write.group.id,
+                )
         raise MoonrunError("the schedule kept changing; try again")
 
     def preview(self, cron: object, timezone: object) -> list[Instant]:
@@ -190,6 +280,11 @@ class Schedules:
             return 0
         last_ids = [s.last_job_id for s in due if s.last_job_id is not None]
         last_jobs = self._store.get_jobs(last_ids) if last_ids else {}
+        last_groups = {
+            s.last_group_id: self._group_running(s.last_group_id)
+            for s in due
+            if s.last_group_id is not None
+        }
         owners: dict[str, bool] = {}
         writes: list[ScheduleWrite] = []
         for schedule in due:
@@ -197,12 +292,17 @@ class Schedules:
                 owner = self._store.get_user(schedule.owner_id)
                 owners[schedule.owner_id] = owner is not None and not owner.disabled
             last = last_jobs.get(schedule.last_job_id or "")
+            running = (
+                last_groups.get(schedule.last_group_id or "", False)
+                if schedule.fans_out
+                else last is not None and not last.state.is_terminal
+            )
             try:
                 firing = domain.decide(
                     schedule,
                     *_calendar(schedule.cron, schedule.timezone),
                     now,
-                    previous_running=last is not None and not last.state.is_terminal,
+                    previous_running=running,
                     owner_enabled=owners[schedule.owner_id],
                 )
                 writes.append(self._write_for(schedule, firing))
@@ -216,18 +316,13 @@ class Schedules:
         self._store_writes(writes)  # a lost race leaves the other platform's decision
         return len(due)
 
-    def _apply(self, schedule: Schedule, firing: domain.Firing) -> tuple[bool, Job | None]:
-        """Store one decision: whether it was stored (not when the schedule changed
-        meanwhile), and the job it made."""
-        write = self._write_for(schedule, firing)
-        stored = self._store_writes([write])[0]
-        return stored, write.job if stored else None
-
     def _write_for(self, schedule: Schedule, firing: domain.Firing) -> ScheduleWrite:
         """The store write of a decision: the firing's job built (or, when it cannot be
         made any more, the time counted missed); a previous job to cancel is asked first."""
         if firing.scheduled_for is None:
             return ScheduleWrite(firing.schedule, schedule.version, None)
+        if schedule.fans_out:
+            return self._group_write_for(schedule, firing, firing.scheduled_for)
         try:
             job = self._build(schedule, firing.scheduled_for)
         except MoonrunError as error:  # the server or its kinds changed since: a miss
@@ -237,23 +332,92 @@ class Schedules:
                 "schedule could not fire",
                 extra={"fields": {"schedule_id": schedule.id, "error": error.message}},
             )
-            missed = dataclasses.replace(
-                firing.schedule,
-                missed=firing.schedule.missed + 1,
-                last_scheduled_for=schedule.last_scheduled_for,
-                last_job_id=schedule.last_job_id,
-            )
-            return ScheduleWrite(missed, schedule.version, None)
+            return ScheduleWrite(_missed(schedule, firing), schedule.version, None)
         if firing.cancel_previous and schedule.last_job_id is not None:
             self._cancel_previous(schedule)
         return ScheduleWrite(firing.schedule, schedule.version, job)
 
+    def _group_write_for(
+        self, schedule: Schedule, firing: domain.Firing, scheduled_for: Instant
+    ) -> ScheduleWrite:
+        """A selector firing's write: its group and one job per server the creator may submit
+        to whose labels match now; nothing matching is recorded (`nothing_matched`), and a
+        group that cannot be made (a Run refusing the kind, too many servers) is a miss."""
+        try:
+            built = self._build_group(schedule, scheduled_for)
+        except MoonrunError as error:
+            if error.code == "store_unavailable":
+                raise
+            log.warning(
+                "schedule could not fire",
+                extra={"fields": {"schedule_id": schedule.id, "error": error.message}},
+            )
+            return ScheduleWrite(_missed(schedule, firing), schedule.version, None)
+        if built is None:
+            firing = domain.nothing_matched(firing)
+        if firing.cancel_previous and schedule.last_group_id is not None:
+            self._cancel_previous_group(schedule)
+        if built is None:
+            return ScheduleWrite(firing.schedule, schedule.version, None)
+        group, jobs = built
+        return ScheduleWrite(firing.schedule, schedule.version, group=group, group_jobs=jobs)
+
+    def _build_group(
+        self, schedule: Schedule, scheduled_for: Instant
+    ) -> tuple[Group, tuple[Job, ...]] | None:
+        """The group of a selector firing and its jobs (None: no server matches). Ids derive
+        from (schedule, time[, server]); the jobs are in id order, which is their release
+        order, so which of them start held is the same on every platform."""
+        creator = self._store.get_user(schedule.owner_id)
+        if creator is None or schedule.selector is None:
+            raise NotFound("the schedule's creator is gone")
+        servers = servers_matching(self._store, creator, schedule.selector)
+        if not servers:
+            return None
+        if len(servers) > groups_domain.MAX_FANOUT:
+            raise InvalidRequest(
+                f"the selector matches {len(servers)} servers; a group reaches at most "
+                f"{groups_domain.MAX_FANOUT}"
+            )
+        placed: list[tuple[str, Server]] = sorted(
+            (
+                (domain.group_job_id(schedule.id, scheduled_for, server.id), server)
+                for server in servers
+            ),
+            key=lambda pair: pair[0],
+        )
+        spec = _spec(schedule.job_json)
+        group_id = domain.firing_group_id(schedule.id, scheduled_for)
+        now = self._clock.now()
+        jobs = self._jobs.group_jobs(
+            [server for _, server in placed],
+            spec,
+            group_id,
+            [job_id for job_id, _ in placed],
+            schedule.max_parallel,
+            now,
+            schedule_id=schedule.id,
+            scheduled_for=scheduled_for,
+        )
+        group = Group(
+            id=group_id,
+            creator_id=schedule.owner_id,
+            selector=schedule.selector,
+            kind=spec.kind,
+            created_at=now,
+            job_count=len(jobs),
+            max_parallel=schedule.max_parallel,
+            stop_on_failure=schedule.stop_on_failure,
+        )
+        return group, tuple(jobs)
+
     def _store_writes(self, writes: list[ScheduleWrite]) -> list[bool]:
         stored = self._store.fire_schedules(writes) if writes else []
         made = [
-            write.job
+            job
             for write, won in zip(writes, stored, strict=True)
-            if won and write.job is not None
+            if won
+            for job in ((write.job,) if write.job is not None else write.group_jobs)
         ]
         # A job with a concurrency key is made held by it: its key releases it now, as after
         # a create (`keys_declared`), not at the sweeper's repair.
@@ -263,7 +427,7 @@ class Schedules:
         return stored
 
     def _build(self, schedule: Schedule, scheduled_for: Instant) -> Job:
-        server = self._store.get_server(schedule.server_id)
+        server = None if schedule.server_id is None else self._store.get_server(schedule.server_id)
         if server is None:
             raise NotFound("the schedule's server was removed")
         return self._jobs.scheduled_job(
@@ -281,9 +445,21 @@ class Schedules:
         with contextlib.suppress(NotFound):  # pruned: nothing left to cancel
             self._jobs.cancel_job(owner, schedule.last_job_id)
 
+    def _cancel_previous_group(self, schedule: Schedule) -> None:
+        """Ask the previous firing's group's jobs to cancel, as its creator would."""
+        creator = self._store.get_user(schedule.owner_id)
+        if creator is None or schedule.last_group_id is None:
+            return
+        with contextlib.suppress(NotFound):
+            self._jobs.groups.cancel(creator, schedule.last_group_id)
+
     # -- helpers -----------------------------------------------------------------------------
 
     def _previous_running(self, schedule: Schedule) -> bool:
+        if schedule.fans_out:
+            return schedule.last_group_id is not None and self._group_running(
+                schedule.last_group_id
+            )
         if schedule.last_job_id is None:
             return False
         job = self._store.get_job(schedule.last_job_id)
@@ -293,8 +469,16 @@ class Schedules:
         schedule = self._store.get_schedule(schedule_id)
         if schedule is None:
             raise NotFound("no such schedule")
-        self._jobs.manageable_server(actor, schedule.server_id)
+        if schedule.server_id is None:
+            # A selector schedule is its creator's, as a fan-out group is.
+            require(actor.platform_admin or actor.id == schedule.owner_id)
+        else:
+            self._jobs.manageable_server(actor, schedule.server_id)
         return schedule
+
+    def _group_running(self, group_id: str) -> bool:
+        """The group has a job that has not ended (a group whose jobs are gone has none)."""
+        return not groups_domain.is_done(self._store.group_counts(group_id))
 
     def _update(self, actor: User, schedule_id: str, change: Any) -> ScheduleState:
         for _ in range(CAS_TRIES):
@@ -313,26 +497,51 @@ class Schedules:
         self._jobs.scheduled_job(
             server, spec, job_id="job_" + "a" * 16, schedule_id="sch_check", scheduled_for=0
         )
-        template = {
-            "kind": spec.kind,
-            "payload": spec.payload,
-            "max_attempts": spec.max_attempts,
-            "backoff": dict(spec.backoff) if spec.backoff is not None else None,
-        }
-        # Options named only when given: a template naming none reads as it always did.
-        if spec.priority is not None:
-            template["priority"] = spec.priority
-        concurrency = concurrency_domain.check(spec.concurrency)
-        if concurrency is not None:
-            template["concurrency"] = {"key": concurrency.key, "limit": concurrency.limit}
-        return json.dumps(template, separators=(",", ":"), sort_keys=True)
+        return _template(spec)
+
+    def _fanout_job_json(self, creator: User, selector: str, spec: JobSpec) -> str:
+        """A selector schedule's job template, checked as a fan-out would check it now on the
+        servers the selector matches (on none yet: as a create on a server whose Run
+        advertised no kinds)."""
+        if spec.not_before is not None:
+            raise InvalidRequest("job.not_before: a schedule's jobs start at their times")
+        servers = servers_matching(self._store, creator, selector)[: groups_domain.MAX_FANOUT]
+        now = self._clock.now()
+        checked = servers or [Server("srv_check", "check", "ep_check", creator.id, now)]
+        self._jobs.group_jobs(
+            checked, spec, "grp_check", [f"job_check{n}" for n in range(len(checked))], None, now
+        )
+        return _template(spec)
 
     def _state(self, schedule: Schedule, now: Instant) -> ScheduleState:
         owner = self._store.get_user(schedule.owner_id)
         last = None if schedule.last_job_id is None else self._store.get_job(schedule.last_job_id)
+        done = None
+        if schedule.last_group_id is not None:
+            counts = self._store.group_counts(schedule.last_group_id)
+            done = groups_domain.is_done(counts) if counts else None
         expression, where = _calendar(schedule.cron, schedule.timezone)
         times = domain.next_times(schedule, expression, where, now)
-        return ScheduleState(schedule, last, owner is None or owner.disabled, tuple(times))
+        return ScheduleState(
+            schedule, last, owner is None or owner.disabled, tuple(times), last_group_done=done
+        )
+
+
+def _template(spec: JobSpec) -> str:
+    """The job template as stored (options named only when given)."""
+    template = {
+        "kind": spec.kind,
+        "payload": spec.payload,
+        "max_attempts": spec.max_attempts,
+        "backoff": dict(spec.backoff) if spec.backoff is not None else None,
+    }
+    # Options named only when given: a template naming none reads as it always did.
+    if spec.priority is not None:
+        template["priority"] = spec.priority
+    concurrency = concurrency_domain.check(spec.concurrency)
+    if concurrency is not None:
+        template["concurrency"] = {"key": concurrency.key, "limit": concurrency.limit}
+    return json.dumps(template, separators=(",", ":"), sort_keys=True)
 
 
 def job_template(schedule: Schedule) -> dict[str, JsonValue]:
@@ -351,6 +560,29 @@ def _spec(job_json: str) -> JobSpec:
         priority=template.get("priority"),
         concurrency=template.get("concurrency"),
     )
+
+
+def _missed(schedule: Schedule, firing: domain.Firing) -> Schedule:
+    """A firing whose job (or group) could not be made: counted missed, the last firing as it
+    was."""
+    return dataclasses.replace(
+        firing.schedule,
+        missed=firing.schedule.missed + 1,
+        last_scheduled_for=schedule.last_scheduled_for,
+        last_job_id=schedule.last_job_id,
+        last_group_id=schedule.last_group_id,
+    )
+
+
+def _selector(selector: object) -> str:
+    """A selector schedule's selector, checked as a fan-out checks one: it parses (else
+    `invalid_selector` with the position) and names at least one requirement."""
+    if not isinstance(selector, str) or not parse_selector(selector).requirements:
+        raise InvalidRequest(
+            "selector must name at least one label requirement",
+            fields=(("selector", "must name at least one label requirement"),),
+        )
+    return selector
 
 
 def _calendar(text: object, zone_name: object) -> tuple[cron_domain.Calendar, Any]:

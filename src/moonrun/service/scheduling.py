@@ -1256,10 +1256,14 @@ class SchedulingService:
         job_ids: Sequence[str],
         max_parallel: int | None,
         now: Instant,
+        *,
+        schedule_id: str | None = None,
+        scheduled_for: Instant | None = None,
     ) -> list[Job]:
         """A fan-out's jobs, one per server with the id of the same place (ids in release
         order), checked as a create checks them (each endpoint's kinds read once); those past
-        `max_parallel` held. Not stored."""
+        `max_parallel` held; a selector schedule's firing's carry its schedule and time. Not
+        stored."""
         checked: set[str] = set()
         policy = self._policy(spec.max_attempts, spec.backoff)
         jobs = []
@@ -1287,6 +1291,8 @@ class SchedulingService:
                     held=groups_domain.starts_held(position, max_parallel),
                     concurrency=concurrency_domain.check(spec.concurrency),
                     priority=spec.priority,
+                    schedule_id=schedule_id,
+                    scheduled_for=scheduled_for,
                 )
             )
         return jobs

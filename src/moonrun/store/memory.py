@@ -749,6 +749,11 @@ class MemoryStore:
                 self._schedules[schedule.id] = schedule
                 if job is not None and job.id not in self._jobs:
                     self._add(job)
+                group = write.group
+                if group is not None and group.id not in self._groups:
+                    self._groups[group.id] = group
+                    for member in write.group_jobs:
+                        self._add(member)
         return stored
 
     def delete_schedule(self, schedule_id: str) -> bool:
@@ -758,6 +763,11 @@ class MemoryStore:
     def list_schedules(self, server_id: str | None = None) -> list[Schedule]:
         with self._lock:
             found = [s for s in self._schedules.values() if server_id in (None, s.server_id)]
+        return sorted(found, key=lambda s: (s.created_at, s.id))
+
+    def selector_schedules(self, owner_id: str) -> list[Schedule]:
+        with self._lock:
+            found = [s for s in self._schedules.values() if s.owner_id == owner_id and s.fans_out]
         return sorted(found, key=lambda s: (s.created_at, s.id))
 
     def due_schedules(self, now: Instant, limit: int) -> list[Schedule]:

@@ -38,11 +38,14 @@ class IdempotencyRecord:
 
 @dataclass(frozen=True, slots=True)
 class ScheduleWrite:
-    """One schedule's new record, the version it was read at, and the job its firing made."""
+    """One schedule's new record, the version it was read at, and the job its firing made (or,
+    for a selector schedule, the group and the group's jobs)."""
 
     schedule: Schedule
     expected_version: int
     job: Job | None = None
+    group: Group | None = None
+    group_jobs: tuple[Job, ...] = ()
 
 
 class Store(Protocol):
@@ -341,8 +344,9 @@ class Store(Protocol):
         """For each write, in one commit: store its schedule if the stored one still has
         `expected_version`, and then insert its job unless a job with that id exists already
         (a firing's id is derived from its schedule and time: this is what makes each firing
-        happen at most once). Answers, per write, whether it was stored (False: a conflict,
-        and nothing of that write stored)."""
+        happen at most once), and its group with the group's jobs unless a group with that id
+        exists already (likewise derived). Answers, per write, whether it was stored (False: a
+        conflict, and nothing of that write stored)."""
         ...
 
     def delete_schedule(self, schedule_id: str) -> bool:
@@ -351,6 +355,10 @@ class Store(Protocol):
 
     def list_schedules(self, server_id: str | None = None) -> list[Schedule]:
         """Every schedule, or one server's, oldest first."""
+        ...
+
+    def selector_schedules(self, owner_id: str) -> list[Schedule]:
+        """The selector schedules `owner_id` made, oldest first."""
         ...
 
     def due_schedules(self, now: Instant, limit: int) -> list[Schedule]:

@@ -348,7 +348,12 @@ class Queries:
             f"SELECT {_SCHEDULE} FROM schedules @ix_schedules_due "
             "WHERE paused = :paused AND next_at <= :now ORDER BY next_at, id LIMIT :limit"
         )
+        self.selector_schedules = render(
+            f"SELECT {_SCHEDULE} FROM schedules @ix_schedules_owner "
+            "WHERE owner_id = :owner_id AND selector IS NOT NULL ORDER BY created_at, id"
+        )
         self.job_exists = render("SELECT COUNT(*) FROM jobs WHERE id = :id")
+        self.group_exists = render("SELECT COUNT(*) FROM job_groups WHERE id = :id")
         self.schema_version = render("SELECT version FROM schema_version")
 
     def render(self, text: str) -> str:

@@ -312,31 +312,50 @@ job_dependencies = Table(
 """What each job waits on (`scheduling/dependencies.py`): one row per job or group a job names
 (`on_id`), written with the job and never changed, so that a job's end finds its waiters by one
 range of the key."""
+
+
+def _schedule_columns() -> list[Column[Any]]:
+    """The columns of `schedules`, made anew at each call (a column belongs to one table):
+    migration 16 builds SQLite's table again from them."""
+    return [
+        Column("id", ID, primary_key=True),
+        Column("server_id", ID),
+        Column("owner_id", ID, nullable=False),
+        Column("name", SHORT, nullable=False),
+        Column("cron", _text(200), nullable=False),
+        Column("timezone", SHORT, nullable=False),
+        Column("job_json", Text, nullable=False),
+        Column("overlap", _text(16), nullable=False),
+        Column("catchup_window_s", Integer, nullable=False),
+        Column("paused", Boolean, nullable=False),
+        Column("created_at", BigInteger, nullable=False),
+        Column("next_at", BigInteger),
+        Column("version", BigInteger, nullable=False),
+        Column("last_scheduled_for", BigInteger),
+        Column("last_job_id", ID),
+        Column("skipped", BigInteger, nullable=False),
+        Column("missed", BigInteger, nullable=False),
+        # Migration 16: selector schedules (their firings are groups).
+        Column("selector", Text),
+        Column("max_parallel", Integer),
+        Column("stop_on_failure", Boolean, nullable=False, server_default=text("false")),
+        Column("last_group_id", ID),
+        Column("unmatched", BigInteger, nullable=False, server_default=text("0")),
+    ]
+
+
 schedules = Table(
     "schedules",
     metadata,
-    Column("id", ID, primary_key=True),
-    Column("server_id", ID, nullable=False),
-    Column("owner_id", ID, nullable=False),
-    Column("name", SHORT, nullable=False),
-    Column("cron", _text(200), nullable=False),
-    Column("timezone", SHORT, nullable=False),
-    Column("job_json", Text, nullable=False),
-    Column("overlap", _text(16), nullable=False),
-    Column("catchup_window_s", Integer, nullable=False),
-    Column("paused", Boolean, nullable=False),
-    Column("created_at", BigInteger, nullable=False),
-    Column("next_at", BigInteger),
-    Column("version", BigInteger, nullable=False),
-    Column("last_scheduled_for", BigInteger),
-    Column("last_job_id", ID),
-    Column("skipped", BigInteger, nullable=False),
-    Column("missed", BigInteger, nullable=False),
+    *_schedule_columns(),
     Index("ix_schedules_due", "paused", "next_at", "id"),
     Index("ix_schedules_server", "server_id", "created_at", "id"),
+    Index("ix_schedules_owner", "owner_id", "created_at", "id"),
     **TABLE_OPTIONS,
 )
-"""Recurring schedules (`scheduling/schedules.py`); `next_at` is the cursor the due index finds."""
+"""Recurring schedules (`scheduling/schedules.py`); `next_at` is the cursor the due index finds.
+A schedule names a server (`server_id`) or a label `selector` (its firings are groups; `server_id`
+NULL); `ix_schedules_owner` finds a creator's selector schedules."""
 
 V1_TABLES: Final = (jobs, endpoints, sessions, users, api_tokens, servers, server_admins)
 DATA_TABLES: Final = (
@@ -630,6 +649,66 @@ def _priorities_v15(connection: Connection) -> None:
         connection.execute(text(f"DROP INDEX ix_jobs_owner_claim{on_table}"))
 
 
+SCHEDULE_INDEXES: Final = {
+    "ix_schedules_due": "CREATE INDEX ix_schedules_due ON schedules (paused, next_at, id)",
+    "ix_schedules_server": "CREATE INDEX ix_schedules_server ON schedules "
+    "(server_id, created_at, id)",
+    "ix_schedules_owner": "CREATE INDEX ix_schedules_owner ON schedules (owner_id, created_at, id)",
+}
+"""The indexes of `schedules` as SQL (the migration's: it never makes an `Index` object)."""
+
+_SELECTOR_COLUMNS: Final = {
+    "selector": "TEXT",
+    "max_parallel": "INTEGER",
+    "stop_on_failure": "BOOLEAN NOT NULL DEFAULT false",
+    "last_group_id": "VARCHAR(64)",
+    "unmatched": "BIGINT NOT NULL DEFAULT 0",
+}
+
+
+def _selector_schedules_v16(connection: Connection) -> None:
+    """Selector schedules (docs/protocol.md, "Schedules"): `server_id` may be NULL, and the
+    selector, its group's options, the last group and the unmatched count (every existing
+    schedule names a server, has made no group, and matched every time).
+
+    SQLite cannot drop a NOT NULL constraint: its table is built again (a new table from the
+    current columns, every row copied, the old table dropped with its indexes, the new one
+    renamed, the indexes made again), all inside the migration's transaction."""
+    inspector = inspect(connection)
+    columns = {c["name"]: c for c in inspector.get_columns("schedules")}
+    dialect = connection.dialect.name
+    if dialect == "sqlite":
+        if columns["server_id"]["nullable"] and _SELECTOR_COLUMNS.keys() <= columns.keys():
+            _ensure_indexes(connection, "schedules", SCHEDULE_INDEXES)
+            return
+        rebuilt = Table("schedules_v16", MetaData(), *_schedule_columns())
+        rebuilt.create(connection)
+        kept = ", ".join(name for name in columns if name in rebuilt.columns)
+        connection.execute(text(f"INSERT INTO schedules_v16 ({kept}) SELECT {kept} FROM schedules"))
+        connection.execute(text("DROP TABLE schedules"))
+        connection.execute(text("ALTER TABLE schedules_v16 RENAME TO schedules"))
+        _ensure_indexes(connection, "schedules", SCHEDULE_INDEXES)
+        return
+    for name, kind in _SELECTOR_COLUMNS.items():
+        if name not in columns:
+            if dialect == "postgresql" and kind.startswith("VARCHAR"):
+                kind += ' COLLATE "C"'
+            connection.execute(text(f"ALTER TABLE schedules ADD COLUMN {name} {kind}"))
+    if not columns["server_id"]["nullable"]:
+        if dialect == "mysql":
+            connection.execute(text("ALTER TABLE schedules MODIFY server_id VARCHAR(64) NULL"))
+        else:
+            connection.execute(text("ALTER TABLE schedules ALTER COLUMN server_id DROP NOT NULL"))
+    _ensure_indexes(connection, "schedules", SCHEDULE_INDEXES)
+
+
+def _ensure_indexes(connection: Connection, table: str, statements: dict[str, str]) -> None:
+    present = {index["name"] for index in inspect(connection).get_indexes(table)}
+    for name, statement in statements.items():
+        if name not in present:
+            connection.execute(text(statement))
+
+
 MIGRATIONS: Final[Sequence[Callable[[Connection], None]]] = (
     _create_v1,
     _idempotency_keys_v2,
@@ -646,6 +725,7 @@ MIGRATIONS: Final[Sequence[Callable[[Connection], None]]] = (
     _dependencies_v13,
     _concurrency_keys_v14,
     _priorities_v15,
+    _selector_schedules_v16,
 )
 """Migration n (1-based) brings the schema from version n-1 to n; never edit a shipped one.
 

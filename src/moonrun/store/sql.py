@@ -881,6 +881,17 @@ class SqlStore:
                     if int(cursor.fetchall()[0][0]) == 0:
                         cursor.execute(self._sql.insert_job, codec.job_to_row(write.job))
                         deltas[write.job.state.value] += 1
+                if won and write.group is not None:
+                    cursor.execute(self._sql.group_exists, {"id": write.group.id})
+                    if int(cursor.fetchall()[0][0]) == 0:
+                        cursor.execute(self._sql.insert_group, codec.group_to_row(write.group))
+                        if write.group_jobs:
+                            cursor.executemany(
+                                self._sql.insert_job,
+                                [codec.job_to_row(job) for job in write.group_jobs],
+                            )
+                        for job in write.group_jobs:
+                            deltas[job.state.value] += 1
             self._count(cursor, deltas)
             return stored
 
@@ -897,6 +908,9 @@ class SqlStore:
         if server_id is None:
             return self._schedules(self._sql.list_schedules, {})
         return self._schedules(self._sql.schedules_of_server, {"server_id": server_id})
+
+    def selector_schedules(self, owner_id: str) -> list[Schedule]:
+        return self._schedules(self._sql.selector_schedules, {"owner_id": owner_id})
 
     def due_schedules(self, now: Instant, limit: int) -> list[Schedule]:
         parameters = {"paused": False, "now": now, "limit": limit}

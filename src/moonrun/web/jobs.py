@@ -36,6 +36,7 @@ from moonrun.web.pages import (
     render,
     signed_in,
 )
+from moonrun.web.schedules import schedules_page_of
 
 router = APIRouter(include_in_schema=False)
 MAX_BULK_CANCEL = 200
@@ -364,13 +365,14 @@ async def job_page(request: Request, job_id: str, fragment: bool = False) -> Res
     lines = logview.shown_tail(page) if page else []
     server = await on_user_channel(request, platform.directory.get_server, user, job.server_id)
     artifacts = await on_user_channel(request, platform.artifacts.artifacts, job_id)
-    schedule_name, schedule_gone = None, False
+    schedule_name, schedule_gone, schedule_page = None, False, ""
     if job.schedule_id is not None:
         try:
             made_by = await on_user_channel(
                 request, platform.service.schedules.get, user, job.schedule_id
             )
             schedule_name = made_by.schedule.name
+            schedule_page = schedules_page_of(made_by.schedule.server_id)
         except NotFound:  # deleted since: its jobs stay
             schedule_gone = True
         except Forbidden:  # not the viewer's to manage: its id alone
@@ -396,6 +398,7 @@ async def job_page(request: Request, job_id: str, fragment: bool = False) -> Res
         "server_name": server.name,
         "schedule_name": schedule_name,
         "schedule_gone": schedule_gone,
+        "schedule_page": schedule_page,
         "logs": lines,
         "logs_kept": page.kept_lines if page else 0,
         "logs_dropped": page.dropped_lines if page else 0,

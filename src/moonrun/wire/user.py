@@ -236,14 +236,28 @@ class ScheduleJobView(TypedDict):
 
 class LastFiringView(TypedDict):
     scheduled_for: str
-    job_id: str
+    job_id: str | None
+    """The job it made; None for a selector schedule's firing (it made a group)."""
     job_state: str | None
-    """None once the job is gone (deleted by retention)."""
+    """None once the job is gone (deleted by retention), and for a selector firing."""
+    group_id: str | None
+    """The group a selector schedule's firing made; None when nothing matched (and for a
+    server's schedule)."""
+    group_done: bool | None
+    """Every job of that group has ended; None without a group, or once its jobs are gone."""
 
 
 class ScheduleView(TypedDict):
     id: str
-    server_id: str
+    server_id: str | None
+    """The server each firing makes a job on; None for a selector schedule."""
+    selector: str | None
+    """The label selector each firing fans out over (a group per firing); None for a server's
+    schedule."""
+    max_parallel: int | None
+    """A selector schedule's groups' `max_parallel`."""
+    stop_on_failure: bool
+    """A selector schedule's groups' `stop_on_failure`."""
     name: str
     cron: str
     timezone: str
@@ -261,6 +275,8 @@ class ScheduleView(TypedDict):
     missed: int
     """Times not fired because no platform was up, the schedule was paused, the owner was
     disabled, or the job could not be made; at most one catch-up firing comes after a gap."""
+    unmatched: int
+    """A selector schedule's firings whose selector matched no server (no group made)."""
     created_at: str
 
 
@@ -299,7 +315,10 @@ class SchedulesAnswer(TypedDict):
 class TriggeredAnswer(TypedDict):
     schedule: ScheduleView
     job_id: str | None
-    """The job the trigger made; None when the overlap policy skipped it."""
+    """The job the trigger made; None when the overlap policy skipped it (and for a selector
+    schedule)."""
+    group_id: str | None
+    """The group a selector schedule's trigger made; None when skipped or nothing matched."""
 
 
 class ServersAnswer(TypedDict):

@@ -91,6 +91,8 @@ def test_each_due_time_fires_one_job_carrying_its_schedule_and_time(cast: Cast) 
         "scheduled_for": format_instant(first),
         "job_id": jobs[0]["id"],
         "job_state": "queued",
+        "group_id": None,
+        "group_done": None,
     }
 
 
