@@ -29,6 +29,7 @@ from sqlalchemy.pool import NullPool
 
 from moonrun.backoff import Backoff
 from moonrun.errors import StoreUnavailable
+from moonrun.store.mysql_wakeups import RECONNECT, MySQLWakeups, Row
 from moonrun.store.queries import COUNT_SHARDS, Queries
 from moonrun.store.sql import Cursor, SqlStore, duplicate
 
@@ -224,6 +225,25 @@ class MySQLStore(SqlStore):
     def _unlock_schema(self, connection: Connection) -> None:
         connection.execute(text("SELECT RELEASE_LOCK(:name)"), {"name": SCHEMA_LOCK})
         connection.commit()
+
+    def wakeups(
+        self,
+        heard: Callable[[str, str | None], None],
+        missed: Callable[[], None],
+        *,
+        reconnect: Backoff = RECONNECT,
+    ) -> MySQLWakeups:
+        """Wake-ups across the platform processes on this database (`store/mysql_wakeups.py`):
+        announcements are inserted on this store's pool, and one connection of their own polls
+        (started by `start()`)."""
+        return MySQLWakeups(
+            lambda: self._open(autocommit=True), self._announce, heard, missed, reconnect=reconnect
+        )
+
+    def _announce(self, statement: str, rows: list[Row]) -> None:
+        # On an autocommit connection: one INSERT, committed alone (a repeat after a dead
+        # connection only announces the changes twice).
+        self._read(lambda cursor: cursor.executemany(statement, rows))
 
     def close(self) -> None:
         self._reads.close()
