@@ -12,9 +12,11 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pymysql
 import pytest
+from fastapi.testclient import TestClient
 from sqlalchemy.engine import make_url
 
 from moonrun.backoff import Backoff
@@ -23,7 +25,14 @@ from moonrun.service.config import WaitLimits
 from moonrun.service.scheduling import SchedulingService
 from moonrun.store.mysql import MySQLStore
 from moonrun.store.mysql_wakeups import MySQLWakeups
-from moonrun.wiring.settings import SAFETY_RECHECK_S, recheck_s, share_wakeups
+from moonrun.wiring.app import create_app
+from moonrun.wiring.settings import (
+    SAFETY_RECHECK_S,
+    PlatformConfig,
+    build_platform,
+    recheck_s,
+    share_wakeups,
+)
 from tests.integration.test_wakeups_across_platforms import (
     HANG_S,
     LONG_S,
@@ -36,7 +45,7 @@ from tests.support.harness import World
 from tests.support.stores import mysql_factory
 
 
-def admin(url: str) -> pymysql.connections.Connection:  # type: ignore[type-arg]
+def admin(url: str) -> pymysql.connections.Connection:
     parsed = make_url(url)
     return pymysql.connect(
         host=parsed.host or "127.0.0.1",
@@ -50,6 +59,13 @@ def admin(url: str) -> pymysql.connections.Connection:  # type: ignore[type-arg]
 
 def mysql_pair(url: str, reconnect: Backoff | None = None) -> Pair:
     return build_pair(World(mysql_factory(url)), MySQLStore(url), reconnect)
+
+
+def pollers(pair: Pair) -> list[MySQLWakeups]:
+    """The pair's wake-ups: MySQL's, A's then B's."""
+    found = [each for each in pair.peers if isinstance(each, MySQLWakeups)]
+    assert found == pair.peers
+    return found
 
 
 def close(pair: Pair) -> None:
@@ -69,7 +85,7 @@ def pair(mysql_url: str) -> Iterator[Pair]:
 def test_a_mysql_store_shares_wake_ups_and_waits_look_again_only_every_five_seconds(
     pair: Pair,
 ) -> None:
-    assert [type(each) for each in pair.peers] == [MySQLWakeups, MySQLWakeups]
+    assert len(pollers(pair)) == 2
     assert recheck_s(pair.store) == SAFETY_RECHECK_S == 5.0
 
 
@@ -117,7 +133,7 @@ def test_a_blocking_read_on_one_mysql_platform_is_woken_by_a_cancel_on_another(
 
 def test_a_process_is_not_woken_by_its_own_rows(pair: Pair) -> None:
     """A's own change wakes A's waiters from its service; its row is for B alone."""
-    a, b = pair.peers
+    a, b = pollers(pair)
     heard: list[tuple[str, str | None]] = []
     a._heard = lambda job_id, endpoint_id: heard.append((job_id, endpoint_id))
     b_heard: list[tuple[str, str | None]] = []
@@ -148,7 +164,7 @@ def test_a_broken_poller_connection_reconnects_wakes_every_waiter_and_wake_ups_r
     process's changes wake them again."""
     # Reconnect after exactly 1 s: time to make a change nobody polls for.
     pair = mysql_pair(mysql_url, Backoff(1.0, 1.0, draw=lambda: 1.0))
-    poller = pair.peers[1]
+    poller = pollers(pair)[1]
     world = pair.world
     run = world.run().start()
     try:
@@ -226,3 +242,25 @@ def test_idle_waiting_claims_cost_one_poll_per_process_not_one_read_per_claim(
         poller.stop()
         other.close()
         world.store.close()
+
+
+def test_a_mysql_platform_polls_while_its_app_runs(mysql_url: str, tmp_path: Path) -> None:
+    """`build_platform` gives a MySQL platform its wake-ups; the app's lifespan starts the
+    poller, and stops it (and closes its connection) at shutdown."""
+    platform = build_platform(
+        PlatformConfig(
+            store_url=mysql_url, secret_file=tmp_path / "platform.secret", data_dir=tmp_path
+        )
+    )
+    try:
+        peers = platform.peers
+        assert isinstance(peers, MySQLWakeups)
+        assert platform.service.waiters.recheck_s == SAFETY_RECHECK_S
+        assert not peers.listening.is_set()
+        with TestClient(create_app(platform, sweep=False)):
+            assert peers.listening.wait(HANG_S)
+        assert not peers.listening.is_set()
+        assert peers.listener_pid is None
+    finally:
+        platform.close()
+        platform.release()

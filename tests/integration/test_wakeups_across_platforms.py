@@ -26,6 +26,7 @@ from moonrun.backoff import Backoff
 from moonrun.scheduling.jobs import JobState
 from moonrun.service.scheduling import SchedulingService
 from moonrun.service.waiting import Waiting
+from moonrun.store.mysql_wakeups import MySQLWakeups
 from moonrun.store.pg_wakeups import PostgresWakeups
 from moonrun.store.postgres import PostgresStore
 from moonrun.store.protocol import Store
@@ -77,7 +78,7 @@ class Pair:
     world: World
     store: Store
     service: SchedulingService
-    peers: list[PostgresWakeups]
+    peers: list[PostgresWakeups | MySQLWakeups]
 
     def wait_for_claim(self, session_id: str, lent: Lent) -> Any:
         return self.service.wait_for_claim(session_id, 1, wait_s=LONG_S, waiting=lent.waiting())
@@ -161,7 +162,7 @@ def test_a_blocking_read_on_one_postgres_platform_is_woken_by_a_cancel_on_anothe
     asyncio.run(scenario())
 
 
-def end_listener(wakeups: PostgresWakeups, url: str) -> None:
+def end_listener(wakeups: PostgresWakeups | MySQLWakeups, url: str) -> None:
     """End the listener's connection from the server's side, as a restart or a network cut
     would."""
     pid = wakeups.listener_pid
