@@ -29,7 +29,7 @@ from sqlalchemy.pool import NullPool
 
 from moonrun.backoff import Backoff
 from moonrun.errors import StoreUnavailable
-from moonrun.store.mysql_wakeups import RECONNECT, MySQLWakeups, Row
+from moonrun.store.mysql_wakeups import POLL_READ_TIMEOUT_S, RECONNECT, MySQLWakeups, Row
 from moonrun.store.queries import COUNT_SHARDS, Queries
 from moonrun.store.sql import Cursor, SqlStore, duplicate
 
@@ -94,8 +94,11 @@ class MySQLStore(SqlStore):
             )
         )
 
-    def _open(self, *, autocommit: bool) -> Any:
+    def _open(self, *, autocommit: bool, read_timeout_s: int | None = None) -> Any:
         driver = self._driver
+        # Only the wake-ups' poller bounds its reads: a connection cut without a word must not
+        # hold it (and the waiters' wake-ups) until TCP gives up.
+        bounds = {} if read_timeout_s is None else {"read_timeout": read_timeout_s}
         try:
             return driver.connect(
                 host=self.url.host or "127.0.0.1",
@@ -108,6 +111,7 @@ class MySQLStore(SqlStore):
                 autocommit=autocommit,
                 client_flag=self._flags,
                 init_command="SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+                **bounds,
             )
         except driver.MySQLError as error:
             raise self._unavailable(error) from None
@@ -237,7 +241,11 @@ class MySQLStore(SqlStore):
         announcements are inserted on this store's pool, and one connection of their own polls
         (started by `start()`)."""
         return MySQLWakeups(
-            lambda: self._open(autocommit=True), self._announce, heard, missed, reconnect=reconnect
+            lambda: self._open(autocommit=True, read_timeout_s=POLL_READ_TIMEOUT_S),
+            self._announce,
+            heard,
+            missed,
+            reconnect=reconnect,
         )
 
     def _announce(self, statement: str, rows: list[Row]) -> None:

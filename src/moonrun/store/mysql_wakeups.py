@@ -63,6 +63,9 @@ KEEP_S = 60.0
 PRUNE_BATCH = 5_000
 """Rows one prune deletes, at most."""
 RECONNECT = Backoff(initial_s=0.05, max_s=5.0)
+POLL_READ_TIMEOUT_S = 10
+"""A poll or prune that gets no answer for this long gives its connection up and reconnects
+(MySQL has no keepalive setting in its drivers: a silent cut would hold the poller otherwise)."""
 SEND = "INSERT INTO job_wakeups (origin, job_id, endpoint_id) VALUES (%s, %s, %s)"
 
 log = logging.getLogger("moonrun.store.wakeups")
