@@ -12,8 +12,10 @@ waiting; then cancel the job through A and time until B's read answers `cancelle
 - **after A's answer**: from A's answer to the cancel (the change is committed by then) until
   B's read answered (a lower bound).
 
-On PostgreSQL B is told by LISTEN/NOTIFY; on MySQL (`--stores postgres,mysql`) B finds the
-change at its re-check (every 0.125 to 0.25 s), which is the bound there.
+On PostgreSQL B is told by LISTEN/NOTIFY; on MySQL (`--stores postgres,mysql`) B's poller
+finds A's row in `job_wakeups` at its next poll (every 0.25 s), which is the bound there. Each
+change is made after a random pause (up to `PHASE_S`) once B's read waits, so that it falls at
+a random moment of B's poll, as a real change would.
 
     python bench/wakeup_bench.py [--samples 200] [--stores postgres,mysql]
 """
@@ -24,6 +26,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import secrets
 import shutil
 import statistics
@@ -40,6 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kit import Served, child_env, free_port, mysql_database, platform_command, postgres_database
 
 ADMIN_TOKEN = "mra_" + secrets.token_urlsafe(32)
+PHASE_S = 0.3
+"""Each change waits a random pause up to this (more than MySQL's poll) once the read waits."""
 
 
 class User:
@@ -97,6 +102,9 @@ async def measure(a_url: str, b_url: str, samples: int, warmup: int) -> dict[str
                 if read.done():
                     raise SystemExit(f"the read answered before waiting: {read.result()}")
                 await asyncio.sleep(0.002)
+            # A change at a random moment of B's poll (MySQL): a sample that followed the
+            # last wake-up at once would come just after a poll, every time (the worst case).
+            await asyncio.sleep(random.uniform(0, PHASE_S))
             sent = time.perf_counter()
             await a.call("POST", f"/api/v1/jobs/{job['id']}/cancel")
             answered = time.perf_counter()

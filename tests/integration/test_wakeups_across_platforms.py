@@ -4,9 +4,8 @@ several platform processes").
 Two platforms in one test process: two `SchedulingService`s over two store objects on one
 database, wired as `wiring/settings.py` wires a platform (`share_wakeups`). On PostgreSQL a
 claim or a blocking read waiting on one is woken by a change made on the other: their
-re-check is made 30 s, far longer than any wait here, so a wait that ends was woken. On
-MySQL a waiting request sees another process's change at its re-check (0.25 s): the test
-shows it is the re-check that finds it, never a wake-up. Nothing here asserts a duration;
+re-check is made 30 s, far longer than any wait here, so a wait that ends was woken (MySQL's
+wake-ups: test_mysql_wakeups_across_platforms.py). Nothing here asserts a duration;
 `HANG_S` only stops a wait for something that must happen.
 """
 
@@ -27,20 +26,18 @@ from moonrun.backoff import Backoff
 from moonrun.scheduling.jobs import JobState
 from moonrun.service.scheduling import SchedulingService
 from moonrun.service.waiting import Waiting
-from moonrun.store.mysql import MySQLStore
+from moonrun.store.mysql_wakeups import MySQLWakeups
 from moonrun.store.pg_wakeups import PostgresWakeups
 from moonrun.store.postgres import PostgresStore
 from moonrun.store.protocol import Store
 from moonrun.wiring.app import create_app
 from moonrun.wiring.settings import (
-    SHARED_RECHECK_S,
     PlatformConfig,
     build_platform,
-    recheck_s,
     share_wakeups,
 )
 from tests.support.harness import World
-from tests.support.stores import mysql_factory, postgres_factory
+from tests.support.stores import postgres_factory
 
 T = TypeVar("T")
 LONG_S = 30.0
@@ -81,7 +78,7 @@ class Pair:
     world: World
     store: Store
     service: SchedulingService
-    peers: list[PostgresWakeups]
+    peers: list[PostgresWakeups | MySQLWakeups]
 
     def wait_for_claim(self, session_id: str, lent: Lent) -> Any:
         return self.service.wait_for_claim(session_id, 1, wait_s=LONG_S, waiting=lent.waiting())
@@ -165,7 +162,7 @@ def test_a_blocking_read_on_one_postgres_platform_is_woken_by_a_cancel_on_anothe
     asyncio.run(scenario())
 
 
-def end_listener(wakeups: PostgresWakeups, url: str) -> None:
+def end_listener(wakeups: PostgresWakeups | MySQLWakeups, url: str) -> None:
     """End the listener's connection from the server's side, as a restart or a network cut
     would."""
     pid = wakeups.listener_pid
@@ -226,38 +223,6 @@ def test_a_change_made_while_the_listener_was_away_wakes_the_waiters_once_it_lis
         for wakeups in pair.peers:
             wakeups.stop()
         pair.store.close()
-        world.store.close()
-
-
-def test_on_mysql_a_claim_on_one_platform_finds_a_job_made_on_another_at_its_quarter_second_recheck(
-    mysql_url: str,
-) -> None:
-    """MySQL has no notifications: the bound is the re-check the wiring gives a MySQL store
-    (0.25 s; each pause is between half of it and all of it). The claim on B is granted by a
-    re-check, not by a wake-up."""
-    world = World(mysql_factory(mysql_url))
-    other = MySQLStore(mysql_url)
-    try:
-        assert recheck_s(other) == SHARED_RECHECK_S == 0.25
-        pair = build_pair(world, other)
-        assert pair.peers == []  # no wake-ups to share on MySQL
-        pair.service.waiters.recheck_s = recheck_s(other)
-        run = world.run().start()
-
-        async def scenario() -> None:
-            lent = Lent()
-            claim = asyncio.ensure_future(pair.wait_for_claim(run.session_id, lent))
-            await waits(pair.service, "claims")
-            looked = lent.reads
-            job = world.submit()
-            granted = await asyncio.wait_for(claim, HANG_S)
-            assert [each.job_id for each in granted.jobs] == [job.id]
-            assert pair.service.waiters.wakeups == 0  # found by looking again
-            assert lent.reads > looked
-
-        asyncio.run(scenario())
-    finally:
-        other.close()
         world.store.close()
 
 

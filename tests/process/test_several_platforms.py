@@ -120,7 +120,16 @@ class Deployment:
             after_seq = page["next_after_seq"]
 
     def artifact(self, job_id: str) -> bytes:
-        listed = self.call("GET", f"/api/v1/jobs/{job_id}/artifacts")["artifacts"]
+        # Run uploads a job's artifacts after its result, in a channel of their own: a job
+        # that ended (its logs complete too) may still be uploading, more so when a chunk met
+        # the killed platform and waits for its retry (docs/protocol.md, "Artifacts").
+        def complete() -> list[dict[str, Any]] | None:
+            listed: list[dict[str, Any]] = self.call("GET", f"/api/v1/jobs/{job_id}/artifacts")[
+                "artifacts"
+            ]
+            return listed if any(a["complete"] for a in listed) else None
+
+        listed = wait_for(complete, f"{job_id}'s artifact complete", timeout_s=TIMEOUT_S)
         assert [(a["name"], a["complete"]) for a in listed] == [("out", True)], listed
         answer = self.admin.get(f"/api/v1/jobs/{job_id}/artifacts/out")
         assert answer.status_code == 200, answer.text

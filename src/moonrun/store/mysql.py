@@ -29,6 +29,7 @@ from sqlalchemy.pool import NullPool
 
 from moonrun.backoff import Backoff
 from moonrun.errors import StoreUnavailable
+from moonrun.store.mysql_wakeups import POLL_READ_TIMEOUT_S, RECONNECT, MySQLWakeups, Row
 from moonrun.store.queries import COUNT_SHARDS, Queries
 from moonrun.store.sql import Cursor, SqlStore, duplicate
 
@@ -93,8 +94,11 @@ class MySQLStore(SqlStore):
             )
         )
 
-    def _open(self, *, autocommit: bool) -> Any:
+    def _open(self, *, autocommit: bool, read_timeout_s: int | None = None) -> Any:
         driver = self._driver
+        # Only the wake-ups' poller bounds its reads: a connection cut without a word must not
+        # hold it (and the waiters' wake-ups) until TCP gives up.
+        bounds = {} if read_timeout_s is None else {"read_timeout": read_timeout_s}
         try:
             return driver.connect(
                 host=self.url.host or "127.0.0.1",
@@ -107,6 +111,7 @@ class MySQLStore(SqlStore):
                 autocommit=autocommit,
                 client_flag=self._flags,
                 init_command="SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+                **bounds,
             )
         except driver.MySQLError as error:
             raise self._unavailable(error) from None
@@ -224,6 +229,29 @@ class MySQLStore(SqlStore):
     def _unlock_schema(self, connection: Connection) -> None:
         connection.execute(text("SELECT RELEASE_LOCK(:name)"), {"name": SCHEMA_LOCK})
         connection.commit()
+
+    def wakeups(
+        self,
+        heard: Callable[[str, str | None], None],
+        missed: Callable[[], None],
+        *,
+        reconnect: Backoff = RECONNECT,
+    ) -> MySQLWakeups:
+        """Wake-ups across the platform processes on this database (`store/mysql_wakeups.py`):
+        announcements are inserted on this store's pool, and one connection of their own polls
+        (started by `start()`)."""
+        return MySQLWakeups(
+            lambda: self._open(autocommit=True, read_timeout_s=POLL_READ_TIMEOUT_S),
+            self._announce,
+            heard,
+            missed,
+            reconnect=reconnect,
+        )
+
+    def _announce(self, statement: str, rows: list[Row]) -> None:
+        # On an autocommit connection: one INSERT, committed alone (a repeat after a dead
+        # connection only announces the changes twice).
+        self._read(lambda cursor: cursor.executemany(statement, rows))
 
     def close(self) -> None:
         self._reads.close()

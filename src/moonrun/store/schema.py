@@ -709,6 +709,29 @@ def _ensure_indexes(connection: Connection, table: str, statements: dict[str, st
             connection.execute(text(statement))
 
 
+job_wakeups = Table(
+    "job_wakeups",
+    MetaData(),  # not `metadata`: made by migration 17, on MySQL only
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("origin", SHORT, nullable=False),
+    Column("job_id", ID, nullable=False),
+    Column("endpoint_id", ID),
+    **TABLE_OPTIONS,
+)
+"""Committed job changes, announced to the other platform processes on one MySQL database
+(`store/mysql_wakeups.py`): appended after each commit, read past the last id every 0.25 s by
+each process, deleted after a minute."""
+
+
+def _mysql_wakeups_v17(connection: Connection) -> None:
+    """Wake-ups across the platform processes on one MySQL database: the `job_wakeups` table
+    (nothing on the other stores: SQLite has one platform process, PostgreSQL has NOTIFY)."""
+    if connection.dialect.name != "mysql":
+        return
+    if "job_wakeups" not in inspect(connection).get_table_names():
+        job_wakeups.create(connection)
+
+
 MIGRATIONS: Final[Sequence[Callable[[Connection], None]]] = (
     _create_v1,
     _idempotency_keys_v2,
@@ -726,6 +749,7 @@ MIGRATIONS: Final[Sequence[Callable[[Connection], None]]] = (
     _concurrency_keys_v14,
     _priorities_v15,
     _selector_schedules_v16,
+    _mysql_wakeups_v17,
 )
 """Migration n (1-based) brings the schema from version n-1 to n; never edit a shipped one.
 

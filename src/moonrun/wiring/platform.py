@@ -25,6 +25,7 @@ from moonrun.service.directory import Directory
 from moonrun.service.scheduling import SchedulingService
 from moonrun.service.waiting import Watch
 from moonrun.service.websessions import SignInThrottle, WebSessions
+from moonrun.store.mysql_wakeups import MySQLWakeups
 from moonrun.store.pg_wakeups import PostgresWakeups
 
 
@@ -42,9 +43,9 @@ class Platform:
     logs: LogStore
     artifacts: ArtifactStore
     release: Callable[[], None] = lambda: None
-    peers: PostgresWakeups | None = None
-    """Wake-ups across the platform processes on one PostgreSQL database (None on the other
-    stores): the app's lifespan starts and stops them."""
+    peers: PostgresWakeups | MySQLWakeups | None = None
+    """Wake-ups across the platform processes on one PostgreSQL or MySQL database (None on
+    the other stores): the app's lifespan starts and stops them."""
     sign_in_ledger: Ledger | None = None
     """Where failed sign-ins are counted: this process's memory unless given (several platform
     processes share files in their data directory)."""

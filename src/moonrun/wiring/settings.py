@@ -31,6 +31,7 @@ from moonrun.store import DEFAULT_STORE_URL, open_store
 from moonrun.store.file import FileStore
 from moonrun.store.memory import MemoryStore
 from moonrun.store.mysql import MySQLStore
+from moonrun.store.mysql_wakeups import MySQLWakeups
 from moonrun.store.pg_wakeups import PostgresWakeups
 from moonrun.store.postgres import PostgresStore
 from moonrun.store.protocol import Store
@@ -146,25 +147,30 @@ def log_store(config: PlatformConfig, store: object) -> LogStore:
 
 
 SHARED_RECHECK_S = 0.25
-"""How often a waiting request looks again over a store several platform processes share."""
+"""How often a waiting request looks again over PostgreSQL, where it covers a lost
+notification."""
+SAFETY_RECHECK_S = 5.0
+"""How often a waiting request looks again where every change of note wakes it."""
 
 
 def recheck_s(store: Store) -> float:
     """How often a waiting request looks again (`WaitLimits.recheck_s`) over `store`.
 
-    On MySQL the only way to see a change another platform process made over the same store,
-    so its bound: 0.25 s. On PostgreSQL what covers a lost notification. A FileStore or
-    MemoryStore has one platform process, whose own changes wake its waiters at once: its look
-    is a slow safety net (an idle fleet of 5,000 Runs then costs 1,000 reads a second, not
-    5,000)."""
-    return SHARED_RECHECK_S if isinstance(store, MySQLStore | PostgresStore) else 5.0
+    On PostgreSQL what covers a lost notification: 0.25 s. Elsewhere a slow safety net, as
+    every change of note wakes the waiters: a FileStore or MemoryStore has one platform
+    process, whose own changes wake its waiters at once; over MySQL the processes' changes
+    reach one another through one poll per process (`store/mysql_wakeups.py`). An idle fleet
+    of 5,000 Runs then costs 1,000 reads a second, not 20,000."""
+    return SHARED_RECHECK_S if isinstance(store, PostgresStore) else SAFETY_RECHECK_S
 
 
-def share_wakeups(store: Store, service: SchedulingService) -> PostgresWakeups | None:
-    """On PostgreSQL, wake-ups across the platform processes on one database: the service's
-    committed job changes are announced to the others, and theirs wake its waiters (started
-    and stopped by the app's lifespan). None on the other stores."""
-    if not isinstance(store, PostgresStore):
+def share_wakeups(
+    store: Store, service: SchedulingService
+) -> PostgresWakeups | MySQLWakeups | None:
+    """On PostgreSQL and MySQL, wake-ups across the platform processes on one database: the
+    service's committed job changes are announced to the others, and theirs wake its waiters
+    (started and stopped by the app's lifespan). None on the other stores."""
+    if not isinstance(store, PostgresStore | MySQLStore):
         return None
     wakeups = store.wakeups(service.waiters.peer_changed, service.waiters.peers_missed)
     service.listen(Announcer(wakeups))
