@@ -36,9 +36,13 @@ def test_a_drop_from_the_attempt_being_appended_to_is_noted(tmp_path: Path) -> N
     store = FileLogStore(tmp_path, total_bytes=3 * LINE)
     store.append("job", 1, 1, lines(1, "a1..", "a2.."))
     store.append("job", 1, 2, lines(2, "a3..", "a4.."))
-    assert seen(store, "job") == seen(FileLogStore(tmp_path), "job") == (
-        ["a2..", "a3..", "a4.."],
-        1,
+    assert (
+        seen(store, "job")
+        == seen(FileLogStore(tmp_path), "job")
+        == (
+            ["a2..", "a3..", "a4.."],
+            1,
+        )
     )
 
 

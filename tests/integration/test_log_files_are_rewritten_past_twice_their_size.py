@@ -32,7 +32,7 @@ def test_a_file_is_rewritten_once_past_twice_its_rewritten_size(
     monkeypatch.setattr(log_files, "COMPACT_SLACK", 0)
     store = FileLogStore(tmp_path, attempt_lines=1)
     path = tmp_path / "job" / "1.jsonl"
-    store.append("job", 1, 1, batch(1, "first"))  # past 2 × 0: rewritten at once
+    store.append("job", 1, 1, batch(1, "first"))  # past twice 0: rewritten at once
     rewritten = path.stat()
 
     # A record that brings the file to twice its rewritten size exactly: not past it.
