@@ -1,0 +1,33 @@
+"""A platform process reading an attempt's file that another process keeps writing replays
+each record once, from where it stopped: a store-wide drop another process noted takes the
+lines it names, and no more, however many times the reader comes back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from moonrun.logs.file import FileLogStore
+from moonrun.logs.protocol import LogLine
+
+TS = "2026-11-30T00:00:00.000Z"
+LINE = 100 + 4
+
+
+def lines(seq: int, *texts: str) -> list[LogLine]:
+    return [LogLine(seq, TS, "stdout", text) for text in texts]
+
+
+def seen(store: FileLogStore) -> tuple[list[str], int]:
+    page = store.read("x", 1, -1)
+    return [ln.text for ln in page.lines], page.dropped_lines
+
+
+def test_a_drop_another_process_noted_is_replayed_once(tmp_path: Path) -> None:
+    writer = FileLogStore(tmp_path, shared=True, total_bytes=3 * LINE)
+    reader = FileLogStore(tmp_path, shared=True)
+    writer.append("x", 1, 1, lines(1, "x1..", "x2.."))
+    assert seen(reader) == (["x1..", "x2.."], 0)
+    writer.append("y", 1, 1, lines(1, "y1..", "y2.."))  # drops x1.., noted in x's file
+    assert seen(reader) == (["x2.."], 1)
+    writer.append("x", 1, 2, lines(2, "x3.."))  # drops y1..: x's file only grows
+    assert seen(reader) == seen(writer) == (["x2..", "x3.."], 1)
