@@ -1,6 +1,7 @@
 """A platform process reading an attempt's file that another process keeps writing replays
 each record once, from where it stopped: a store-wide drop another process noted takes the
-lines it names, and no more, however many times the reader comes back."""
+lines it names, and no more, however many times the reader comes back; a job another process
+deleted no longer counts in this one's store-wide bound."""
 
 from __future__ import annotations
 
@@ -31,3 +32,18 @@ def test_a_drop_another_process_noted_is_replayed_once(tmp_path: Path) -> None:
     assert seen(reader) == (["x2.."], 1)
     writer.append("x", 1, 2, lines(2, "x3.."))  # drops y1..: x's file only grows
     assert seen(reader) == seen(writer) == (["x2..", "x3.."], 1)
+
+
+def test_a_job_another_process_deleted_frees_its_room_here(tmp_path: Path) -> None:
+    """Room for three lines: once this process sees that another deleted a job of two lines,
+    three lines of another attempt all fit."""
+    here = FileLogStore(tmp_path, shared=True, total_bytes=3 * LINE)
+    there = FileLogStore(tmp_path, shared=True)
+    here.append("gone", 1, 1, lines(1, "g1..", "g2.."))
+    there.delete_job("gone", 1)
+    assert here.read("gone", 1, -1).lines == []
+
+    here.append("kept", 1, 1, lines(1, "k1..", "k2..", "k3.."))
+
+    page = here.read("kept", 1, -1)
+    assert ([ln.text for ln in page.lines], page.dropped_lines) == (["k1..", "k2..", "k3.."], 0)
