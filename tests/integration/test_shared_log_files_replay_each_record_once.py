@@ -1,7 +1,8 @@
 """A platform process reading an attempt's file that another process keeps writing replays
 each record once, from where it stopped: a store-wide drop another process noted takes the
 lines it names, and no more, however many times the reader comes back; a job another process
-deleted no longer counts in this one's store-wide bound."""
+deleted no longer counts in this one's store-wide bound, nor lists attempts, also when both
+delete it; a line an operator mangled is passed over."""
 
 from __future__ import annotations
 
@@ -47,3 +48,22 @@ def test_a_job_another_process_deleted_frees_its_room_here(tmp_path: Path) -> No
 
     page = here.read("kept", 1, -1)
     assert ([ln.text for ln in page.lines], page.dropped_lines) == (["k1..", "k2..", "k3.."], 0)
+
+
+def test_a_job_deleted_by_two_processes_is_gone_from_both(tmp_path: Path) -> None:
+    """Each platform's retention may delete the same job: the second finds its files gone and
+    still forgets it; a process that did not delete it lists no attempt of it."""
+    here, there, third = (FileLogStore(tmp_path, shared=True) for _ in range(3))
+    here.append("job", 1, 1, lines(1, "j1.."))
+    assert [store.attempts("job") for store in (there, third)] == [[1], [1]]
+    here.delete_job("job", 1)
+    there.delete_job("job", 1)
+    assert [store.attempts("job") for store in (here, there, third)] == [[], [], []]
+
+
+def test_a_line_mangled_in_a_file_loses_only_its_own_lines(tmp_path: Path) -> None:
+    FileLogStore(tmp_path).append("x", 1, 1, lines(1, "one"))
+    with open(tmp_path / "x" / "1.jsonl", "ab") as handle:
+        handle.write(b"not json\n")
+    FileLogStore(tmp_path).append("x", 1, 2, lines(2, "two"))
+    assert seen(FileLogStore(tmp_path)) == (["one", "two"], 0)
