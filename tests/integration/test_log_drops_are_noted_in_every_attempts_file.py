@@ -106,3 +106,10 @@ def test_a_drop_note_that_cannot_be_written_fails_no_batch(
     store.append("a", 1, 1, lines(1, "a1.."))
     assert store.append("b", 1, 1, lines(1, "b1..", "b2..")) == 1
     assert [seen(store, "a"), seen(store, "b")] == [([], 1), (["b1..", "b2.."], 0)]
+
+
+def test_a_drop_of_several_lines_is_noted_with_its_count(tmp_path: Path) -> None:
+    store = FileLogStore(tmp_path, total_bytes=3 * LINE)
+    store.append("a", 1, 1, lines(1, "a1..", "a2..", "a3.."))
+    store.append("b", 1, 1, lines(1, "b1..", "b2.."))  # drops a1.. and a2..
+    assert seen(FileLogStore(tmp_path), "a") == (["a3.."], 2)

@@ -81,6 +81,13 @@ def test_lines_are_cut_between_characters_and_kept_whole_at_the_cap(
     ]
 
 
+def test_lines_read_back_keep_their_ts_and_stream(make_store: MakeStore, tmp_path: Path) -> None:
+    sent = [LogLine(1, TS, "stdout", "out"), LogLine(1, "2026-11-30T00:00:01.000Z", "stderr", "e")]
+    store = make_store()
+    store.append("job", 1, 1, sent)
+    assert store.read("job", 1, -1).lines == sent
+
+
 def test_lines_read_back_after_a_restart_keep_their_ts_and_stream(tmp_path: Path) -> None:
     sent = [LogLine(1, TS, "stdout", "out"), LogLine(1, "2026-11-30T00:00:01.000Z", "stderr", "e")]
     FileLogStore(tmp_path).append("job", 1, 1, sent)

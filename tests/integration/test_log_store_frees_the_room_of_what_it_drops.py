@@ -109,3 +109,23 @@ def test_a_job_whose_logs_cannot_be_deleted_says_where(
     with pytest.raises(StoreUnavailable) as refused:
         store.delete_job("job", 1)
     assert str(refused.value) == f"cannot delete log lines under {tmp_path}: Permission denied"
+
+
+def test_an_attempt_forgotten_past_max_attempts_frees_its_room(make_store: MakeStore) -> None:
+    """Two attempts remembered, room for three lines: the third attempt's batch of two makes
+    the first forgotten, and of the four lines left only the second attempt's oldest goes."""
+    store = make_store(max_attempts=2, total_bytes=3 * LINE)
+    store.append("a", 1, 1, lines(1, "a1..", "a2.."))
+    store.append("b", 1, 1, lines(1, "b1..", "b2.."))  # drops a1..
+    store.append("c", 1, 1, lines(1, "c1..", "c2.."))  # forgets a, drops b1..
+    assert [seen(store, "a"), seen(store, "b"), seen(store, "c")] == [
+        ([], 0, 0),
+        (["b2.."], 1, 4),
+        (["c1..", "c2.."], 0, 0),
+    ]
+
+
+def test_an_attempt_keeps_lines_up_to_attempt_bytes_exactly(make_store: MakeStore) -> None:
+    store = make_store(attempt_bytes=8)
+    store.append("job", 1, 1, lines(1, "aaaa", "bbbb"))
+    assert seen(store, "job") == (["aaaa", "bbbb"], 0, 0)
