@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import random
 import re
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, create_engine, text
@@ -29,9 +30,13 @@ from sqlalchemy.pool import NullPool
 
 from moonrun.backoff import Backoff
 from moonrun.errors import StoreUnavailable
+from moonrun.scheduling.groups import Group
+from moonrun.scheduling.jobs import Job
+from moonrun.store import codec
 from moonrun.store.pg_wakeups import RECONNECT, PostgresWakeups
+from moonrun.store.protocol import IdempotencyRecord
 from moonrun.store.queries import COUNT_SHARDS, Queries
-from moonrun.store.sql import Cursor, SqlStore, duplicate
+from moonrun.store.sql import Cursor, SqlStore, duplicate, idempotency_row
 
 T = TypeVar("T")
 
@@ -130,12 +135,25 @@ class PostgresStore(SqlStore):
             raise self._unavailable(error) from None
 
     def _write(self, work: Callable[[Cursor], T]) -> T:
+        return self._with_retries(lambda connection: self._in_transaction(connection, work))
+
+    def _write_alone(self, statement: str, parameters: dict[str, Any]) -> None:
+        """One statement in autocommit: PostgreSQL runs it as a transaction of its own, so
+        the write is one round trip (`_write` takes three at least: BEGIN, the unit, COMMIT)."""
+
+        def run(connection: Any) -> None:
+            with connection.cursor() as cursor:
+                cursor.execute(statement, parameters)
+
+        self._with_retries(run)
+
+    def _with_retries(self, run: Callable[[Any], T]) -> T:
         errors = self._psycopg.errors
         delays = CONFLICT_BACKOFF.delays()
         for attempt in range(1, self.write_retries + 1):
             try:
                 with self._pool.connection() as connection:
-                    result = self._in_transaction(connection, work)
+                    result = run(connection)
                     self._idle_since[connection] = time.monotonic()
                     return result
             except errors.UniqueViolation as error:
@@ -148,6 +166,33 @@ class PostgresStore(SqlStore):
             except self._pool_timeout() as error:
                 raise self._unavailable(error) from None
         raise AssertionError("unreachable")
+
+    def insert_jobs(
+        self,
+        jobs: Sequence[Job],
+        idempotency: IdempotencyRecord | None = None,
+        group: Group | None = None,
+    ) -> None:
+        """One job (a user's create, with or without its Idempotency-Key) is one statement:
+        the key, the job and its count inserted together by data-modifying `WITH` clauses;
+        anything more goes through the unit of every SQL store."""
+        if len(jobs) != 1 or group is not None or jobs[0].waits_on:
+            super().insert_jobs(jobs, idempotency, group)
+            return
+        parameters = codec.job_to_row(jobs[0])
+        clauses = [f"inserted AS ({self._sql.insert_job})"]
+        if idempotency is not None:
+            parameters.update(
+                {f"key_{name}": value for name, value in idempotency_row(idempotency).items()}
+            )
+            clauses.insert(0, f"remembered AS ({_prefixed(self._sql.remember_idempotent)})")
+        parameters["count_shard"] = random.randrange(self.count_shards)
+        self._write_alone(
+            f"WITH {', '.join(clauses)} INSERT INTO job_counts (state, shard, n) "
+            "VALUES (%(state)s, %(count_shard)s, 1) "
+            "ON CONFLICT (state, shard) DO UPDATE SET n = job_counts.n + excluded.n",
+            parameters,
+        )
 
     def _in_transaction(self, connection: Any, work: Callable[[Cursor], T]) -> T:
         """BEGIN, the unit, then its count changes and COMMIT in one round trip (as MySQL's
@@ -265,6 +310,12 @@ class PostgresStore(SqlStore):
 
     def close(self) -> None:
         self._pool.close()
+
+
+def _prefixed(statement: str) -> str:
+    """`statement` with its parameters named `key_<name>` (beside a job's own in one
+    statement: both have a `created_at`)."""
+    return re.sub(r"%\((\w+)\)s", r"%(key_\1)s", statement)
 
 
 def _counts_and_commit(counts: list[dict[str, Any]]) -> str:

@@ -248,7 +248,7 @@ class SqlStore:
 
         def work(cursor: Cursor) -> None:
             if idempotency is not None:
-                cursor.execute(self._sql.remember_idempotent, _idempotency_row(idempotency))
+                cursor.execute(self._sql.remember_idempotent, idempotency_row(idempotency))
             if group is not None:
                 cursor.execute(self._sql.insert_group, codec.group_to_row(group))
             if len(rows) == 1:
@@ -917,7 +917,7 @@ class SqlStore:
         return self._schedules(self._sql.due_schedules, parameters)
 
 
-def _idempotency_row(record: IdempotencyRecord) -> dict[str, Any]:
+def idempotency_row(record: IdempotencyRecord) -> dict[str, Any]:
     return {
         "user_id": record.user_id,
         "idempotency_key": record.key,

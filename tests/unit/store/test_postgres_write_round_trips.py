@@ -1,9 +1,10 @@
-"""A PostgresStore write waits for the database as few times as MySQL's: `BEGIN`, each of the
-unit's statements, then its job-count changes and `COMMIT` in one round trip. psycopg's
-`transaction()` block and an `executemany` of the counts took two more a write (PostgreSQL
-end to end 0.89x MySQL in `bench/peer_bench.py`); counted here on the wire, in libpq's trace
-of the connection's messages, where every round trip ends with a `Sync` (the extended
-protocol) or is one `Query` (the simple one)."""
+"""A PostgresStore write waits for the database as few times as it can: a user's one job (with
+its Idempotency-Key, if any) is one statement in autocommit; any other write is `BEGIN`, each
+of the unit's statements, then its job-count changes and `COMMIT` in one round trip. Before,
+psycopg's `transaction()` block and an `executemany` of the counts took two more a write
+(PostgreSQL end to end 0.89x MySQL in `bench/peer_bench.py`). Counted here on the wire, in
+libpq's trace of the connection's messages, where every round trip ends with a `Sync` (the
+extended protocol) or is one `Query` (the simple one)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from moonrun.errors import AlreadyExists
 from moonrun.scheduling.jobs import JobState
 from moonrun.store import postgres
 from moonrun.store.postgres import PostgresStore
-from tests.support.jobkit import claimed, queued_job
+from moonrun.store.protocol import IdempotencyRecord
+from tests.support.jobkit import T0, claimed, queued_job
 from tests.support.stores import wipe_postgres
 
 
@@ -55,16 +57,60 @@ def round_trips(store: PostgresStore, write: Callable[[], object]) -> list[str]:
     ]  # an empty Query is the pool's check of a connection, not the write's
 
 
-def test_a_job_insert_is_begin_the_insert_and_its_counts_with_the_commit(
-    store: PostgresStore,
-) -> None:
+def test_one_job_is_inserted_with_its_count_in_one_statement(store: PostgresStore) -> None:
     sent = round_trips(store, lambda: store.insert_job(queued_job(job_id="job-a")))
 
-    assert len(sent) == 3, sent
-    assert sent[0] == "BEGIN"
-    assert sent[2].startswith("INSERT INTO job_counts")
-    assert sent[2].endswith("; COMMIT")
+    assert sent == ["Sync"]  # one extended-protocol statement, in autocommit
     assert store.job_counts()[JobState.QUEUED] == 1
+    assert store.get_job("job-a") == queued_job(job_id="job-a")
+
+
+def test_one_job_with_its_idempotency_key_is_one_statement_too(store: PostgresStore) -> None:
+    key = IdempotencyRecord("usr-1", "key-1", "print-1", ("job-a",), T0)
+
+    sent = round_trips(store, lambda: store.insert_jobs([queued_job(job_id="job-a")], key))
+
+    assert sent == ["Sync"]
+    assert store.idempotency_record("usr-1", "key-1") == key
+    assert store.job_counts()[JobState.QUEUED] == 1
+
+
+def test_a_key_used_again_leaves_neither_the_job_nor_its_count(store: PostgresStore) -> None:
+    store.insert_jobs(
+        [queued_job(job_id="job-a")], IdempotencyRecord("usr-1", "key-1", "p", ("job-a",), T0)
+    )
+    again = IdempotencyRecord("usr-1", "key-1", "p", ("job-b",), T0)
+
+    with pytest.raises(AlreadyExists, match="Idempotency-Key"):
+        store.insert_jobs([queued_job(job_id="job-b")], again)
+
+    assert store.get_job("job-b") is None
+    assert store.job_counts()[JobState.QUEUED] == 1
+
+
+def test_a_job_id_taken_leaves_neither_the_key_nor_a_count(store: PostgresStore) -> None:
+    store.insert_job(queued_job(job_id="job-a"))
+
+    with pytest.raises(AlreadyExists):
+        store.insert_jobs(
+            [queued_job(job_id="job-a")], IdempotencyRecord("usr-1", "key-2", "p", ("job-a",), T0)
+        )
+
+    assert store.idempotency_record("usr-1", "key-2") is None
+    assert store.job_counts()[JobState.QUEUED] == 1
+
+
+def test_a_batch_is_begin_its_inserts_and_its_counts_with_the_commit(
+    store: PostgresStore,
+) -> None:
+    batch = [queued_job(job_id="job-a"), queued_job(job_id="job-b")]
+
+    sent = round_trips(store, lambda: store.insert_jobs(batch))
+
+    assert sent[0] == "BEGIN"
+    assert sent[-1].startswith("INSERT INTO job_counts")
+    assert sent[-1].endswith("; COMMIT")
+    assert store.job_counts()[JobState.QUEUED] == 2
 
 
 def test_a_job_update_is_begin_the_locked_read_the_update_and_the_counts_with_the_commit(
