@@ -222,7 +222,11 @@ class Queries:
         self.delete_web_session = render("DELETE FROM web_sessions WHERE token_hash = :token_hash")
 
         self.insert_server = self._insert("servers", SERVER_COLUMNS)
-        self.get_server = render(f"SELECT {_SERVER} FROM servers WHERE id = :id")
+        self.get_server_with_admins = render(
+            f"SELECT {_SERVER}, server_admins.user_id FROM servers "
+            "LEFT JOIN server_admins ON server_admins.server_id = servers.id "
+            "WHERE servers.id = :id ORDER BY server_admins.position"
+        )
         self.replace_server = render(
             "UPDATE servers SET "
             + ", ".join(f"{name} = :{name}" for name in SERVER_COLUMNS if name != "id")

@@ -813,8 +813,19 @@ class SqlStore:
         self._write(work)
 
     def get_server(self, server_id: str) -> Server | None:
-        found = self._servers(self._sql.get_server, {"id": server_id})
-        return found[0] if found else None
+        """One statement, the server's row once per admin: every job read and create asks
+        (a second statement for the admins cost PostgreSQL a round trip each time)."""
+
+        def work(cursor: Cursor) -> Server | None:
+            cursor.execute(self._sql.get_server_with_admins, {"id": server_id})
+            rows = cursor.fetchall()
+            if not rows:
+                return None
+            row = dict(zip(SERVER_COLUMNS, rows[0][: len(SERVER_COLUMNS)], strict=True))
+            admins = tuple(found[-1] for found in rows if found[-1] is not None)
+            return codec.row_to_server(row, admins)
+
+        return self._read(work)
 
     def replace_server(self, server: Server, expected_version: int) -> bool:
         parameters = {**codec.server_to_row(server), "expected_version": expected_version}

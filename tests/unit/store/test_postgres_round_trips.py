@@ -1,4 +1,4 @@
-"""A PostgresStore write waits for the database as few times as it can: a user's one job (with
+"""A PostgresStore read or write waits for the database as few times as it can: a user's one job (with
 its Idempotency-Key, if any) is one statement in autocommit; any other write is `BEGIN`, each
 of the unit's statements, then its job-count changes and `COMMIT` in one round trip. Before,
 psycopg's `transaction()` block and an `executemany` of the counts took two more a write
@@ -16,6 +16,7 @@ import pytest
 
 from moonrun.errors import AlreadyExists
 from moonrun.scheduling.jobs import JobState
+from moonrun.scheduling.records import Server
 from moonrun.store import postgres
 from moonrun.store.postgres import PostgresStore
 from moonrun.store.protocol import IdempotencyRecord
@@ -175,3 +176,21 @@ def test_count_changes_are_inlined_only_from_state_names_and_numbers() -> None:
         postgres._counts_and_commit([{"state": "x'); DROP TABLE jobs; --", "shard": 0, "delta": 1}])
     with pytest.raises(ValueError, match="invalid literal"):
         postgres._counts_and_commit([{"state": "queued", "shard": "1; COMMIT", "delta": 1}])
+
+
+def test_a_server_is_read_with_its_admins_in_order_in_one_round_trip(
+    store: PostgresStore,
+) -> None:
+    # Every job create and job read checks the server: its admins came in a second statement.
+    server = Server("srv-1", "web-1", "end-1", "usr-1", T0, admin_ids=("usr-9", "usr-3", "usr-5"))
+    store.insert_server(server)
+    alone = Server("srv-2", "web-2", "end-1", "usr-1", T0)
+    store.insert_server(alone)
+
+    found: list[Server | None] = []
+    sent = round_trips(store, lambda: found.append(store.get_server("srv-1")))
+
+    assert sent == ["Sync"]
+    assert found == [server]
+    assert store.get_server("srv-2") == alone
+    assert store.get_server("srv-missing") is None
