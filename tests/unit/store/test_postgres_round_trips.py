@@ -194,3 +194,15 @@ def test_a_server_is_read_with_its_admins_in_order_in_one_round_trip(
     assert found == [server]
     assert store.get_server("srv-2") == alone
     assert store.get_server("srv-missing") is None
+
+
+def test_a_job_is_read_with_its_server_in_one_round_trip(store: PostgresStore) -> None:
+    server = Server("srv-1", "web-1", "end-1", "usr-1", T0, admin_ids=("usr-9", "usr-3"))
+    store.insert_server(server)
+    store.insert_job(queued_job(job_id="job-a"))
+
+    found: list[object] = []
+    sent = round_trips(store, lambda: found.append(store.job_and_server("job-a")))
+
+    assert sent == ["Sync"]
+    assert found == [(queued_job(job_id="job-a"), server)]
