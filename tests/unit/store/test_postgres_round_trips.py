@@ -1,10 +1,11 @@
-"""A PostgresStore read or write waits for the database as few times as it can: a user's one job (with
-its Idempotency-Key, if any) is one statement in autocommit; any other write is `BEGIN`, each
-of the unit's statements, then its job-count changes and `COMMIT` in one round trip. Before,
-psycopg's `transaction()` block and an `executemany` of the counts took two more a write
-(PostgreSQL end to end 0.89x MySQL in `bench/peer_bench.py`). Counted here on the wire, in
-libpq's trace of the connection's messages, where every round trip ends with a `Sync` (the
-extended protocol) or is one `Query` (the simple one)."""
+"""A PostgresStore read or write waits for the database as few times as it can: a user's one
+job (with its Idempotency-Key, if any) is one statement in autocommit, and so is a job read
+with its server; any other write is `BEGIN`, each of the unit's statements, then its
+job-count changes and `COMMIT` in one round trip. Before, psycopg's `transaction()` block and
+an `executemany` of the counts took two more a write (PostgreSQL end to end 0.89x MySQL in
+`bench/peer_bench.py`). Counted here on the wire, in libpq's trace of the connection's
+messages, where every round trip ends with a `Sync` (the extended protocol) or is one `Query`
+(the simple one)."""
 
 from __future__ import annotations
 
