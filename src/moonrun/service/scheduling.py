@@ -1538,10 +1538,11 @@ class SchedulingService:
         return JobPage(page, next_cursor)
 
     def _accessible_job(self, actor: User, job_id: str) -> Job:
-        job = self._store.get_job(job_id)
-        if job is None:
+        found = self._store.job_and_server(job_id)
+        if found is None:
             raise NotFound("no such job")
-        _require_job_access(actor, self._store.get_server(job.server_id))
+        job, server = found
+        _require_job_access(actor, server)
         return job
 
     def _refused_jobs(self, actor: User, job_ids: Sequence[str]) -> dict[str, MoonrunError]:

@@ -222,6 +222,11 @@ class MemoryStore:
     def get_job(self, job_id: str) -> Job | None:
         return self._jobs.get(job_id)
 
+    def job_and_server(self, job_id: str) -> tuple[Job, Server | None] | None:
+        with self._lock:
+            job = self._jobs.get(job_id)
+            return None if job is None else (job, self._servers.get(job.server_id))
+
     def get_jobs(self, job_ids: Collection[str]) -> dict[str, Job]:
         jobs = self._jobs
         return {job_id: jobs[job_id] for job_id in job_ids if job_id in jobs}

@@ -52,6 +52,10 @@ class Store(Protocol):
     # -- jobs ----------------------------------------------------------------------------
     def get_job(self, job_id: str) -> Job | None: ...
 
+    def job_and_server(self, job_id: str) -> tuple[Job, Server | None] | None:
+        """The job and the server it runs on (None if that is gone), read together: every
+        job a user reads is checked against its server's owner and admins."""
+
     def get_jobs(self, job_ids: Collection[str]) -> dict[str, Job]:
         """The jobs of those ids that exist, by id."""
         ...

@@ -222,6 +222,12 @@ class Queries:
         self.delete_web_session = render("DELETE FROM web_sessions WHERE token_hash = :token_hash")
 
         self.insert_server = self._insert("servers", SERVER_COLUMNS)
+        self.job_and_server = render(
+            f"SELECT {JOB}, {_SERVER}, server_admins.user_id FROM jobs "
+            "LEFT JOIN servers ON servers.id = jobs.server_id "
+            "LEFT JOIN server_admins ON server_admins.server_id = servers.id "
+            "WHERE jobs.id = :id ORDER BY server_admins.position"
+        )
         self.get_server_with_admins = render(
             f"SELECT {_SERVER}, server_admins.user_id FROM servers "
             "LEFT JOIN server_admins ON server_admins.server_id = servers.id "

@@ -74,6 +74,16 @@ def _claim_order(candidate: tuple[Job, dict[str, Any]]) -> tuple[int, int, str]:
     return job.eligible_at, job.created_at, job.id
 
 
+def _server_of(rows: Sequence[Row], start: int) -> Server | None:
+    """The server in `rows[0]` from column `start` on, its admins in each row's last column
+    (a LEFT JOIN: one row per admin, in order; None when the server itself is missing)."""
+    if not rows or rows[0][start] is None:
+        return None
+    values = rows[0][start : start + len(SERVER_COLUMNS)]
+    admins = tuple(row[-1] for row in rows if row[-1] is not None)
+    return codec.row_to_server(dict(zip(SERVER_COLUMNS, values, strict=True)), admins)
+
+
 def _endpoint(row: Row) -> Endpoint:
     return codec.row_to_endpoint(dict(zip(ENDPOINT_COLUMNS, row, strict=True)))
 
@@ -395,6 +405,19 @@ class SqlStore:
 
     def get_job(self, job_id: str) -> Job | None:
         return self._one(self._sql.get_job, {"id": job_id}, _job)
+
+    def job_and_server(self, job_id: str) -> tuple[Job, Server | None] | None:
+        """One statement: the job's row, its server's and an admin's, once per admin."""
+
+        def work(cursor: Cursor) -> tuple[Job, Server | None] | None:
+            cursor.execute(self._sql.job_and_server, {"id": job_id})
+            rows = cursor.fetchall()
+            if not rows:
+                return None
+            job = _job(rows[0][: len(JOB_COLUMNS)])
+            return job, _server_of(rows, len(JOB_COLUMNS))
+
+        return self._read(work)
 
     def get_jobs(self, job_ids: Collection[str]) -> dict[str, Job]:
         found: dict[str, Job] = {}
@@ -818,12 +841,7 @@ class SqlStore:
 
         def work(cursor: Cursor) -> Server | None:
             cursor.execute(self._sql.get_server_with_admins, {"id": server_id})
-            rows = cursor.fetchall()
-            if not rows:
-                return None
-            row = dict(zip(SERVER_COLUMNS, rows[0][: len(SERVER_COLUMNS)], strict=True))
-            admins = tuple(found[-1] for found in rows if found[-1] is not None)
-            return codec.row_to_server(row, admins)
+            return _server_of(cursor.fetchall(), 0)
 
         return self._read(work)
 

@@ -1,10 +1,11 @@
-"""A PostgresStore read or write waits for the database as few times as it can: a user's one job (with
-its Idempotency-Key, if any) is one statement in autocommit; any other write is `BEGIN`, each
-of the unit's statements, then its job-count changes and `COMMIT` in one round trip. Before,
-psycopg's `transaction()` block and an `executemany` of the counts took two more a write
-(PostgreSQL end to end 0.89x MySQL in `bench/peer_bench.py`). Counted here on the wire, in
-libpq's trace of the connection's messages, where every round trip ends with a `Sync` (the
-extended protocol) or is one `Query` (the simple one)."""
+"""A PostgresStore read or write waits for the database as few times as it can: a user's one
+job (with its Idempotency-Key, if any) is one statement in autocommit, and so is a job read
+with its server; any other write is `BEGIN`, each of the unit's statements, then its
+job-count changes and `COMMIT` in one round trip. Before, psycopg's `transaction()` block and
+an `executemany` of the counts took two more a write (PostgreSQL end to end 0.89x MySQL in
+`bench/peer_bench.py`). Counted here on the wire, in libpq's trace of the connection's
+messages, where every round trip ends with a `Sync` (the extended protocol) or is one `Query`
+(the simple one)."""
 
 from __future__ import annotations
 
@@ -194,3 +195,15 @@ def test_a_server_is_read_with_its_admins_in_order_in_one_round_trip(
     assert found == [server]
     assert store.get_server("srv-2") == alone
     assert store.get_server("srv-missing") is None
+
+
+def test_a_job_is_read_with_its_server_in_one_round_trip(store: PostgresStore) -> None:
+    server = Server("srv-1", "web-1", "end-1", "usr-1", T0, admin_ids=("usr-9", "usr-3"))
+    store.insert_server(server)
+    store.insert_job(queued_job(job_id="job-a"))
+
+    found: list[object] = []
+    sent = round_trips(store, lambda: found.append(store.job_and_server("job-a")))
+
+    assert sent == ["Sync"]
+    assert found == [(queued_job(job_id="job-a"), server)]
