@@ -501,6 +501,9 @@ def test_run_restart_delivers_a_journaled_result(tmp_path: Path) -> None:
         write_journal(run, [entry])
         run.start()
         done = wait_ended(cl, job["id"])
+        # The platform ends the job before its answer reaches Run, which forgets the entry
+        # only then: wait for that rather than read the journal in between.
+        wait_for(lambda: job["id"] not in run.journal(), "Run to forget the delivered result")
         journal_after = run.journal()
 
     delivered = (
