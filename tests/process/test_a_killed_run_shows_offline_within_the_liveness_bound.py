@@ -21,8 +21,8 @@ import pytest
 from tests.support.faults import Platform, RunAgent, processes
 from tests.support.launcher import Timings, wait_for
 
-# Real platform and Run processes: the serial lane of `make test` (docs/testing.md).
-pytestmark = pytest.mark.processes
+# Real platform and Run processes: the real-process lane of `make test` (docs/testing.md).
+pytestmark = [pytest.mark.processes, pytest.mark.alone]
 
 TIMINGS = Timings(lease_ttl_s=40, ack_timeout_s=30, heartbeat_interval_s=10, session_ttl_s=120)
 """The default heartbeat interval (so the bound is the documented 15 s) and a session TTL that

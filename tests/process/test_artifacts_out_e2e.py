@@ -14,7 +14,7 @@ from moonrun.client import Client
 from tests.support.e2e import cluster
 from tests.support.launcher import ADMIN_TOKEN, command_env, moonrun, wait_for
 
-# Real platform and Run processes: the serial lane of `make test` (docs/testing.md).
+# Real platform and Run processes: the real-process lane of `make test` (docs/testing.md).
 pytestmark = pytest.mark.processes
 
 COMMAND_TIMEOUT_S = 90

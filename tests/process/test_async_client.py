@@ -16,7 +16,7 @@ from moonrun.errors import NotFound
 from tests.support.e2e import Cluster, Server, cluster
 from tests.support.launcher import ADMIN_TOKEN
 
-# Real platform and Run processes: the serial lane of `make test` (docs/testing.md).
+# Real platform and Run processes: the real-process lane of `make test` (docs/testing.md).
 pytestmark = pytest.mark.processes
 
 

@@ -18,7 +18,7 @@ from tests.process.test_run_e2e import wait_running
 from tests.support.e2e import cluster
 from tests.support.launcher import Timings, pid_alive, wait_for
 
-# Real platform and Run processes: the serial lane of `make test` (docs/testing.md).
+# Real platform and Run processes: the real-process lane of `make test` (docs/testing.md).
 pytestmark = pytest.mark.processes
 
 LONG_LEASE = Timings(lease_ttl_s=120, ack_timeout_s=10, session_ttl_s=20)

@@ -23,7 +23,7 @@ import pytest
 from tests.support.e2e import Cluster, Server, cluster
 from tests.support.launcher import ADMIN_TOKEN, command_env, free_port, moonrun
 
-# Real platform and Run processes: the serial lane of `make test` (docs/testing.md).
+# Real platform and Run processes: the real-process lane of `make test` (docs/testing.md).
 pytestmark = pytest.mark.processes
 
 COMMAND_TIMEOUT_S = 90

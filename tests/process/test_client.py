@@ -38,7 +38,7 @@ from tests.support.both_clients import FLAVOURS, Flavour, Recording, connect
 from tests.support.e2e import Cluster, Server, cluster
 from tests.support.launcher import ADMIN_TOKEN, free_port
 
-# Real platform and Run processes: the serial lane of `make test` (docs/testing.md).
+# Real platform and Run processes: the real-process lane of `make test` (docs/testing.md).
 pytestmark = pytest.mark.processes
 
 FAR_FUTURE = datetime.now(UTC) + timedelta(days=365)

@@ -1,7 +1,7 @@
 """The `command` handler's timeout, cancel and grace on the real clock: a command over its
 timeout is killed, a cancel sends SIGTERM first and SIGKILL after the grace, and a background
 child holding the output does not outlive the attempt. Real processes whose waits are timed,
-with generous bounds: the serial lane of `make test` (docs/testing.md)."""
+with generous bounds: the real-process lane of `make test` (docs/testing.md)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from tests.support.run_kit import (
     wait_for_line,
 )
 
-pytestmark = pytest.mark.processes
+pytestmark = [pytest.mark.processes, pytest.mark.alone]
 
 BOUND_S = 15.0
 """Generous: each bound below stands far below what the wrong behaviour would take (a

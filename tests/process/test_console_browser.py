@@ -31,7 +31,7 @@ from tests.support.console_kit import (
 )
 from tests.support.stores import memory_factory
 
-# A real platform process and Chromium: the serial lane of `make test` (docs/testing.md).
+# A real platform process and Chromium: the real-process lane of `make test` (docs/testing.md).
 pytestmark = pytest.mark.processes
 
 TIMEOUT_MS = 10_000

@@ -15,7 +15,7 @@ from moonrun.run.handlers.sleep import PAYLOAD_SCHEMA as SLEEP
 from tests.process import test_console_browser
 from tests.process.test_console_browser import Site
 
-# A real platform process and Chromium: the serial lane of `make test` (docs/testing.md).
+# A real platform process and Chromium: the real-process lane of `make test` (docs/testing.md).
 pytestmark = pytest.mark.processes
 
 browser = test_console_browser.browser

@@ -31,7 +31,7 @@ from tests.support.harness import World
 from tests.support.seeds import seed_from
 from tests.support.stores import StoreFactory, file_factory
 
-# Real child and platform processes, SIGKILLed and racing: the serial lane of `make test`
+# Real child and platform processes, SIGKILLed and racing: the real-process lane of `make test`
 # (docs/testing.md).
 pytestmark = pytest.mark.processes
 

@@ -13,7 +13,7 @@ import pytest
 from tests.support.e2e import Cluster, Server, cluster
 from tests.support.launcher import wait_for
 
-# Real platform and Run processes: the serial lane of `make test` (docs/testing.md).
+# Real platform and Run processes: the real-process lane of `make test` (docs/testing.md).
 pytestmark = pytest.mark.processes
 
 

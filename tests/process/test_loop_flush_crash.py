@@ -9,7 +9,7 @@ import pytest
 from tests.process.test_crash_and_race import kill_and_check
 from tests.support.stores import file_factory
 
-# A real child process, SIGKILLed: the serial lane of `make test` (docs/testing.md).
+# A real child process, SIGKILLed: the real-process lane of `make test` (docs/testing.md).
 pytestmark = pytest.mark.processes
 
 

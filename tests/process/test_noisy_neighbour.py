@@ -31,8 +31,8 @@ from tests.process.test_platform_edge import Stalled, stalled_post
 from tests.support.e2e import Cluster, JobView, cluster
 from tests.support.launcher import wait_for
 
-# Real platform and Run processes: the serial lane of `make test` (docs/testing.md).
-pytestmark = pytest.mark.processes
+# Real platform and Run processes: the real-process lane of `make test` (docs/testing.md).
+pytestmark = [pytest.mark.processes, pytest.mark.alone]
 
 B_JOBS = 100
 FLOOD_LINE_BYTES = 30_000_000

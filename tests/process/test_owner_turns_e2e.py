@@ -16,7 +16,7 @@ import pytest
 
 from tests.support.e2e import Cluster, Server, cluster
 
-# Real platform and Run processes: the serial lane of `make test` (docs/testing.md).
+# Real platform and Run processes: the real-process lane of `make test` (docs/testing.md).
 pytestmark = pytest.mark.processes
 
 ALICE_JOBS = 8_000

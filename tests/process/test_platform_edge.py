@@ -25,8 +25,8 @@ from tests.support.console_kit import csrf_of
 from tests.support.e2e import cluster
 from tests.support.launcher import PlatformProcess, command_env, moonrun
 
-# A real platform process: the serial lane of `make test` (docs/testing.md).
-pytestmark = pytest.mark.processes
+# A real platform process: the real-process lane of `make test` (docs/testing.md).
+pytestmark = [pytest.mark.processes, pytest.mark.alone]
 
 ADMIN_TOKEN = "mra_platform-edge-admin-token-0000000000000"
 OLIVE_PASSWORD = "olive-edge-password-5d1c"
@@ -72,7 +72,7 @@ def slow_client(port: int, first: bytes) -> socket.socket:
     return connection
 
 
-# Its timings need a core of their own: the serial lane of `make test` (docs/testing.md).
+# Its timings need a core of their own: the real-process lane of `make test` (docs/testing.md).
 
 
 def test_slow_clients_never_starve_healthz_and_are_closed_after_the_header_timeout(

@@ -36,7 +36,7 @@ from tests.support.launcher import ADMIN_TOKEN, command_env, free_port, moonrun,
 from tests.support.seeds import seed_from
 from tests.support.stores import StoreFactory
 
-# A real platform process: the serial lane of `make test` (docs/testing.md).
+# A real platform process: the real-process lane of `make test` (docs/testing.md).
 pytestmark = pytest.mark.processes
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,8 +16,8 @@ import pytest
 
 from tests.support.e2e import cluster
 
-# A real platform and Run: the serial lane of `make test` (docs/testing.md).
-pytestmark = pytest.mark.processes
+# A real platform and Run: the real-process lane of `make test` (docs/testing.md).
+pytestmark = [pytest.mark.processes, pytest.mark.alone]
 
 GRACEFUL_SHUTDOWN_S = 10
 """`moonrun platform serve`'s graceful shutdown: before this change every stop took it whole."""

@@ -44,7 +44,7 @@ from tests.support.faults import (
 )
 from tests.support.launcher import ADMIN_TOKEN, command_env, moonrun, wait_for
 
-# Real platform and Run processes: the serial lane of `make test` (docs/testing.md).
+# Real platform and Run processes: the real-process lane of `make test` (docs/testing.md).
 pytestmark = pytest.mark.processes
 
 SELF_FENCED = "attempt self-fenced: no lease renewal accepted in time"
@@ -441,6 +441,7 @@ def fenced_attempts(run: RunAgent) -> list[tuple[str, int]]:
     return [(e["job_id"], e["attempt"]) for e in run.events() if e["msg"] == SELF_FENCED]
 
 
+@pytest.mark.alone
 def test_a_platform_paused_past_every_lease_makes_runs_self_fence_and_all_ends(
     tmp_path: Path,
 ) -> None:
@@ -487,6 +488,7 @@ def test_a_platform_paused_past_every_lease_makes_runs_self_fence_and_all_ends(
         assert lost_contact == [True, True]
 
 
+@pytest.mark.alone
 def test_a_run_partitioned_past_its_lease_self_fences_and_all_ends_once_healed(
     tmp_path: Path,
 ) -> None:

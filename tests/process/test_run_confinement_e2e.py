@@ -30,8 +30,8 @@ from tests.support import needs
 from tests.support.e2e import Cluster, JobView, Run, cluster
 from tests.support.launcher import wait_for
 
-# Real platform and Run processes: the serial lane of `make test` (docs/testing.md).
-pytestmark = pytest.mark.processes
+# Real platform and Run processes: the real-process lane of `make test` (docs/testing.md).
+pytestmark = [pytest.mark.processes, pytest.mark.alone]
 
 GRACE_S = 2.0
 """The cancel grace the harness starts Run with."""

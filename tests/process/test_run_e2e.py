@@ -42,7 +42,7 @@ from tests.support.launcher import (
 )
 from tests.support.stores import StoreFactory
 
-# Real platform and Run processes: the serial lane of `make test` (docs/testing.md).
+# Real platform and Run processes: the real-process lane of `make test` (docs/testing.md).
 pytestmark = pytest.mark.processes
 
 

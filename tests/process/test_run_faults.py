@@ -40,7 +40,7 @@ from tests.support.faults import (
 from tests.support.launcher import wait_for
 from tests.support.seeds import seed_from
 
-# Real platform and Run processes: the serial lane of `make test` (docs/testing.md).
+# Real platform and Run processes: the real-process lane of `make test` (docs/testing.md).
 pytestmark = pytest.mark.processes
 
 LEASE_TTL_S = FAST_TIMINGS.lease_ttl_s
@@ -202,6 +202,7 @@ def no_log_line_stored(platform: Platform, job_ids: list[str]) -> None:
     assert {job_id: [] for job_id in job_ids} == stored
 
 
+@pytest.mark.alone
 def test_artifact_transfer_blocks(tmp_path: Path) -> None:
     """With every artifact chunk held forever, heartbeats and job lifecycles still complete."""
     run_jobs_behind_a_hanging_proxy(
@@ -209,6 +210,7 @@ def test_artifact_transfer_blocks(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.alone
 def test_log_ingest_blocks(tmp_path: Path) -> None:
     """With every log batch held forever, heartbeats and job lifecycles still complete."""
     run_jobs_behind_a_hanging_proxy(tmp_path, "/run/v1/logs", log_jobs, no_log_line_stored)
@@ -221,6 +223,7 @@ PAUSE_S = 8.0
 """Longer than the lease (4 s) and than the session (6 s)."""
 
 
+@pytest.mark.alone
 def test_self_fencing_when_the_platform_is_paused(tmp_path: Path) -> None:
     """Run stops an attempt whose lease it cannot renew; the platform retries it after expiry."""
     platform = Platform(tmp_path)

@@ -24,7 +24,7 @@ from moonrun.store.file import FileStore
 from tests.process.test_crash_and_race import spawn, wait_ready
 from tests.support.seeds import seed_from
 
-# Real child processes, SIGKILLed: the serial lane of `make test` (docs/testing.md).
+# Real child processes, SIGKILLed: the real-process lane of `make test` (docs/testing.md).
 pytestmark = pytest.mark.processes
 
 SCHEDULES = 50

@@ -27,7 +27,7 @@ from tests.support.launcher import PlatformProcess, command_env, wait_healthy
 from tests.support.seeds import seed_from
 from tests.support.stores import StoreFactory
 
-# Real platform processes, SIGKILLed: the serial lane of `make test` (docs/testing.md).
+# Real platform processes, SIGKILLed: the real-process lane of `make test` (docs/testing.md).
 pytestmark = pytest.mark.processes
 
 SCHEDULES = 50

@@ -39,7 +39,7 @@ from tests.support.launcher import (
 from tests.support.round_robin_proxy import RoundRobinProxy
 from tests.support.stores import StoreFactory, mysql_factory, postgres_factory
 
-# Real platform, Run and proxy processes, one SIGKILLed: the serial lane (docs/testing.md).
+# Real platform, Run and proxy processes, one SIGKILLed: the real-process lane (docs/testing.md).
 pytestmark = pytest.mark.processes
 
 PLATFORMS = 3

@@ -16,7 +16,7 @@ from tests.support.launcher import Timings, moonrun, wait_for
 LATER = (datetime.now(UTC) + timedelta(days=300)).strftime("%Y-%m-%dT%H:%M:%SZ")
 """A job queued until then is still queued in the copy."""
 
-# Real platform and Run processes: the serial lane of `make test` (docs/testing.md).
+# Real platform and Run processes: the real-process lane of `make test` (docs/testing.md).
 pytestmark = pytest.mark.processes
 
 

@@ -20,8 +20,8 @@ import pytest
 from tests.support.e2e import Cluster, cluster
 from tests.support.launcher import wait_for
 
-# Real platform and Run processes: the serial lane of `make test` (docs/testing.md).
-pytestmark = pytest.mark.processes
+# Real platform and Run processes: the real-process lane of `make test` (docs/testing.md).
+pytestmark = [pytest.mark.processes, pytest.mark.alone]
 
 FLOOD = 4_200
 """More blocking reads than the 4,096 that once waited in one room shared by everyone."""
