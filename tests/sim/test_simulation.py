@@ -26,6 +26,9 @@ from tests.sim.world import Outcome, simulate
 
 SEEDS = {"memory": 250, "file": 80}
 """Seeds per store in `make test` (FileStore's are fewer and shorter: it is slower)."""
+PARTS = 4
+"""Each store's seeds run as this many tests, a block of seeds each, so that pytest-xdist
+spreads them over its workers instead of leaving one worker with all of them."""
 MAX_REPORTED = 3
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -48,11 +51,14 @@ def failures(outcomes: list[Outcome]) -> list[str]:
     return [outcome.report() for outcome in outcomes if outcome.violations]
 
 
+@pytest.mark.parametrize("part", range(PARTS))
 @pytest.mark.parametrize("store", ["memory", "file"])
-def test_every_promise_holds_under_faults_for_every_seed(store: str) -> None:
+def test_every_promise_holds_under_faults_for_every_seed(store: str, part: int) -> None:
     """Hundreds of seeds of faults: no lease overlaps, no result or commit is lost, every job
-    ends within the liveness bound."""
-    base, count = base_seed(), seed_count(store)
+    ends within the liveness bound (this part's block of the store's seeds)."""
+    total = seed_count(store)
+    first, end = part * total // PARTS, (part + 1) * total // PARTS
+    base, count = base_seed() + first, end - first
     failed: list[Outcome] = []
     for seed in range(base, base + count):
         outcome = simulate(seed, store)
