@@ -4,6 +4,7 @@ job kinds, and every citation of the wire contract (docs/protocol.md, by section
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 import re
 from pathlib import Path
@@ -23,14 +24,16 @@ BOUNDARY = [
 ]
 
 
-def test_function_names(path: Path) -> set[str]:
+@functools.cache
+def test_function_names(path: Path) -> frozenset[str]:
+    """The test functions a file defines (parsed once: the maps name hundreds of tests)."""
     tree = ast.parse(path.read_text())
-    return {
+    return frozenset(
         node.name
         for node in ast.walk(tree)
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
         and node.name.startswith("test_")
-    }
+    )
 
 
 test_function_names.__test__ = False  # type: ignore[attr-defined]
