@@ -4,7 +4,8 @@
 # The tests that drive real platform and Run processes (marker `processes`) time leases, acks
 # and timeouts against the wall clock, at normal priority. They mostly wait on those clocks,
 # so they run two at a time (two xdist workers, a module each), except those marked `alone`
-# (they time something, or look at the whole machine), which run one at a time at the end.
+# (they time something, or look at the whole machine), which run one at a time first: they
+# leave the cores idle most of the time, which the parallel lane then fills.
 # Everything else (in-process stores, the simulation, property tests) runs beside them on
 # WORKERS pytest-xdist workers at a lower priority, so it soaks up idle cores without stealing
 # a deadline from the real-process lane. The parallel lane's report prints after the
@@ -18,12 +19,12 @@ trap 'rm -f "$report"' EXIT
 
 nice -n 10 "$BIN/pytest" -n "$WORKERS" -m "not processes" -p no:cacheprovider "$@" >"$report" 2>&1 &
 parallel=$!
-"$BIN/pytest" -n 2 --dist loadfile -m "processes and not alone" "$@"
-together=$?
-echo
-echo "==== the real-process tests marked alone, one at a time ===="
 "$BIN/pytest" -m "processes and alone" "$@"
 alone=$?
+echo
+echo "==== the other real-process tests, two at a time ===="
+"$BIN/pytest" -n 2 --dist loadfile -m "processes and not alone" "$@"
+together=$?
 wait "$parallel"
 rest=$?
 echo
