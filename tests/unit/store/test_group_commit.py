@@ -77,7 +77,7 @@ def grouped(commits: GroupCommit, works: list[Callable[[sqlite3.Cursor], Any]]) 
         for future in futures:
             try:
                 outcomes.append(future.result(timeout=10))
-            except Exception as error:
+            except BaseException as error:
                 outcomes.append(error)
     return outcomes
 
@@ -121,12 +121,14 @@ def test_a_unit_that_raises_gets_its_own_exception_back(database: Path) -> None:
 
 
 class _FailingCommit:
-    """A connection whose second COMMIT fails, as on a full or vanished disk."""
+    """A connection whose second COMMIT fails, as on a full or vanished disk (and, with
+    `rollback_fails`, the ROLLBACK after it too, as on a connection that broke)."""
 
-    def __init__(self, connection: sqlite3.Connection) -> None:
+    def __init__(self, connection: sqlite3.Connection, *, rollback_fails: bool = False) -> None:
         self._connection = connection
         self.in_transaction = False
         self.commits = 0
+        self.rollback_fails = rollback_fails
 
     def cursor(self) -> Any:
         outer = self
@@ -138,6 +140,8 @@ class _FailingCommit:
                     outer.commits += 1
                     if outer.commits == 2:
                         raise sqlite3.OperationalError("disk I/O error")
+                if sql == "ROLLBACK" and outer.rollback_fails:
+                    raise sqlite3.OperationalError("the connection is broken")
                 result = inner.execute(sql, *args)
                 outer.in_transaction = outer._connection.in_transaction
                 return result
@@ -181,3 +185,62 @@ def test_the_gate_is_held_for_the_units_and_let_go_for_begin_and_commit(database
     connection.set_trace_callback(lambda sql: seen.append((sql.split()[0], gate.held)))
     GroupCommit(connection, translate, gate=gate).run(insert(1))
     assert seen == [("BEGIN", False), ("INSERT", True), ("COMMIT", False)]
+
+
+def test_a_group_holds_at_most_max_group_units(database: Path) -> None:
+    """65 writers behind a busy one: the default cap of 64 makes two groups of them."""
+    commits = GroupCommit(open_connection(database), translate)
+    outcomes = grouped(commits, [insert(n) for n in range(1, 66)])
+    assert (outcomes, commits.groups, commits.units) == (list(range(1, 66)), 3, 66)
+
+
+def test_a_group_holds_at_most_the_cap_it_was_given(database: Path) -> None:
+    commits = GroupCommit(open_connection(database), translate, max_group=2)
+    outcomes = grouped(commits, [insert(n) for n in range(1, 6)])
+    assert (outcomes, commits.groups, stored(database)) == ([1, 2, 3, 4, 5], 4, [1, 2, 3, 4, 5])
+
+
+def test_after_a_failed_commit_the_next_group_starts_afresh(database: Path) -> None:
+    """The failed group's transaction is rolled back, not left open: the next write begins
+    its own transaction and is stored, the failed group's rows are not."""
+    commits = GroupCommit(_FailingCommit(open_connection(database)), translate)  # type: ignore[arg-type]
+    failed = grouped(commits, [insert(1), insert(2)])
+    assert (
+        [type(outcome) for outcome in failed],
+        commits.run(insert(5)),
+        stored(database),
+    ) == ([StoreUnavailable, StoreUnavailable], 5, [5])
+
+
+def test_a_rollback_that_fails_too_still_answers_the_commits_error(database: Path) -> None:
+    """On a broken connection even the ROLLBACK fails: every caller gets the commit's error
+    (the next BEGIN will say what is wrong), not the rollback's."""
+    broken = _FailingCommit(open_connection(database), rollback_fails=True)
+    commits = GroupCommit(broken, translate)  # type: ignore[arg-type]
+    outcomes = grouped(commits, [insert(1), insert(2)])
+    assert [(type(outcome), str(outcome)) for outcome in outcomes] == [
+        (StoreUnavailable, "disk I/O error"),
+        (StoreUnavailable, "disk I/O error"),
+    ]
+
+
+class _Interrupt(BaseException):
+    """Not an Exception: a KeyboardInterrupt or a cancellation."""
+
+
+def test_an_interrupt_reaches_every_caller_of_its_group_as_itself(database: Path) -> None:
+    """An interrupt inside a unit is not a failure to translate: every member of the group
+    sees the interrupt itself, and nothing of the group is stored."""
+
+    def interrupted(cursor: sqlite3.Cursor) -> None:
+        raise _Interrupt("stop")
+
+    def everything_unavailable(error: BaseException) -> BaseException:
+        return StoreUnavailable(str(error))
+
+    commits = GroupCommit(open_connection(database), everything_unavailable)
+    outcomes = grouped(commits, [insert(1), interrupted, insert(3)])
+    assert ([type(outcome) for outcome in outcomes], stored(database)) == (
+        [_Interrupt, _Interrupt, _Interrupt],
+        [],
+    )
