@@ -4,40 +4,17 @@ has not ended, or one the caller may not manage, is one error line with its code
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
-from typer.testing import CliRunner, Result
 
-from moonrun.cli import app
-from moonrun.client import Client, verbs
+from moonrun.client import Client
 from moonrun.errors import JobNotFinished, NotFound
 from tests.support.console_kit import serve
-from tests.support.http_harness import Cast, http_world
+from tests.support.http_harness import http_world
 from tests.support.stores import memory_factory
-
-
-@dataclass
-class Terminal:
-    cast: Cast
-    url: str
-    home: Path
-
-    def __call__(self, *args: str, token: str | None = None) -> Result:
-        environment = verbs.Environment(self.home, self.url, token or self.cast.owner[1])
-        return CliRunner().invoke(app, list(args), obj=environment)
-
-    def finished(self) -> str:
-        job_id: str = self.cast.world.submit(self.cast.server_id, self.cast.owner[1])["id"]
-        cancelled = self.cast.world.api("POST", f"/api/v1/jobs/{job_id}/cancel")
-        assert cancelled.status_code == 200, cancelled.text
-        return job_id
-
-
-if not any(group.name == "job" for group in app.registered_groups):
-    verbs.register(app)
+from tests.support.terminal import Terminal
 
 
 @pytest.fixture
@@ -46,8 +23,17 @@ def terminal(tmp_path: Path) -> Iterator[Terminal]:
         yield Terminal(cast, served.url, tmp_path)
 
 
+def finished(terminal: Terminal) -> str:
+    """A job of the owner's, cancelled before it ran: finished."""
+    cast = terminal.cast
+    job_id: str = cast.world.submit(cast.server_id, cast.owner[1])["id"]
+    cancelled = cast.world.api("POST", f"/api/v1/jobs/{job_id}/cancel")
+    assert cancelled.status_code == 200, cancelled.text
+    return job_id
+
+
 def test_job_delete_deletes_a_finished_job_in_one_line(terminal: Terminal) -> None:
-    job_id = terminal.finished()
+    job_id = finished(terminal)
 
     result = terminal("job", "delete", job_id)
 
@@ -70,7 +56,7 @@ def test_job_delete_of_a_job_that_has_not_ended_is_one_error_line_with_its_code(
 
 
 def test_job_delete_of_another_owners_job_is_not_found(terminal: Terminal) -> None:
-    job_id = terminal.finished()
+    job_id = finished(terminal)
 
     result = terminal("job", "delete", job_id, token=terminal.cast.stranger[1])
 
@@ -80,7 +66,7 @@ def test_job_delete_of_another_owners_job_is_not_found(terminal: Terminal) -> No
 
 
 def test_the_client_deletes_a_finished_job_and_raises_typed_errors(terminal: Terminal) -> None:
-    job_id = terminal.finished()
+    job_id = finished(terminal)
     waiting = terminal.cast.world.submit(terminal.cast.server_id, terminal.cast.owner[1])["id"]
 
     with Client(terminal.url, terminal.cast.owner[1]) as client:

@@ -6,43 +6,28 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner, Result
 
-from moonrun.cli import app
-from moonrun.client import verbs
 from tests.support.console_kit import serve
-from tests.support.http_harness import Cast, http_world
+from tests.support.http_harness import http_world
 from tests.support.stores import memory_factory
-
-
-@dataclass
-class Terminal:
-    cast: Cast
-    url: str
-    home: Path
-
-    def __call__(self, *args: str, stdin: str = "") -> Result:
-        environment = verbs.Environment(self.home, self.url, self.cast.owner[1])
-        return CliRunner().invoke(app, list(args), input=stdin, obj=environment)
-
-    def submit(self, **body: Any) -> str:
-        job_id: str = self.cast.world.submit(self.cast.server_id, self.cast.owner[1], **body)["id"]
-        return job_id
-
-
-if not any(group.name == "job" for group in app.registered_groups):
-    verbs.register(app)  # as `moonrun`'s main() does for every command line but the services'
+from tests.support.terminal import Terminal
 
 
 @pytest.fixture
 def terminal(tmp_path: Path) -> Iterator[Terminal]:
     with http_world(memory_factory(), tmp_path) as cast, serve(cast.world.app) as served:
         yield Terminal(cast, served.url, tmp_path)
+
+
+def submit(terminal: Terminal, **body: Any) -> str:
+    """A job of the owner's on the cast's server (`body` as the API takes it)."""
+    cast = terminal.cast
+    job_id: str = cast.world.submit(cast.server_id, cast.owner[1], **body)["id"]
+    return job_id
 
 
 def test_dash_h_is_help_everywhere(terminal: Terminal) -> None:
@@ -61,7 +46,7 @@ def test_login_with_a_platform_without_its_scheme_is_a_usage_error_naming_the_fi
 
 
 def test_cancelling_a_job_that_had_already_ended_says_so(terminal: Terminal) -> None:
-    job_id = terminal.submit()
+    job_id = submit(terminal)
     run = terminal.cast.run.start()
     attempt = run.run_to_running(job_id)
     assert run.result(job_id, attempt, "succeeded").status_code == 200
@@ -73,7 +58,7 @@ def test_cancelling_a_job_that_had_already_ended_says_so(terminal: Terminal) -> 
 def test_a_repeated_state_lists_jobs_in_any_of_them_newest_first_and_limit_keeps_the_newest(
     terminal: Terminal,
 ) -> None:
-    first, second, third = terminal.submit(), terminal.submit(), terminal.submit()
+    first, second, third = submit(terminal), submit(terminal), submit(terminal)
     assert terminal("job", "cancel", second).exit_code == 0
     run = terminal.cast.run.start()
     assert run.run_to_running(first) == 1
@@ -84,7 +69,7 @@ def test_a_repeated_state_lists_jobs_in_any_of_them_newest_first_and_limit_keeps
 
 
 def test_job_logs_prints_one_stream_when_asked(terminal: Terminal) -> None:
-    job_id = terminal.submit()
+    job_id = submit(terminal)
     run = terminal.cast.run.start()
     attempt = run.run_to_running(job_id)
     lines = [

@@ -7,38 +7,21 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner, Result
 
-from moonrun.cli import app
-from moonrun.client import verbs
 from moonrun.scheduling.time import format_instant
 from tests.support.console_kit import serve
-from tests.support.http_harness import ADMIN_TOKEN, Cast, http_world
+from tests.support.http_harness import ADMIN_TOKEN, http_world
 from tests.support.stores import memory_factory
-
-if not any(group.name == "job" for group in app.registered_groups):
-    verbs.register(app)  # as `moonrun`'s main() does for every command line but the services'
-
-
-@dataclass
-class Terminal:
-    cast: Cast
-    url: str
-    home: Path
-
-    def __call__(self, *args: str) -> Result:
-        environment = verbs.Environment(self.home, self.url, ADMIN_TOKEN)
-        return CliRunner().invoke(app, list(args), obj=environment, terminal_width=200)
+from tests.support.terminal import Terminal
 
 
 @pytest.fixture
 def terminal(tmp_path: Path) -> Iterator[Terminal]:
     with http_world(memory_factory(), tmp_path) as cast, serve(cast.world.app) as served:
-        yield Terminal(cast, served.url, tmp_path)
+        yield Terminal(cast, served.url, tmp_path, token=ADMIN_TOKEN, width=200)
 
 
 def test_endpoint_list_shows_a_silent_host_offline_with_when_it_was_last_seen(

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,20 +15,11 @@ import typer
 from typer.testing import CliRunner, Result
 
 from moonrun.cli import app
-from moonrun.client import group_verbs, schedule_verbs, verbs
 from moonrun.client.library import Client
 from tests.support.console_kit import serve
-from tests.support.http_harness import ADMIN_TOKEN, Cast, http_world
+from tests.support.http_harness import ADMIN_TOKEN, http_world
 from tests.support.stores import memory_factory
-
-# As `moonrun`'s main() does for every command line but the services' (each part once: other
-# test modules add some of them).
-if not any(group.name == "job" for group in app.registered_groups):
-    verbs.register(app)
-if not any(group.name == "group" for group in app.registered_groups):
-    app.add_typer(group_verbs.group_app, name="group")
-if not any(group.name == "schedule" for group in app.registered_groups):
-    app.add_typer(schedule_verbs.schedule_app, name="schedule")
+from tests.support.terminal import Terminal
 
 WITHOUT_RECORDS = {
     "version": "prints the version",
@@ -65,21 +55,10 @@ def test_every_command_but_those_without_records_takes_json() -> None:
     assert without == sorted(WITHOUT_RECORDS)
 
 
-@dataclass
-class Terminal:
-    cast: Cast
-    url: str
-    home: Path
-
-    def __call__(self, *args: str) -> Result:
-        environment = verbs.Environment(self.home, self.url, ADMIN_TOKEN)
-        return CliRunner().invoke(app, list(args), obj=environment)
-
-
 @pytest.fixture
 def terminal(tmp_path: Path) -> Iterator[Terminal]:
     with http_world(memory_factory(), tmp_path) as cast, serve(cast.world.app) as served:
-        yield Terminal(cast, served.url, tmp_path)
+        yield Terminal(cast, served.url, tmp_path, token=ADMIN_TOKEN)
 
 
 def record(result: Result) -> dict[str, object]:

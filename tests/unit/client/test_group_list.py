@@ -6,44 +6,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner, Result
 
-from moonrun.cli import app
-from moonrun.client import group_verbs, verbs
 from moonrun.client.library import Client
 from tests.support.console_kit import serve
-from tests.support.http_harness import Cast, http_world
+from tests.support.http_harness import http_world
 from tests.support.stores import memory_factory
-
-if not any(group.name == "job" for group in app.registered_groups):
-    verbs.register(app)  # as `moonrun`'s main() does for every command line but the services'
-if not any(group.name == "group" for group in app.registered_groups):
-    app.add_typer(group_verbs.group_app, name="group")
-
-
-@dataclass
-class Terminal:
-    cast: Cast
-    url: str
-    home: Path
-
-    def __call__(self, *args: str) -> Result:
-        environment = verbs.Environment(self.home, self.url, self.cast.owner[1])
-        return CliRunner().invoke(app, list(args), obj=environment)
-
-    def fan_out(self, token: str, kind: str = "noop") -> str:
-        made = self.cast.world.api(
-            "POST", "/api/v1/jobs/fanout", token=token, json={"selector": "role=web", "kind": kind}
-        )
-        assert made.status_code == 201, made.text
-        group_id: str = made.json()["group"]["id"]
-        self.cast.world.clock.advance(1_000)  # the next group is newer
-        return group_id
+from tests.support.terminal import Terminal
 
 
 @pytest.fixture
@@ -57,14 +29,26 @@ def terminal(tmp_path: Path) -> Iterator[Terminal]:
         yield Terminal(cast, served.url, tmp_path)
 
 
+def fan_out(terminal: Terminal, token: str, kind: str = "noop") -> str:
+    """A group of `kind` jobs on the servers labelled role=web, made by `token`'s user."""
+    world = terminal.cast.world
+    made = world.api(
+        "POST", "/api/v1/jobs/fanout", token=token, json={"selector": "role=web", "kind": kind}
+    )
+    assert made.status_code == 201, made.text
+    group_id: str = made.json()["group"]["id"]
+    world.clock.advance(1_000)  # the next group is newer
+    return group_id
+
+
 def listed(terminal: Terminal, token: str, **params: Any) -> Any:
     return terminal.cast.world.api("GET", "/api/v1/groups", token=token, params=params)
 
 
 def test_the_api_lists_ones_own_groups_newest_first_with_counts(terminal: Terminal) -> None:
     owner, stranger = terminal.cast.owner[1], terminal.cast.stranger[1]
-    first, second = terminal.fan_out(owner), terminal.fan_out(owner, kind="sleep")
-    terminal.fan_out(stranger)
+    first, second = fan_out(terminal, owner), fan_out(terminal, owner, kind="sleep")
+    fan_out(terminal, stranger)
     answer = listed(terminal, owner)
     assert answer.status_code == 200, answer.text
     groups = answer.json()["groups"]
@@ -78,7 +62,7 @@ def test_the_api_lists_ones_own_groups_newest_first_with_counts(terminal: Termin
 
 
 def test_group_list_prints_them_and_their_counts(terminal: Terminal) -> None:
-    group_id = terminal.fan_out(terminal.cast.owner[1])
+    group_id = fan_out(terminal, terminal.cast.owner[1])
     table = terminal("group", "list")
     assert table.exit_code == 0, table.output
     header, row = table.stdout.splitlines()

@@ -7,38 +7,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner, Result
 
-from moonrun.cli import app
-from moonrun.client import group_verbs, verbs
 from moonrun.client.library import Client
 from moonrun.errors import NoMatch
 from tests.support.console_kit import serve
 from tests.support.http_harness import ADMIN_TOKEN, Cast, http_world
 from tests.support.stores import memory_factory
-
-if not any(group.name == "job" for group in app.registered_groups):
-    verbs.register(app)  # as `moonrun`'s main() does for every command line but the services'
-if not any(group.name == "group" for group in app.registered_groups):
-    app.add_typer(group_verbs.group_app, name="group")
-
-
-@dataclass
-class Terminal:
-    cast: Cast
-    url: str
-    home: Path
-
-    def __call__(self, *args: str, token: str | None = None) -> Result:
-        environment = verbs.Environment(self.home, self.url, token or self.cast.owner[1])
-        return CliRunner().invoke(app, list(args), obj=environment)
-
-    def client(self, token: str | None = None) -> Client:
-        return Client(self.url, token or self.cast.owner[1])
+from tests.support.terminal import Terminal
 
 
 @pytest.fixture

@@ -11,13 +11,10 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from moonrun.cli import app
-from moonrun.client import verbs
 from tests.support.console_kit import serve
-from tests.support.http_harness import ADMIN_TOKEN, Cast, http_world
+from tests.support.http_harness import ADMIN_TOKEN, http_world
 from tests.support.stores import memory_factory
-
-if not any(group.name == "job" for group in app.registered_groups):
-    verbs.register(app)  # as `moonrun`'s main() does for every command line but the services'
+from tests.support.terminal import Terminal
 
 KEY_RULE = "a key must match [a-z0-9]([a-z0-9._/-]{0,61}[a-z0-9])?"
 
@@ -75,28 +72,23 @@ def test_run_join_errors_carry_their_code(data_dir: Path) -> None:
 
 
 @pytest.fixture
-def cast(tmp_path: Path) -> Iterator[tuple[Cast, str]]:
+def terminal(tmp_path: Path) -> Iterator[Terminal]:
     with http_world(memory_factory(), tmp_path) as cast, serve(cast.world.app) as served:
-        yield cast, served.url
+        yield Terminal(cast, served.url, tmp_path, token=ADMIN_TOKEN)
 
 
 def test_server_create_and_server_label_name_a_refused_label_as_typed(
-    cast: tuple[Cast, str], tmp_path: Path
+    terminal: Terminal,
 ) -> None:
-    world, url = cast
-
-    def terminal(*args: str) -> Result:
-        environment = verbs.Environment(tmp_path, url, ADMIN_TOKEN)
-        return CliRunner().invoke(app, list(args), obj=environment)
-
+    cast = terminal.cast
     created = terminal(
         "server",
         "create",
         "web-9",
         "--endpoint",
-        world.run.endpoint_id,
+        cast.run.endpoint_id,
         "--owner",
-        world.owner[0],
+        cast.owner[0],
         "--label",
         "role=web",
         "--label",
@@ -106,7 +98,7 @@ def test_server_create_and_server_label_name_a_refused_label_as_typed(
         1,
         f"moonrun: error: invalid_labels: label 'Tier': {KEY_RULE}\n",
     )
-    labelled = terminal("server", "label", world.server_id, "ok=1", "Bad=2")
+    labelled = terminal("server", "label", cast.server_id, "ok=1", "Bad=2")
     assert (labelled.exit_code, labelled.output) == (
         1,
         f"moonrun: error: invalid_labels: label 'Bad': {KEY_RULE}\n",
