@@ -34,6 +34,7 @@ from tests.support.faults import (
     Platform,
     RunAgent,
     check_history,
+    first_attempt_sleeps,
     is_terminal,
     processes,
 )
@@ -233,7 +234,10 @@ def test_self_fencing_when_the_platform_is_paused(tmp_path: Path) -> None:
         _, join_token, server_id = platform.host("host-1")
         run.join(platform.url, join_token)
         run.start(platform.url)
-        job_id = platform.submit(server_id, "sleep", {"seconds": 15})
+        # Attempt 1 outlasts the pause; attempt 2 ends at once.
+        job_id = platform.submit(
+            server_id, "command", {"argv": ["sh", "-c", first_attempt_sleeps(15)]}
+        )
         platform.wait_job(
             job_id,
             lambda view: view["state"] == "running" and (view["progress"] or {}).get("seq", 0) >= 1,

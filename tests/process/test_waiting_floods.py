@@ -8,7 +8,6 @@ requests").
 
 from __future__ import annotations
 
-import re
 import socket
 import time
 from datetime import UTC, datetime, timedelta
@@ -33,15 +32,6 @@ def user_with_server(cl: Cluster, name: str, endpoint_id: str) -> tuple[str, str
     body = {"name": f"{name}-server", "endpoint_id": endpoint_id, "owner_id": created["user"]["id"]}
     server_id: str = cl.created("/api/v1/servers", body)["id"]
     return created["api_token"], server_id
-
-
-def waiting(cl: Cluster, kind: str) -> int:
-    """How many claims or reads wait at the platform now (its metrics)."""
-    assert cl.platform.client is not None
-    metrics = cl.platform.client.get("/metrics").text
-    found = re.search(rf'^moonrun_waiting_requests{{kind="{kind}"}} (\S+)$', metrics, re.M)
-    assert found is not None, metrics
-    return int(float(found.group(1)))
 
 
 def answered_reads(cl: Cluster) -> int:
@@ -107,5 +97,5 @@ def test_blocking_reads_sent_and_closed_by_the_thousand_shut_out_no_other_user_n
                 read.text,
                 f"{FLOOD} reads sent and closed in {took_s:.1f} s",
             )
-        wait_for(lambda: waiting(cl, "reads") == 0, "alice's reads to be dropped")
-        wait_for(lambda: waiting(cl, "claims") == 1, "the Run's claim to wait again")
+        wait_for(lambda: cl.waiting("reads") == 0, "alice's reads to be dropped")
+        wait_for(lambda: cl.waiting("claims") == 1, "the Run's claim to wait again")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -262,6 +263,14 @@ class Cluster:
             for note in self.output_tails():
                 error.add_note(note)
             raise
+
+    def waiting(self, kind: str) -> int:
+        """How many `claims` or `reads` wait at the platform now (its metrics)."""
+        assert self.platform.client is not None
+        metrics = self.platform.client.get("/metrics").text
+        found = re.search(rf'^moonrun_waiting_requests{{kind="{kind}"}} (\S+)$', metrics, re.M)
+        assert found is not None, metrics
+        return int(float(found.group(1)))
 
     def output_tails(self) -> list[str]:
         notes = [f"--- platform output (last {LOG_TAIL_LINES} lines) ---", self.platform.tail()]

@@ -42,6 +42,13 @@ FAST_TIMINGS = Timings(lease_ttl_s=4)
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 
 
+def first_attempt_sleeps(seconds: float) -> str:
+    """A shell line that sleeps `seconds` in a job's first attempt only: a fault test needs its
+    first attempts to outlast the fault, not its retries (an attempt reads its number from its
+    working directory's name, `moonrun-<job>-<attempt>-<random>`)."""
+    return f'case "$(basename "$PWD")" in moonrun-*-1-*) sleep {seconds};; esac'
+
+
 def is_terminal(view: dict[str, Any]) -> bool:
     return view["state"] in TERMINAL
 
