@@ -12,8 +12,8 @@ Two threads per process:
 - **the sender** takes what the service announced after each commit (`announce`, which never
   blocks) and inserts everything waiting in one multi-row INSERT (autocommit) on a connection
   of the store's pool. The job write itself is untouched. A change announced while the
-  database does not answer, or past `QUEUE_BOUND` waiting, is dropped: a wake-up is a
-  shortcut, and every waiting request looks again at its re-check anyway.
+  database does not answer, or past `announcements.QUEUE_BOUND` waiting, is dropped: a
+  wake-up is a shortcut, and every waiting request looks again at its re-check anyway.
 - **the poller** holds one dedicated connection (autocommit) and every `POLL_S` reads the rows
   past the last one it saw (one primary-key range read per process, however many requests
   wait), handing those of other processes to `heard(job_id, endpoint_id or None)`. When its
@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import queue
 import secrets
 import threading
 import time
@@ -44,14 +43,11 @@ from collections.abc import Callable
 from typing import Any
 
 from moonrun.backoff import Backoff
+from moonrun.store.announcements import Announcements
 
 POLL_S = 0.25
 """How often the poller reads the others' new rows: the bound of a wake-up across processes
 (plus a read)."""
-QUEUE_BOUND = 10_000
-"""Announcements waiting to be sent, at most: past it they are dropped."""
-BATCH = 500
-"""Announcements inserted in one statement, at most."""
 READ_LIMIT = 1_000
 """Rows one poll reads, at most (it polls again at once when it read that many)."""
 HOLE_WAIT_S = 2.0
@@ -100,9 +96,9 @@ class MySQLWakeups:
         self._clock = clock
         self.origin = secrets.token_hex(4)
         """Names this process in its rows (it skips its own)."""
-        self._queue: queue.Queue[Row] = queue.Queue(QUEUE_BOUND)
+        self._announcements = Announcements[Row](self._flush, _STOP)
         self._stopping = threading.Event()
-        self._threads: list[threading.Thread] = []
+        self._polling_thread: threading.Thread | None = None
         self._connection: Any = None
         self._last = 0
         self._holes: dict[int, float] = {}
@@ -116,43 +112,20 @@ class MySQLWakeups:
         """Times the poller connected (1, plus one per reconnection)."""
         self.polls = 0
         """Reads of the table so far (one per poll, whatever the number of waiters)."""
-        self.dropped = 0
-        """Announcements never sent (the queue was full or the database did not answer)."""
 
     # -- announcing ------------------------------------------------------------------------
 
+    @property
+    def dropped(self) -> int:
+        """Announcements never sent (the queue was full or the database did not answer)."""
+        return self._announcements.dropped
+
     def announce(self, job_id: str, endpoint_id: str | None) -> None:
         """A job change this process committed: tell the others (soon, never blocking)."""
-        if self._stopping.is_set() or not self._threads:
-            return
-        try:
-            self._queue.put_nowait((self.origin, job_id, endpoint_id))
-        except queue.Full:
-            self.dropped += 1
-
-    def _sender(self) -> None:
-        while True:
-            row = self._queue.get()
-            if row == _STOP:
-                return
-            batch = {row: None}  # ordered, without repeats
-            while len(batch) < BATCH:
-                try:
-                    more = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if more == _STOP:
-                    self._flush(list(batch))
-                    return
-                batch[more] = None
-            self._flush(list(batch))
+        self._announcements.put((self.origin, job_id, endpoint_id))
 
     def _flush(self, rows: list[Row]) -> None:
-        try:
-            self._send(SEND, rows)
-        except Exception as error:  # the store said why; the waiters' re-check covers the loss
-            self.dropped += len(rows)
-            log.warning(f"wake-ups not sent to the other platform processes: {error}")
+        self._send(SEND, rows)
 
     # -- polling ---------------------------------------------------------------------------
 
@@ -278,30 +251,19 @@ class MySQLWakeups:
 
     def start(self) -> None:
         """Start polling and announcing (once)."""
-        if self._threads:
+        if self._polling_thread is not None:
             return
-        self._threads = [
-            threading.Thread(target=self._poller, name="moonrun-wakeups-poll", daemon=True),
-            threading.Thread(target=self._sender, name="moonrun-wakeups-send", daemon=True),
-        ]
-        for thread in self._threads:
-            thread.start()
+        self._polling_thread = threading.Thread(
+            target=self._poller, name="moonrun-wakeups-poll", daemon=True
+        )
+        self._polling_thread.start()
+        self._announcements.start()
 
     def stop(self) -> None:
         """Stop both threads (the poller within `POLL_S`); what waits to be sent is sent,
         unless the database has not taken it for a second."""
         self._stopping.set()
-        if not self._threads:
-            return
-        try:
-            self._queue.put(_STOP, timeout=1.0)
-        except queue.Full:  # the database does not take them: drop what waits, and stop
-            with contextlib.suppress(queue.Empty):
-                while True:
-                    self._queue.get_nowait()
-                    self.dropped += 1
-            with contextlib.suppress(queue.Full):
-                self._queue.put_nowait(_STOP)
-        for thread in self._threads:
-            thread.join(timeout=10)
+        self._announcements.stop()
+        if self._polling_thread is not None:
+            self._polling_thread.join(timeout=10)
         self.listening.clear()

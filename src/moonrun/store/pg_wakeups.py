@@ -13,8 +13,9 @@ Two threads per process:
   unnest(...)`, in autocommit) on a connection of the store's pool. The job write itself is
   untouched: it holds its row locks no longer, and PostgreSQL's notification queue lock, taken
   at a notifying commit, is never taken inside it. A change announced while the database
-  does not answer, or past `QUEUE_BOUND` waiting, is dropped: a wake-up is a shortcut, and
-  every waiting request looks again at its re-check anyway.
+  does not answer, or past `announcements.QUEUE_BOUND` waiting, is dropped: a wake-up is a
+  shortcut, and every waiting request looks again at its re-check anyway (the queue and the
+  sender are `announcements.Announcements`, shared with the MySQL wake-ups).
 - **the listener** holds one dedicated connection (autocommit, TCP keepalives) that runs
   `LISTEN moonrun_jobs`, and hands each notification of another process to `heard(job_id,
   endpoint_id or None)`. When its connection breaks it connects again, pausing as the project's
@@ -24,23 +25,17 @@ Two threads per process:
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import logging
-import queue
 import secrets
 import threading
 from collections.abc import Callable
 from typing import Any
 
 from moonrun.backoff import Backoff
+from moonrun.store.announcements import Announcements
 
 CHANNEL = "moonrun_jobs"
-QUEUE_BOUND = 10_000
-"""Announcements waiting to be sent, at most: past it they are dropped (a database that does
-not answer must not make the process hold every change it made meanwhile)."""
-BATCH = 500
-"""Announcements sent in one statement, at most."""
 POLL_S = 0.2
 """How often the listener looks whether it should stop (between notifications)."""
 RECONNECT = Backoff(initial_s=0.05, max_s=5.0)
@@ -72,52 +67,29 @@ class PostgresWakeups:
         self.origin = secrets.token_hex(4)
         """Names this process in its payloads (it skips its own)."""
         self._psycopg: Any = importlib.import_module("psycopg")
-        self._queue: queue.Queue[str] = queue.Queue(QUEUE_BOUND)
+        self._announcements = Announcements[str](self._flush, _STOP)
         self._stopping = threading.Event()
-        self._threads: list[threading.Thread] = []
+        self._listening_thread: threading.Thread | None = None
         self._connection: Any = None
         self.listening = threading.Event()
         """Set while the listener's LISTEN is in force (cleared when its connection breaks)."""
         self.connects = 0
         """Times the listener connected and listened (1, plus one per reconnection)."""
-        self.dropped = 0
-        """Announcements never sent (the queue was full or the database did not answer)."""
 
     # -- announcing ------------------------------------------------------------------------
 
+    @property
+    def dropped(self) -> int:
+        """Announcements never sent (the queue was full or the database did not answer)."""
+        return self._announcements.dropped
+
     def announce(self, job_id: str, endpoint_id: str | None) -> None:
         """A job change this process committed: tell the others (soon, never blocking)."""
-        if self._stopping.is_set() or not self._threads:
-            return
         payload = f"{self.origin} {job_id}" + (f" {endpoint_id}" if endpoint_id else "")
-        try:
-            self._queue.put_nowait(payload)
-        except queue.Full:
-            self.dropped += 1
-
-    def _sender(self) -> None:
-        while True:
-            payload = self._queue.get()
-            if payload == _STOP:
-                return
-            batch = {payload: None}  # ordered, without repeats
-            while len(batch) < BATCH:
-                try:
-                    more = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if more == _STOP:
-                    self._flush(list(batch))
-                    return
-                batch[more] = None
-            self._flush(list(batch))
+        self._announcements.put(payload)
 
     def _flush(self, payloads: list[str]) -> None:
-        try:
-            self._send(SEND, (CHANNEL, payloads))
-        except Exception as error:  # the store said why; the waiters' re-check covers the loss
-            self.dropped += len(payloads)
-            log.warning(f"wake-ups not sent to the other platform processes: {error}")
+        self._send(SEND, (CHANNEL, payloads))
 
     # -- listening -------------------------------------------------------------------------
 
@@ -188,30 +160,19 @@ class PostgresWakeups:
 
     def start(self) -> None:
         """Start listening and announcing (once)."""
-        if self._threads:
+        if self._listening_thread is not None:
             return
-        self._threads = [
-            threading.Thread(target=self._listener, name="moonrun-wakeups-listen", daemon=True),
-            threading.Thread(target=self._sender, name="moonrun-wakeups-send", daemon=True),
-        ]
-        for thread in self._threads:
-            thread.start()
+        self._listening_thread = threading.Thread(
+            target=self._listener, name="moonrun-wakeups-listen", daemon=True
+        )
+        self._listening_thread.start()
+        self._announcements.start()
 
     def stop(self) -> None:
         """Stop both threads (the listener within `POLL_S`); what waits to be sent is sent,
         unless the database has not taken it for a second."""
         self._stopping.set()
-        if not self._threads:
-            return
-        try:
-            self._queue.put(_STOP, timeout=1.0)
-        except queue.Full:  # the database does not take them: drop what waits, and stop
-            with contextlib.suppress(queue.Empty):
-                while True:
-                    self._queue.get_nowait()
-                    self.dropped += 1
-            with contextlib.suppress(queue.Full):
-                self._queue.put_nowait(_STOP)
-        for thread in self._threads:
-            thread.join(timeout=10)
+        self._announcements.stop()
+        if self._listening_thread is not None:
+            self._listening_thread.join(timeout=10)
         self.listening.clear()

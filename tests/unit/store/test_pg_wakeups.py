@@ -39,4 +39,4 @@ def test_a_failing_waker_does_not_stop_the_listening(caplog: pytest.LogCaptureFi
 def test_nothing_is_queued_for_peers_before_the_wake_ups_start() -> None:
     listener = wakeups([])
     listener.announce("job-1", "ep-1")
-    assert listener._queue.empty()
+    assert listener._announcements.waiting == 0
