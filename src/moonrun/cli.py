@@ -401,6 +401,7 @@ def platform_serve(
     from moonrun.service.config import SchedulingSettings
     from moonrun.service.directory import check_bootstrap_token
     from moonrun.wiring.app import create_app
+    from moonrun.wiring.collector import tune_for_serving
     from moonrun.wiring.settings import (
         PlatformConfig,
         build_platform,
@@ -490,6 +491,7 @@ def platform_serve(
         server = stopping_server(
             server_config(app, host, port, serving), on_stop=platform.service.waiters.stop
         )
+        tune_for_serving()
         server.run()
     finally:
         platform.close()
