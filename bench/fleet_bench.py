@@ -58,6 +58,7 @@ from moonrun.security.tokens import SystemTokenSource, b64url
 from moonrun.service.config import SchedulingSettings
 from moonrun.service.directory import Directory
 from moonrun.service.scheduling import SchedulingService
+from moonrun.wiring.collector import tune_for_serving
 
 ADMIN_TOKEN = "mra_" + secrets.token_urlsafe(32)
 CLAIM_WAIT_S = 25.0
@@ -210,6 +211,10 @@ class SimulatedRun:
 def worker_main(url: str, pipe: Connection) -> None:
     """A worker: Runs on one loop, commanded over `pipe` (add, reset, report, stop)."""
     resource.setrlimit(resource.RLIMIT_NOFILE, (NOFILE, NOFILE))
+    # Thousands of simulated Runs share this process (a real Run is a process of its own): a
+    # full garbage collection here would stall all of them at once and be timed as the
+    # platform's latency. The platform's own tuning keeps it as rare as there.
+    tune_for_serving()
     try:
         import uvloop
 
