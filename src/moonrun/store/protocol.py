@@ -83,7 +83,9 @@ class Store(Protocol):
     ) -> dict[str, tuple[Job, Job]]:
         """Read each job and store `change(job)` in its place, atomically per job, committed
         together: no other write to the job comes between the read and the write. `change` must
-        return the job itself (nothing to store) or a record with a higher `version`.
+        return the job itself (nothing to store) or a record with a higher `version`, and may
+        be called again with the job as another write left it (a store that writes one job
+        optimistically does, PostgresStore): only its last answer is stored.
         Answers (before, after) per job id found; unknown ids are left out."""
         ...
 

@@ -394,11 +394,13 @@ class Queries:
         return " UNION ALL ".join(f"SELECT * FROM ({part})" for part in parts)
 
     @functools.lru_cache(maxsize=64)  # noqa: B019
-    def claimable_of_owners_locked(self, count: int) -> str:
+    def claimable_of_owners(self, count: int, locked: bool = True) -> str:
         """The oldest claimable jobs of one rank (`:rank`) of `count` owners of an endpoint
         (`:owner<n>`, at most `:limit<n>` each) in one statement, locked (MySQL, skipping rows
-        another transaction holds) until the write ends."""
+        another transaction holds) until the write ends; not locked if not `locked` (a read
+        outside any write, whose jobs are then swapped one by one: PostgresStore)."""
         if self.dialect == "postgresql":
+            lock = " FOR UPDATE SKIP LOCKED" if locked else ""
             # PostgreSQL locks no rows of a UNION: each owner's part is a LATERAL subquery.
             owners = ", ".join(f"(:owner{n}, CAST(:limit{n} AS BIGINT))" for n in range(count))
             return self.render(
@@ -406,10 +408,9 @@ class Queries:
                 f"(SELECT {JOB} FROM jobs WHERE endpoint_id = :endpoint_id "
                 "AND claimable_rank = :rank "
                 "AND claimable_owner_id = wants.owner AND claimable_at <= :now "
-                "ORDER BY claimable_at, created_at, id LIMIT wants.n FOR UPDATE SKIP LOCKED) "
-                "AS part"
+                f"ORDER BY claimable_at, created_at, id LIMIT wants.n{lock}) AS part"
             )
-        lock = " FOR UPDATE SKIP LOCKED" if self.dialect != "sqlite" else ""
+        lock = " FOR UPDATE SKIP LOCKED" if self.dialect != "sqlite" and locked else ""
         parts = [
             f"SELECT {JOB} FROM jobs @ix_jobs_priority_claim "
             "WHERE endpoint_id = :endpoint_id AND claimable_rank = :rank "

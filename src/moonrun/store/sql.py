@@ -64,7 +64,7 @@ def _job(row: Row) -> Job:
     return codec.row_to_job(dict(zip(JOB_COLUMNS, row, strict=True)))
 
 
-def _job_and_row(row: Row) -> tuple[Job, dict[str, Any]]:
+def job_and_row(row: Row) -> tuple[Job, dict[str, Any]]:
     mapping = dict(zip(JOB_COLUMNS, row, strict=True))
     return codec.row_to_job(mapping), mapping
 
@@ -292,7 +292,7 @@ class SqlStore:
                 chunk = ids[start : start + 500]
                 parameters = {f"id{n}": job_id for n, job_id in enumerate(chunk)}
                 cursor.execute(self._sql.get_jobs_locked(len(chunk)), parameters)
-                for stored, row in [_job_and_row(row) for row in cursor.fetchall()]:
+                for stored, row in [job_and_row(row) for row in cursor.fetchall()]:
                     changed = change(stored)
                     if changed is not stored and not self._cas(
                         cursor, changed, stored, deltas, row
@@ -312,47 +312,10 @@ class SqlStore:
         grant: Callable[[Job], Job],
         after_owner: str | None = None,
     ) -> list[Job]:
-        sql = self._sql
-        Candidate = tuple[Job, dict[str, Any]]
-
         def work(cursor: Cursor) -> list[Job]:
-            def next_rank(after: int | None) -> tuple[int, str] | None:
-                parameters = {"endpoint_id": endpoint_id, "rank": -1 if after is None else after}
-                cursor.execute(sql.next_claim_rank, parameters)
-                found = cursor.fetchall()
-                return (int(found[0][0]), str(found[0][1])) if found else None
-
-            def turns(rank: int, first: str) -> tuple[NextOwner, Oldest[Candidate]]:
-                def next_owner(after: str | None) -> str | None:
-                    if after is None:  # the first owner came with the rank
-                        return first
-                    parameters = {"endpoint_id": endpoint_id, "rank": rank, "after": after}
-                    cursor.execute(sql.next_claim_owner, parameters)
-                    found = cursor.fetchall()
-                    return str(found[0][0]) if found else None
-
-                def oldest(wants: Mapping[str, int]) -> dict[str, list[Candidate]]:
-                    owners = list(wants)
-                    parameters: dict[str, Any] = {
-                        "endpoint_id": endpoint_id,
-                        "rank": rank,
-                        "now": now,
-                    }
-                    for n, owner in enumerate(owners):
-                        parameters[f"owner{n}"], parameters[f"limit{n}"] = owner, wants[owner]
-                    cursor.execute(sql.claimable_of_owners_locked(len(owners)), parameters)
-                    found: dict[str, list[Candidate]] = {owner: [] for owner in owners}
-                    # In claim order whatever order the parts of a UNION come back in.
-                    candidates = sorted(map(_job_and_row, cursor.fetchall()), key=_claim_order)
-                    for job, row in candidates:
-                        found[job.owner_id].append((job, row))
-                    return found
-
-                return next_owner, oldest
-
             # Inside the write transaction: SQLite holds the one write lock, MySQL locks the
             # candidates (skipping rows another platform is claiming right now).
-            candidates = take_by_priority(limit, after_owner, next_rank, turns)
+            candidates = self._claim_candidates(cursor, endpoint_id, now, limit, after_owner)
             deltas: Counter[str] = Counter()
             claimed = []
             for job, row in candidates:
@@ -363,6 +326,53 @@ class SqlStore:
             return claimed
 
         return self._write(work)
+
+    def _claim_candidates(
+        self,
+        cursor: Cursor,
+        endpoint_id: str,
+        now: Instant,
+        limit: int,
+        after_owner: str | None,
+        *,
+        locked: bool = True,
+    ) -> list[tuple[Job, dict[str, Any]]]:
+        """The jobs (with their rows) a claim of `limit` takes, in claim order: by priority,
+        the owners taking turns after `after_owner` (`take_by_priority`)."""
+        sql = self._sql
+        Candidate = tuple[Job, dict[str, Any]]
+
+        def next_rank(after: int | None) -> tuple[int, str] | None:
+            parameters = {"endpoint_id": endpoint_id, "rank": -1 if after is None else after}
+            cursor.execute(sql.next_claim_rank, parameters)
+            found = cursor.fetchall()
+            return (int(found[0][0]), str(found[0][1])) if found else None
+
+        def turns(rank: int, first: str) -> tuple[NextOwner, Oldest[Candidate]]:
+            def next_owner(after: str | None) -> str | None:
+                if after is None:  # the first owner came with the rank
+                    return first
+                parameters = {"endpoint_id": endpoint_id, "rank": rank, "after": after}
+                cursor.execute(sql.next_claim_owner, parameters)
+                found = cursor.fetchall()
+                return str(found[0][0]) if found else None
+
+            def oldest(wants: Mapping[str, int]) -> dict[str, list[Candidate]]:
+                owners = list(wants)
+                parameters: dict[str, Any] = {"endpoint_id": endpoint_id, "rank": rank, "now": now}
+                for n, owner in enumerate(owners):
+                    parameters[f"owner{n}"], parameters[f"limit{n}"] = owner, wants[owner]
+                cursor.execute(sql.claimable_of_owners(len(owners), locked), parameters)
+                found: dict[str, list[Candidate]] = {owner: [] for owner in owners}
+                # In claim order whatever order the parts of a UNION come back in.
+                candidates = sorted(map(job_and_row, cursor.fetchall()), key=_claim_order)
+                for job, row in candidates:
+                    found[job.owner_id].append((job, row))
+                return found
+
+            return next_owner, oldest
+
+        return take_by_priority(limit, after_owner, next_rank, turns)
 
     def delete_jobs(self, job_ids: Sequence[str], deletable: Callable[[Job], bool]) -> list[Job]:
         ids = list(dict.fromkeys(job_ids))
@@ -541,7 +551,7 @@ class SqlStore:
                 return done
             cursor.execute(sql.group_held_locked, {**key, "limit": wanted})
             deltas: Counter[str] = Counter()
-            for stored, row in [_job_and_row(row) for row in cursor.fetchall()]:
+            for stored, row in [job_and_row(row) for row in cursor.fetchall()]:
                 changed = release(stored)
                 # A job another write changed meanwhile stays held: a later release (or the
                 # sweeper's) takes it, and under-releasing never breaks max_parallel.
@@ -598,7 +608,7 @@ class SqlStore:
                 return done
             cursor.execute(sql.key_held_locked, {**scope, "limit": wanted})
             deltas: Counter[str] = Counter()
-            for stored, row in [_job_and_row(row) for row in cursor.fetchall()]:
+            for stored, row in [job_and_row(row) for row in cursor.fetchall()]:
                 changed = release(stored)
                 # As a group's release: a job another write changed meanwhile stays held.
                 if changed is stored or self._cas(cursor, changed, stored, deltas, row):

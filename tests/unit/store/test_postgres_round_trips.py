@@ -9,6 +9,7 @@ messages, where every round trip ends with a `Sync` (the extended protocol) or i
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 from collections.abc import Callable, Iterator
@@ -16,12 +17,12 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from moonrun.errors import AlreadyExists
-from moonrun.scheduling.jobs import JobState
+from moonrun.scheduling.jobs import Job, JobState
 from moonrun.scheduling.records import Server
 from moonrun.store import postgres
 from moonrun.store.postgres import PostgresStore
 from moonrun.store.protocol import IdempotencyRecord
-from tests.support.jobkit import T0, claimed, queued_job
+from tests.support.jobkit import ENDPOINT, T0, claimed, queued_job
 from tests.support.stores import wipe_postgres
 
 
@@ -31,6 +32,11 @@ def store(postgres_url: str) -> Iterator[PostgresStore]:
     opened = PostgresStore(postgres_url, pool_size=1)  # one connection: the one traced
     yield opened
     opened.close()
+
+
+def touched(job: Job) -> Job:
+    """`job` as another write left it: nothing but its version and time moved."""
+    return dataclasses.replace(job, version=job.version + 1, updated_at=job.updated_at + 1)
 
 
 def round_trips(store: PostgresStore, write: Callable[[], object]) -> list[str]:
@@ -115,27 +121,92 @@ def test_a_batch_is_begin_its_inserts_and_its_counts_with_the_commit(
     assert store.job_counts()[JobState.QUEUED] == 2
 
 
-def test_a_job_update_is_begin_the_locked_read_the_update_and_the_counts_with_the_commit(
+def test_one_job_update_is_its_read_then_its_swap_with_its_count_in_one_statement(
     store: PostgresStore,
 ) -> None:
-    job = queued_job(job_id="job-a")
-    store.insert_job(job)
+    store.insert_job(queued_job(job_id="job-a"))
 
     sent = round_trips(store, lambda: store.update_jobs(["job-a"], claimed))
 
-    assert len(sent) == 4, sent
-    assert sent[0] == "BEGIN"
-    assert sent[-1].endswith("; COMMIT")
+    assert sent == ["Sync", "Sync"]  # the read, then the swap (no BEGIN, no COMMIT)
+    assert store.get_job("job-a") == claimed(queued_job(job_id="job-a"))
     counts = store.job_counts()
     assert counts.get(JobState.QUEUED, 0) == 0
     assert counts[JobState.ACCEPTED] == 1
 
 
+def test_several_jobs_update_is_begin_the_locked_read_the_updates_and_the_counts_with_the_commit(
+    store: PostgresStore,
+) -> None:
+    store.insert_jobs([queued_job(job_id="job-a"), queued_job(job_id="job-b")])
+
+    sent = round_trips(store, lambda: store.update_jobs(["job-a", "job-b"], claimed))
+
+    assert len(sent) == 5, sent
+    assert sent[0] == "BEGIN"
+    assert sent[-1].endswith("; COMMIT")
+    counts = store.job_counts()
+    assert counts.get(JobState.QUEUED, 0) == 0
+    assert counts[JobState.ACCEPTED] == 2
+
+
 def test_a_write_that_changes_no_count_commits_alone(store: PostgresStore) -> None:
-    sent = round_trips(store, lambda: store.update_jobs(["job-missing"], claimed))
+    sent = round_trips(store, lambda: store.update_jobs(["job-missing", "job-gone"], claimed))
 
     assert sent[0] == "BEGIN"
     assert sent[-1] == "COMMIT"
+
+
+def test_one_job_changed_by_another_write_meanwhile_is_read_and_changed_again(
+    store: PostgresStore, postgres_url: str
+) -> None:
+    store.insert_job(queued_job(job_id="job-a"))
+    other = PostgresStore(postgres_url, pool_size=1)  # another platform's write
+    seen: list[int] = []
+    first = queued_job(job_id="job-a").version
+
+    def change(job: Job) -> Job:
+        seen.append(job.version)
+        if len(seen) == 1:
+            other.replace_job(touched(job), job)
+        return claimed(job)
+
+    try:
+        done = store.update_jobs(["job-a"], change)
+    finally:
+        other.close()
+
+    (before, after) = done["job-a"]
+    assert seen == [first, first + 1]  # the second call saw the other write
+    assert before == touched(queued_job(job_id="job-a"))
+    assert store.get_job("job-a") == after == claimed(before)
+    counts = store.job_counts()
+    assert counts.get(JobState.QUEUED, 0) == 0
+    assert counts[JobState.ACCEPTED] == 1
+
+
+def test_one_job_that_keeps_changing_is_written_under_its_lock_in_the_end(
+    store: PostgresStore, postgres_url: str
+) -> None:
+    store.insert_job(queued_job(job_id="job-a"))
+    other = PostgresStore(postgres_url, pool_size=1)
+    calls = 0
+
+    def change(job: Job) -> Job:
+        nonlocal calls
+        calls += 1
+        if calls <= postgres.OPTIMISTIC_TRIES:  # every optimistic try loses
+            other.replace_job(touched(job), job)
+        return claimed(job)
+
+    try:
+        done = store.update_jobs(["job-a"], change)
+    finally:
+        other.close()
+
+    assert calls == postgres.OPTIMISTIC_TRIES + 1
+    assert store.get_job("job-a") == done["job-a"][1]
+    assert store.job_counts()[JobState.ACCEPTED] == 1
 
 
 def test_a_refused_write_rolls_back_its_rows_and_its_counts(store: PostgresStore) -> None:
@@ -160,7 +231,7 @@ def test_a_unit_that_raises_leaves_nothing_and_the_connection_idle(
         raise RuntimeError("the unit's own error")
 
     with pytest.raises(RuntimeError, match="the unit's own error"):
-        store.update_jobs(["job-a"], fails_midway)  # type: ignore[arg-type]
+        store.update_jobs(["job-a", "job-b"], fails_midway)  # type: ignore[arg-type]
 
     assert store.get_job("job-a") == queued_job(job_id="job-a")
     with store._pool.connection() as connection:
@@ -207,3 +278,41 @@ def test_a_job_is_read_with_its_server_in_one_round_trip(store: PostgresStore) -
 
     assert sent == ["Sync"]
     assert found == [(queued_job(job_id="job-a"), server)]
+
+
+def test_a_claim_reads_its_candidates_then_grants_each_by_one_swap(store: PostgresStore) -> None:
+    store.insert_job(queued_job(job_id="job-a"))
+
+    granted: list[list[Job]] = []
+    sent = round_trips(store, lambda: granted.append(store.claim_jobs(ENDPOINT, T0, 1, claimed)))
+
+    assert sent == ["Sync", "Sync", "Sync"]  # the rank, the candidates, the swap: no BEGIN
+    assert granted == [[claimed(queued_job(job_id="job-a"))]]
+    assert store.job_counts()[JobState.ACCEPTED] == 1
+
+
+def test_a_claim_whose_job_another_platform_granted_first_takes_the_next_one(
+    store: PostgresStore, postgres_url: str
+) -> None:
+    first, second = queued_job(job_id="job-a"), queued_job(job_id="job-b", now=T0 + 1)
+    store.insert_jobs([first, second])
+    other = PostgresStore(postgres_url, pool_size=1)
+    calls: list[str] = []
+
+    def grant(job: Job) -> Job:
+        calls.append(job.id)
+        if len(calls) == 1:  # another platform grants the same job meanwhile
+            other.replace_job(claimed(job, now=T0 + 5, generation=9), job)
+        return claimed(job, now=T0 + 5)
+
+    try:
+        taken = store.claim_jobs(ENDPOINT, T0 + 5, 1, grant)
+    finally:
+        other.close()
+
+    assert calls == ["job-a", "job-b"]  # the locking claim skipped what the other took
+    assert taken == [claimed(second, now=T0 + 5)]
+    assert store.get_job("job-a") == claimed(first, now=T0 + 5, generation=9)
+    counts = store.job_counts()
+    assert counts[JobState.ACCEPTED] == 2
+    assert counts.get(JobState.QUEUED, 0) == 0

@@ -110,8 +110,8 @@ EXPECTED_PLANS: dict[str, list[Step]] = {
     "next_claim_rank": _search("ix_jobs_priority_claim"),
     "first_claim_rank": _search("ix_jobs_priority_claim"),
     "next_claim_owner": _search("ix_jobs_priority_claim"),
-    "claimable_of_owners_locked": _search("ix_jobs_priority_claim"),
-    "claimable_of_owners_locked, two owners": _sqlite_union_of_two("ix_jobs_priority_claim"),
+    "claimable_of_owners": _search("ix_jobs_priority_claim"),
+    "claimable_of_owners, two owners": _sqlite_union_of_two("ix_jobs_priority_claim"),
     "due": _search("ix_jobs_due"),
     # Retention: the finished jobs that ended longest ago, then each batch deleted by its ids,
     # their idempotency records by the index of their first job.
@@ -174,7 +174,7 @@ MYSQL_PLANS: dict[str, list[Step]] = {
     # two apart, MySQL's can.
     "next_claimable": [("", "MIN FROM INDEX", None)],
     # MySQL writes a UNION ALL as its parts.
-    "claimable_of_owners_locked, two owners": _search("ix_jobs_priority_claim") * 2,
+    "claimable_of_owners, two owners": _search("ix_jobs_priority_claim") * 2,
 }
 """Where MySQL's plan is written differently from EXPECTED_PLANS."""
 
@@ -192,12 +192,12 @@ def hot_queries(sql: Queries) -> dict[str, tuple[str, dict[str, Any]]]:
             sql.next_claim_owner,
             {"endpoint_id": ENDPOINT, "rank": 4, "after": OWNER},
         ),
-        "claimable_of_owners_locked": (
-            sql.claimable_of_owners_locked(1),
+        "claimable_of_owners": (
+            sql.claimable_of_owners(1),
             {"endpoint_id": ENDPOINT, "rank": 4, "now": NOW, "owner0": OWNER, "limit0": 16},
         ),
-        "claimable_of_owners_locked, two owners": (
-            sql.claimable_of_owners_locked(2),
+        "claimable_of_owners, two owners": (
+            sql.claimable_of_owners(2),
             {
                 "endpoint_id": ENDPOINT,
                 "rank": 4,

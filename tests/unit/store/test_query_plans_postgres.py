@@ -28,8 +28,8 @@ CLAIM_PATH = (
     "first_claim_rank",
     "next_claim_rank",
     "next_claim_owner",
-    "claimable_of_owners_locked",
-    "claimable_of_owners_locked, two owners",
+    "claimable_of_owners",
+    "claimable_of_owners, two owners",
 )
 """The reads of a claim: each walks ix_jobs_priority_claim."""
 
