@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,7 +98,18 @@ def build_pair(world: World, other: Store, reconnect: Backoff | None = None) -> 
             peers.append(wakeups)
     for wakeups in peers:
         assert wakeups.listening.wait(HANG_S)
+        if isinstance(wakeups, PostgresWakeups):  # each announces once it heard the other
+            assert heard_of_another(wakeups)
     return Pair(world, other, service, peers)
+
+
+def heard_of_another(wakeups: PostgresWakeups) -> bool:
+    give_up = time.monotonic() + HANG_S
+    while not wakeups.others_listen():
+        if time.monotonic() > give_up:
+            return False
+        time.sleep(0.001)
+    return True
 
 
 @pytest.fixture
@@ -283,4 +295,38 @@ def test_each_reconnection_after_listening_again_starts_its_pauses_afresh(
         for wakeups in pair.peers:
             wakeups.stop()
         pair.store.close()
+        world.store.close()
+
+
+def test_a_postgres_platform_alone_announces_nothing_until_another_listens(
+    postgres_url: str,
+) -> None:
+    """Alone on its database a process makes no notifying commit for its changes; a second
+    process that starts listening is heard by the first, and each then announces."""
+    world = World(postgres_factory(postgres_url))
+    first = share_wakeups(world.store, world.service)
+    assert isinstance(first, PostgresWakeups)
+    first.start()
+    second_store = PostgresStore(postgres_url)
+    second: PostgresWakeups | None = None
+    try:
+        assert first.listening.wait(HANG_S)
+        world.submit()
+        assert first.unsent >= 1
+        assert not first.others_listen()
+
+        second_service = SchedulingService(second_store, world.clock, world.tokens, world.settings)
+        second = share_wakeups(second_store, second_service)
+        assert isinstance(second, PostgresWakeups)
+        second.start()
+        assert heard_of_another(first)
+        assert heard_of_another(second)
+        unsent = first.unsent
+        world.submit()
+        assert first.unsent == unsent
+    finally:
+        for wakeups in (first, second):
+            if wakeups is not None:
+                wakeups.stop()
+        second_store.close()
         world.store.close()

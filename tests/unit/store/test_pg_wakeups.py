@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from moonrun.store import pg_wakeups
 from moonrun.store.pg_wakeups import PostgresWakeups
 
 
@@ -40,3 +41,31 @@ def test_nothing_is_queued_for_peers_before_the_wake_ups_start() -> None:
     listener = wakeups([])
     listener.announce("job-1", "ep-1")
     assert listener._announcements.waiting == 0
+
+
+def test_a_process_that_heard_no_other_listen_announces_nothing() -> None:
+    sent: list[object] = []
+    alone = PostgresWakeups("", lambda statement, params: sent.append(params), print, print)
+    alone.announce("job-1", "ep-1")
+    alone.announce("job-2", None)
+    assert not alone.others_listen()
+    assert alone.unsent == 2
+    assert alone._announcements.waiting == 0
+
+
+def test_another_process_saying_it_listens_is_heard_for_a_while_and_answered() -> None:
+    listener = wakeups([])
+    listener._hello_due = 123.0  # its next periodic hello
+    listener._hear(f"{listener.origin}")  # its own hello
+    assert not listener.others_listen()
+    listener._hear("0badc0de")
+    assert listener.others_listen()
+    assert listener._hello_due == 0.0  # a process it had not heard of: answered at once
+    listener._hello_due = 123.0
+    listener._hear("0badc0de")
+    assert listener._hello_due == 123.0  # one it hears already is not answered again
+    listener.announce("job-1", "ep-1")
+    assert listener.unsent == 0
+    assert listener._peer_heard_at is not None
+    listener._peer_heard_at -= pg_wakeups.PEER_TTL_S
+    assert not listener.others_listen()  # it stopped saying so: gone
