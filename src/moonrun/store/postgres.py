@@ -37,7 +37,7 @@ from moonrun.store import codec
 from moonrun.store.pg_cursor import NumberedCursor
 from moonrun.store.pg_wakeups import RECONNECT, PostgresWakeups
 from moonrun.store.protocol import IdempotencyRecord
-from moonrun.store.queries import COUNT_SHARDS, JOB_COLUMNS, Queries
+from moonrun.store.queries import COUNT_SHARDS, Queries
 from moonrun.store.sql import (
     Cursor,
     SqlStore,
@@ -268,12 +268,8 @@ class PostgresStore(SqlStore):
     def _swap_alone(self, job: Job, expected: Job, old: dict[str, Any]) -> bool:
         """`_cas` as one statement in autocommit, the count change in a data-modifying `WITH`
         clause that writes only if the swap did. True if it did."""
-        new = codec.job_to_row(job)
-        changed = tuple(name for name in JOB_COLUMNS if name == "version" or new[name] != old[name])
-        parameters = {name: new[name] for name in changed}
-        parameters["id"] = job.id
-        parameters["expected_version"] = expected.version
-        statement = f"WITH swapped AS ({self._sql.update_job(changed)} RETURNING 1)"
+        update, parameters = self._swap(job, expected, old)
+        statement = f"WITH swapped AS ({update} RETURNING 1)"
         if job.state is not expected.state:
             parameters.update(
                 count_from=expected.state.value,

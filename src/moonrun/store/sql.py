@@ -226,6 +226,18 @@ class SqlStore:
     ) -> bool:
         """One compare-and-swap on version, writing only the columns that changed (`old` is
         `expected` as a row, when it was just read)."""
+        cursor.execute(*self._swap(job, expected, old))
+        if cursor.rowcount != 1:
+            return False
+        if job.state is not expected.state:
+            deltas[expected.state.value] -= 1
+            deltas[job.state.value] += 1
+        return True
+
+    def _swap(
+        self, job: Job, expected: Job, old: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        """The statement and parameters of `job`'s compare-and-swap over `expected`."""
         new = codec.job_to_row(job)
         if old is None:
             old = codec.job_to_row(expected)
@@ -233,13 +245,7 @@ class SqlStore:
         parameters = {name: new[name] for name in changed}
         parameters["id"] = job.id
         parameters["expected_version"] = expected.version
-        cursor.execute(self._sql.update_job(changed), parameters)
-        if cursor.rowcount != 1:
-            return False
-        if job.state is not expected.state:
-            deltas[expected.state.value] -= 1
-            deltas[job.state.value] += 1
-        return True
+        return self._sql.update_job(changed), parameters
 
     def insert_job(self, job: Job) -> None:
         self.insert_jobs([job])
