@@ -28,13 +28,23 @@ def terminal(tmp_path: Path) -> Iterator[Terminal]:
         yield Terminal(cast, served.url, tmp_path)
 
 
-def run_everything(cast: Cast, failing: str | None = None) -> None:
-    """Both hosts' Runs claim and finish every job they get (`failing`'s server's fails)."""
-    for run in (cast.run.start(), cast.other_run.start()):
-        for grant in run.claim(8):
-            run.ack(grant["job_id"], grant["attempt"])
-            failed = cast.world.stored(grant["job_id"]).server_id == failing
-            run.result(grant["job_id"], grant["attempt"], "failed" if failed else "succeeded")
+def run_everything(cast: Cast, group_id: str, failing: str | None = None) -> None:
+    """Both hosts' Runs claim and finish the group's jobs (`failing`'s server's fails) until
+    every one ended: a job released by another's end is claimed in a later round, and a
+    refused ack or result fails here rather than leave a `--follow` waiting for ever."""
+    runs = (cast.run.start(), cast.other_run.start())
+    for _ in range(20):
+        counts = cast.world.store.group_counts(group_id)
+        if counts and all(state.is_terminal for state, n in counts.items() if n):
+            return
+        for run in runs:
+            for grant in run.claim(8):
+                job_id, attempt = grant["job_id"], grant["attempt"]
+                assert run.ack(job_id, attempt).status_code == 200
+                failed = cast.world.stored(job_id).server_id == failing
+                outcome = "failed" if failed else "succeeded"
+                assert run.result(job_id, attempt, outcome).status_code == 200
+    raise AssertionError(f"group {group_id} did not end: {counts}")
 
 
 def test_submit_with_a_selector_follows_a_line_per_server_and_exits_3_if_one_failed(
@@ -44,7 +54,7 @@ def test_submit_with_a_selector_follows_a_line_per_server_and_exits_3_if_one_fai
     made = terminal("job", "submit", "--selector", "role=web", "noop", key, "--max-parallel", "2")
     assert made.exit_code == 0, made.output
     assert made.output.startswith("group grp_")
-    run_everything(terminal.cast, failing=terminal.cast.server_id)
+    run_everything(terminal.cast, made.output.split()[1].rstrip(":"), terminal.cast.server_id)
     # The same key answers the same group, now ended: a line per server, then the counts.
     again = ("job", "submit", "--selector", "role=web", "noop", key, "--max-parallel", "2")
     followed = terminal(*again, "--follow")
@@ -92,8 +102,7 @@ def test_the_python_client_fans_out_reads_waits_and_cancels_groups(terminal: Ter
         assert made.group.stop_on_failure
         assert len(made.jobs) == 2
         assert owner.group(made.group.id).counts["queued"] == 2
-        run_everything(terminal.cast)
-        run_everything(terminal.cast)  # the held job, released once the first one ended
+        run_everything(terminal.cast, made.group.id)  # the held one once the first ended
         ended = owner.wait_group(made.group.id, timeout_s=5)
         assert (ended.done, ended.counts["succeeded"]) == (True, 2)
         assert len(list(owner.jobs(group=made.group.id))) == 2
