@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from moonrun.errors import Forbidden, TooManyWaiting
+from moonrun.errors import ChannelBusy, Forbidden, TooManyWaiting
 from moonrun.scheduling.jobs import Job
 from moonrun.scheduling.records import User
 from moonrun.service.config import WaitLimits
@@ -294,3 +294,58 @@ def test_a_stopping_watch_answers_every_waiter_at_once_with_what_it_read_last() 
     assert asyncio.run(asyncio.wait_for(scenario(), 60)) == 1
     assert (reads, watch.waiting) == ([0], 0)
     assert watch.stopping
+
+
+class Crowded(Lent):
+    """A request whose channel is full the first `times` it takes its place again."""
+
+    def __init__(self, times: int) -> None:
+        super().__init__()
+        self.refusals = times
+        self.tries = 0
+
+    def enter(self) -> None:
+        self.tries += 1
+        if self.refusals:
+            self.refusals -= 1
+            raise ChannelBusy("the jobs channel is at its limit of 32")
+        super().enter()
+
+
+def test_a_waiting_claim_whose_channel_is_full_when_woken_waits_for_a_place_and_is_granted(
+    world: World,
+) -> None:
+    """Admitted once, a waiting claim is not refused because others' work fills its channel
+    at the instant it looks again: it waits for a place (a short pause) and then looks."""
+
+    async def scenario() -> None:
+        crowded = Crowded(times=3)
+        run = world.run().start()
+        waiting = await started(
+            world.service.waiters, claim(world, run.session_id, crowded), "claims"
+        )
+        created = world.submit()
+        granted = await asyncio.wait_for(waiting, LONG_S)
+        assert [g.job_id for g in granted.jobs] == [created.id]
+        assert crowded.tries == 4
+        assert crowded.held
+
+    asyncio.run(scenario())
+
+
+def test_a_waiting_claim_whose_channel_stays_full_answers_what_it_read_at_its_deadline(
+    world: World,
+) -> None:
+    async def scenario() -> None:
+        crowded = Crowded(times=10**6)
+        run = world.run().start()
+        waiting = world.service.wait_for_claim(
+            run.session_id, 1, wait_s=0.3, waiting=crowded.waiting()
+        )
+        task = await started(world.service.waiters, waiting, "claims")
+        world.submit()
+        answered = await asyncio.wait_for(task, LONG_S)
+        assert answered.jobs == []
+        assert crowded.tries > 1
+
+    asyncio.run(scenario())
