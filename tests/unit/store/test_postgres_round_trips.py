@@ -34,6 +34,14 @@ def store(postgres_url: str) -> Iterator[PostgresStore]:
     opened.close()
 
 
+@pytest.fixture
+def other(store: PostgresStore, postgres_url: str) -> Iterator[PostgresStore]:
+    """Another platform's store on the same database, whose writes come in between."""
+    opened = PostgresStore(postgres_url, pool_size=1)
+    yield opened
+    opened.close()
+
+
 def touched(job: Job) -> Job:
     """`job` as another write left it: nothing but its version and time moved."""
     return dataclasses.replace(job, version=job.version + 1, updated_at=job.updated_at + 1)
@@ -158,10 +166,9 @@ def test_a_write_that_changes_no_count_commits_alone(store: PostgresStore) -> No
 
 
 def test_one_job_changed_by_another_write_meanwhile_is_read_and_changed_again(
-    store: PostgresStore, postgres_url: str
+    store: PostgresStore, other: PostgresStore
 ) -> None:
     store.insert_job(queued_job(job_id="job-a"))
-    other = PostgresStore(postgres_url, pool_size=1)  # another platform's write
     seen: list[int] = []
     first = queued_job(job_id="job-a").version
 
@@ -171,10 +178,7 @@ def test_one_job_changed_by_another_write_meanwhile_is_read_and_changed_again(
             other.replace_job(touched(job), job)
         return claimed(job)
 
-    try:
-        done = store.update_jobs(["job-a"], change)
-    finally:
-        other.close()
+    done = store.update_jobs(["job-a"], change)
 
     (before, after) = done["job-a"]
     assert seen == [first, first + 1]  # the second call saw the other write
@@ -186,10 +190,9 @@ def test_one_job_changed_by_another_write_meanwhile_is_read_and_changed_again(
 
 
 def test_one_job_that_keeps_changing_is_written_under_its_lock_in_the_end(
-    store: PostgresStore, postgres_url: str
+    store: PostgresStore, other: PostgresStore
 ) -> None:
     store.insert_job(queued_job(job_id="job-a"))
-    other = PostgresStore(postgres_url, pool_size=1)
     calls = 0
 
     def change(job: Job) -> Job:
@@ -199,10 +202,7 @@ def test_one_job_that_keeps_changing_is_written_under_its_lock_in_the_end(
             other.replace_job(touched(job), job)
         return claimed(job)
 
-    try:
-        done = store.update_jobs(["job-a"], change)
-    finally:
-        other.close()
+    done = store.update_jobs(["job-a"], change)
 
     assert calls == postgres.OPTIMISTIC_TRIES + 1
     assert store.get_job("job-a") == done["job-a"][1]
@@ -292,11 +292,10 @@ def test_a_claim_reads_its_candidates_then_grants_each_by_one_swap(store: Postgr
 
 
 def test_a_claim_whose_job_another_platform_granted_first_takes_the_next_one(
-    store: PostgresStore, postgres_url: str
+    store: PostgresStore, other: PostgresStore
 ) -> None:
     first, second = queued_job(job_id="job-a"), queued_job(job_id="job-b", now=T0 + 1)
     store.insert_jobs([first, second])
-    other = PostgresStore(postgres_url, pool_size=1)
     calls: list[str] = []
 
     def grant(job: Job) -> Job:
@@ -305,10 +304,7 @@ def test_a_claim_whose_job_another_platform_granted_first_takes_the_next_one(
             other.replace_job(claimed(job, now=T0 + 5, generation=9), job)
         return claimed(job, now=T0 + 5)
 
-    try:
-        taken = store.claim_jobs(ENDPOINT, T0 + 5, 1, grant)
-    finally:
-        other.close()
+    taken = store.claim_jobs(ENDPOINT, T0 + 5, 1, grant)
 
     assert calls == ["job-a", "job-b"]  # the locking claim skipped what the other took
     assert taken == [claimed(second, now=T0 + 5)]
