@@ -394,7 +394,9 @@ class Api:
             vouched = True
         data = await self._body(edge, vouched, receive, limit)
         subject = "" if signed is None else self._verify.body(platform, signed, data)
-        with channel.admit() as admission:
+        admission = channel.admit()
+        await admission.enter_in_line()
+        try:
             call = Call(
                 platform,
                 channel,
@@ -422,6 +424,8 @@ class Api:
                     await channel.run(credentials.check, platform)
                 raise
             return await route.handler(call)
+        finally:
+            admission.leave()
 
     async def _body(
         self, edge: RequestEdge | None, vouched: bool, receive: Receive, limit: int

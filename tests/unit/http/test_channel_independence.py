@@ -280,3 +280,38 @@ def test_work_that_raises_stop_iteration_on_a_channel_thread_still_answers() -> 
         assert anyio.run(call) == "RuntimeError"
     finally:
         channel.close()
+
+
+def test_a_heartbeat_that_finds_the_control_channel_full_is_answered_once_a_place_frees(
+    tmp_path: Path,
+) -> None:
+    """The control channel's places all held (a store stall, say): a Run's heartbeat waits in
+    the channel's line instead of being refused 429, and is answered once a place frees."""
+    with http_world(memory_factory(), tmp_path) as cast:
+        run, channel = cast.run.start(), cast.world.platform.channels.control
+
+        async def scenario() -> tuple[bool, int]:
+            transport = httpx.ASGITransport(app=cast.world.app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+                held = [channel.admit() for _ in range(channel.limit)]
+                for admission in held:
+                    admission.enter()
+                async with anyio.create_task_group() as tasks:
+                    answers: list[httpx.Response] = []
+
+                    async def heartbeat() -> None:
+                        answers.append(await Wire(run, client).post("/run/v1/heartbeat", {}))
+
+                    tasks.start_soon(heartbeat)
+                    with anyio.fail_after(HANG_GUARD_S):
+                        while not channel.waiting:
+                            await anyio.sleep(0.001)
+                    in_line = answers == []
+                    held[0].leave()
+                (answer,) = answers
+                for admission in held[1:]:
+                    admission.leave()
+                return in_line, answer.status_code
+
+        assert anyio.run(scenario) == (True, 200)
+        assert (channel.in_flight, len(channel.waiting)) == (0, 0)
