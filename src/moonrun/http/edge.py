@@ -340,7 +340,11 @@ class GuardedProtocol(HttpToolsProtocol):
         if not all_head:
             # The head began inside this read, after another request, at a place httptools
             # does not say: nothing of this read is counted (one read more at most is held;
-            # `on_url` bounds the request line meanwhile).
+            # `on_url` bounds the request line meanwhile). Its request line ended in this read
+            # if a line break follows its target: the line left unfinished is then a header's.
+            target = data.rfind(self.url) if self.url else -1
+            if target >= 0 and data.find(b"\n", target) >= 0:
+                self._past_request_line = True
             self._line_bytes = 0
             return
         newline = data.rfind(b"\n")
