@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -95,24 +96,39 @@ class _Edge:
 
 class RequestEdge:
     """One request as the edge sees it, for the app: has its body arrived; `trust` it once its
-    credentials are checked (its connection is then not evicted while its body arrives)."""
+    credentials are checked (its connection is then not evicted while its body arrives).
+
+    It holds its connection and uvicorn's request cycle weakly: the request's scope holds it,
+    and the cycle and the connection hold that scope, so strong references would leave every
+    request a reference cycle for the garbage collector (at 5,000 Runs, 33,000 objects a
+    second, collected in pauses of 50 to 100 ms).
+    """
 
     __slots__ = ("_connection", "_cycle")
 
     def __init__(self, connection: Any, cycle: Any = None) -> None:
-        self._connection = connection
-        self._cycle = cycle
+        self._connection: Callable[[], Any] = weakref.ref(connection)
+        self._cycle: Callable[[], Any] = _no_cycle if cycle is None else weakref.ref(cycle)
         """uvicorn's `RequestResponseCycle` of the request (its `more_body`)."""
+
+    def follow(self, cycle: Any) -> None:
+        """The request's cycle, once uvicorn made it."""
+        self._cycle = weakref.ref(cycle)
 
     @property
     def arrived(self) -> bool:
         """The whole body is here: reading it will not wait for the client."""
-        return self._cycle is not None and not self._cycle.more_body
+        cycle = self._cycle()
+        return cycle is not None and not cycle.more_body
 
     def trust(self) -> None:
-        connection = self._connection
-        if connection.cycle is self._cycle:
+        connection = self._connection()
+        if connection is not None and connection.cycle is self._cycle():
             connection.trust()
+
+
+def _no_cycle() -> None:
+    """Stands for a reference to the cycle before uvicorn made it."""
 
 
 def edge_of(scope: Mapping[str, Any]) -> RequestEdge | None:
@@ -246,7 +262,7 @@ class GuardedProtocol(HttpToolsProtocol):
         extensions[EDGE_EXTENSION] = request
         self.scope["extensions"] = extensions
         super().on_headers_complete()
-        request._cycle = self.cycle
+        request.follow(self.cycle)
         self._settle()
 
     def on_body(self, body: bytes) -> None:

@@ -14,7 +14,6 @@ import json
 import logging
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -36,6 +35,13 @@ def cast(tmp_path: Path) -> Iterator[Cast]:
         yield cast
 
 
+class Stand:
+    """A stand-in for one of uvicorn's objects (a SimpleNamespace cannot be held weakly)."""
+
+    def __init__(self, **fields: Any) -> None:
+        self.__dict__.update(fields)
+
+
 class Pending:
     """One request whose body arrives when the test says: its scope, receive and answer."""
 
@@ -44,8 +50,9 @@ class Pending:
         self.arrival = asyncio.Event()
         self.reads = 0
         self.trusted = False
-        self.cycle = SimpleNamespace(more_body=True)
-        connection = SimpleNamespace(cycle=self.cycle, trust=self._trust)
+        # Kept here: the edge holds uvicorn's cycle and connection weakly, as uvicorn holds them.
+        self.cycle = Stand(more_body=True)
+        self.connection = Stand(cycle=self.cycle, trust=self._trust)
         self.scope: dict[str, Any] = {
             "type": "http",
             "http_version": "1.1",
@@ -61,7 +68,7 @@ class Pending:
                 (name.lower().encode(), value.encode())
                 for name, value in {**headers, "content-length": str(len(body))}.items()
             ],
-            "extensions": {EDGE_EXTENSION: RequestEdge(connection, self.cycle)},
+            "extensions": {EDGE_EXTENSION: RequestEdge(self.connection, self.cycle)},
         }
         self.status: int | None = None
         self.answer = b""
