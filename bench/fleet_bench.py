@@ -136,7 +136,13 @@ class SimulatedRun:
 
     async def run(self) -> None:
         from moonrun.errors import MoonrunError
+        from moonrun.run.agent import RETRY_BACKOFF
+        from moonrun.run.client import pause_after
 
+        # As Run registers again: capped exponential backoff with full jitter, and at least
+        # an overloaded platform's Retry-After. A fixed 0.5-2 s retry made a fleet joining at
+        # once a storm of thousands of refused registrations a second.
+        delays = RETRY_BACKOFF.delays()
         async with self.client:
             while True:
                 try:
@@ -144,7 +150,7 @@ class SimulatedRun:
                     return
                 except MoonrunError as error:
                     self.stats.error(error.code)
-                    await asyncio.sleep(random.uniform(0.5, 2.0))
+                    await asyncio.sleep(pause_after(error, delays))
 
     async def _session(self) -> None:
         session = await self.client.register(b64url(secrets.token_bytes(16)), CAPACITY, self.kinds)
@@ -171,9 +177,12 @@ class SimulatedRun:
 
     async def _claims(self) -> None:
         from moonrun.errors import MoonrunError
+        from moonrun.run.agent import RunConfig
         from moonrun.run.client import SESSION_ERRORS
 
+        interval_s = RunConfig.claim_interval_s
         while True:
+            asked = time.monotonic()
             try:
                 jobs = await self.client.claim(CAPACITY, wait_s=CLAIM_WAIT_S)
             except SESSION_ERRORS:
@@ -187,6 +196,10 @@ class SimulatedRun:
                 self.stats.received[job["job_id"]] = now
             if jobs:
                 await self._finish(jobs)
+            elif time.monotonic() - asked < interval_s:
+                # As Run does: nothing, and at once although asked to wait (an overloaded
+                # platform's empty grant), so poll rather than claim again in a tight loop.
+                await asyncio.sleep(interval_s)
 
     async def _finish(self, jobs: list[dict[str, Any]]) -> None:
         from moonrun.errors import MoonrunError
