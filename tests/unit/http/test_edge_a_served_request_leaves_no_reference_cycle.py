@@ -36,4 +36,3 @@ def test_an_answered_request_is_freed_once_the_next_begins(no_collector: None) -
     Edge.answer(sock)
     edge.send(sock, b"GET /b HTTP/1.1\r\nHost: p\r\n\r\n")
     assert first() is None
-
