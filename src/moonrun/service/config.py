@@ -115,8 +115,12 @@ class WaitLimits:
     recheck_s: float = 1.0
     """A waiting request reads the store again at least this often: the only way to notice a
     change another platform process made (wiring/settings.py shortens it for MySQL stores)."""
-    claims: int = 4096
-    """Waiting claims at once, over every endpoint."""
+    claims: int = 20_000
+    """Waiting claims at once, over every endpoint: two for each Run of a 10,000-Run fleet
+    (its claim, and its cancel watch while handlers run). At 4,096 a fleet of 5,000 Runs had
+    about 900 claims answered at once at any moment, each Run then pausing a second before it
+    claimed again: a job for one of them waited that second (fleet_bench's dispatch p99). Each
+    waiting claim also holds a connection, which `--max-connections` bounds."""
     claims_per_endpoint: int = 16
     """Waiting claims of one endpoint at once (its Run keeps one waiting)."""
     reads: int = 4096

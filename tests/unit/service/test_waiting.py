@@ -349,3 +349,19 @@ def test_a_waiting_claim_whose_channel_stays_full_answers_what_it_read_at_its_de
         assert crowded.tries > 1
 
     asyncio.run(scenario())
+
+
+def test_a_fleet_of_10000_runs_keeps_every_claim_and_cancel_watch_waiting() -> None:
+    """Past the bound a claim answers at once and its Run pauses before it claims again, so a
+    job for it waits that long: the bound holds a whole fleet's claims (at 4,096, 5,000 Runs
+    had about 900 of theirs answered at once at any moment)."""
+    watch = Watch()
+
+    async def wait_all() -> int:
+        waiters = [
+            watch.register("endpoint", f"e{n % 10_000}", watch.claim_rooms(f"e{n % 10_000}"))
+            for n in range(20_000)
+        ]
+        return len(waiters)
+
+    assert asyncio.run(wait_all()) == 20_000
