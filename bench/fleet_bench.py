@@ -133,6 +133,7 @@ class SimulatedRun:
         self.client = PlatformClient(url, host.endpoint_id, key)
         self.kinds = kinds
         self.stats = stats
+        self.registered = False
 
     async def run(self) -> None:
         from moonrun.errors import MoonrunError
@@ -155,7 +156,10 @@ class SimulatedRun:
     async def _session(self) -> None:
         session = await self.client.register(b64url(secrets.token_bytes(16)), CAPACITY, self.kinds)
         await self.client.reconcile([])
-        self.stats.registered += 1
+        if not self.registered:
+            # Counted once: a Run that registers again must not stand in for one that never did.
+            self.registered = True
+            self.stats.registered += 1
         beats = asyncio.create_task(self._heartbeats(session.heartbeat_interval_s))
         try:
             await self._claims()

@@ -195,6 +195,10 @@ class SessionExpired(MoonrunError):
     """The session expired; register again."""
 
 
+class RegistrationSuperseded(MoonrunError):
+    """A registration of this endpoint asked later was applied first; register again."""
+
+
 # -- jobs channel: fencing and state (in the order of docs/protocol.md, "Fencing and deadlines")
 
 
@@ -348,6 +352,7 @@ ERROR_TABLE: Final[Mapping[type[MoonrunError], tuple[int, str]]] = {
     Replayed: (401, "replayed"),
     SessionRotated: (401, "session_rotated"),
     SessionExpired: (401, "session_expired"),
+    RegistrationSuperseded: (409, "registration_superseded"),
     JobRejected: (409, "rejected"),
     JobNotFound: (404, "job_not_found"),
     WrongEndpoint: (403, "wrong_endpoint"),

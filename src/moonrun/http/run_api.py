@@ -116,6 +116,8 @@ async def register(call: Call) -> RegisterAnswer:
     # On the channel's threads, never inline: a registration is several writes, and a fleet
     # that starts together sends thousands at once; on threads their fsyncs are shared (the
     # store's group commit) and the loop goes on serving heartbeats meanwhile.
+    # Asked now, before the wait for a thread: a registration that waited longer than its
+    # Run did and was asked again meanwhile must not replace the later one's session.
     registration = await call.channel.thread(
         platform.service.register_session,
         call.subject,
@@ -123,6 +125,7 @@ async def register(call: Call) -> RegisterAnswer:
         run_version=body.run_version,
         capacity=body.capacity,
         kinds=body.kinds,
+        asked_at=platform.clock.now(),
     )
     session = registration.session
     return {

@@ -35,6 +35,7 @@ from moonrun.errors import (
     NotActive,
     NotFound,
     ReconcileRequired,
+    RegistrationSuperseded,
     SessionExpired,
     SessionRotated,
     SignatureInvalid,
@@ -260,11 +261,15 @@ class SchedulingService:
         run_version: str,
         capacity: int,
         kinds: JsonValue | None = None,
+        asked_at: Instant | None = None,
     ) -> Registration:
         """A new session at generation + 1; every earlier session of the endpoint is rotated.
 
         `kinds` is what the Run advertises it runs (`{kind: payload schema}`); it replaces
         what the endpoint advertised before, and `None` (an older Run) clears it.
+
+        `asked_at` is when the registration reached the platform (now when not given). One
+        asked before the endpoint's current session was made is refused (`_refuse_superseded`).
         """
         checks.check_pattern("boot_id", boot_id, checks.BOOT_ID_PATTERN)
         checks.check_pattern("run_version", run_version, checks.RUN_VERSION_PATTERN)
@@ -273,10 +278,12 @@ class SchedulingService:
         if kinds is not None:
             kinds_json = kinds_domain.advertisement_json(kinds_domain.check_advertisement(kinds))
         advertised = False
+        asked = self._clock.now() if asked_at is None else asked_at
         for _ in range(self._settings.cas_retries):
             endpoint = self._store.get_endpoint(endpoint_id)
             if endpoint is None or endpoint.joined_at is None:
                 raise SignatureInvalid("unknown endpoint")
+            self._refuse_superseded(endpoint, asked)
             now = self._clock.now()
             if not advertised:
                 # Before the session becomes current, so that no job is checked against the
@@ -314,6 +321,23 @@ class SchedulingService:
                     session, s.heartbeat_interval_s, s.session_ttl_s, s.ack_timeout_s, s.lease_ttl_s
                 )
         raise Contention()
+
+    def _refuse_superseded(self, endpoint: Endpoint, asked_at: Instant) -> None:
+        """Refuse a registration asked before the endpoint's current session was made.
+
+        Why: a Run whose registration is slow to answer gives up and registers again. When
+        the first one is applied after the second (it lost the endpoint's compare-and-swap to
+        it and tried again, or waited longer for a thread), it would rotate away the session
+        the Run was answered with, and every request of that Run would then be refused
+        `session_rotated` until it noticed and registered a third time. The later-asked
+        registration wins; the earlier one's answer goes to nobody. A Run that is refused
+        this way registers again (it is a retryable answer).
+        """
+        if endpoint.current_session_id is None:
+            return
+        found = self._store.session_with_endpoint(endpoint.current_session_id)
+        if found is not None and found[0].created_at > asked_at:
+            raise RegistrationSuperseded()
 
     def authenticate_session(self, session_id: str) -> Session:
         """The caller's current, unexpired session; each call counts as activity."""
