@@ -10,9 +10,10 @@ The Runs are simulated in `--workers` processes (2 by default, one asyncio loop 
 when installed), each Run through moonrun's own `moonrun.run.client.PlatformClient` (its own
 Ed25519 key and endpoint, four channels, signing): it registers advertising the built-in kinds
 with their schemas, reconciles an empty journal, heartbeats every `heartbeat_interval_s` (the
-first at a random phase, as Runs started over time would), keeps one long-poll claim of 25 s
-waiting at a time, and acks and finishes (succeeded) every job it is granted in one batch each,
-as the real agent does.
+first at a random phase, as Runs started over time would; at the interval the last answer told,
+which the platform stretches as its fleet grows), keeps one long-poll claim of `--claim-wait-s`
+(Run's default, 50 s) waiting at a time, and acks and finishes (succeeded) every job it is
+granted in one batch each, as the real agent does.
 
 The fleet grows through `--steps`; at each step the new Runs join, the bench waits until
 every Run has registered and reconciled, lets `--settle-s` pass, then measures for
@@ -61,7 +62,8 @@ from moonrun.service.scheduling import SchedulingService
 from moonrun.wiring.collector import tune_for_serving
 
 ADMIN_TOKEN = "mra_" + secrets.token_urlsafe(32)
-CLAIM_WAIT_S = 25.0
+CLAIM_WAIT_S = 50.0
+"""Run's default (`RunConfig.claim_wait_s`)."""
 CAPACITY = 4
 NOFILE = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
 """Every process of the bench raises its open-files limit to the hard limit it was given."""
@@ -126,7 +128,9 @@ class Stats:
 class SimulatedRun:
     """One Run on the wire, as `moonrun run start` behaves, minus running anything."""
 
-    def __init__(self, url: str, host: Host, kinds: dict[str, Any], stats: Stats) -> None:
+    def __init__(
+        self, url: str, host: Host, kinds: dict[str, Any], stats: Stats, claim_wait_s: float
+    ) -> None:
         from moonrun.run.client import PlatformClient
 
         key = Ed25519PrivateKey.from_private_bytes(host.key)
@@ -134,6 +138,7 @@ class SimulatedRun:
         self.kinds = kinds
         self.stats = stats
         self.registered = False
+        self.claim_wait_s = claim_wait_s
 
     async def run(self) -> None:
         from moonrun.errors import MoonrunError
@@ -177,7 +182,9 @@ class SimulatedRun:
                 self.stats.heartbeats_ms.append((time.perf_counter() - started) * 1000)
             except MoonrunError as error:
                 self.stats.error(f"heartbeat {error.code}")
-            await asyncio.sleep(interval_s)
+            # As Run: the interval the last answer told (stretched as the fleet grows).
+            session = self.client.session
+            await asyncio.sleep(session.heartbeat_interval_s if session else interval_s)
 
     async def _claims(self) -> None:
         from moonrun.errors import MoonrunError
@@ -188,7 +195,7 @@ class SimulatedRun:
         while True:
             asked = time.monotonic()
             try:
-                jobs = await self.client.claim(CAPACITY, wait_s=CLAIM_WAIT_S)
+                jobs = await self.client.claim(CAPACITY, wait_s=self.claim_wait_s)
             except SESSION_ERRORS:
                 raise
             except MoonrunError as error:
@@ -225,7 +232,7 @@ class SimulatedRun:
             self.stats.error(f"ack/result {error.code}")
 
 
-def worker_main(url: str, pipe: Connection) -> None:
+def worker_main(url: str, pipe: Connection, claim_wait_s: float) -> None:
     """A worker: Runs on one loop, commanded over `pipe` (add, reset, report, stop)."""
     resource.setrlimit(resource.RLIMIT_NOFILE, (NOFILE, NOFILE))
     # Thousands of simulated Runs share this process (a real Run is a process of its own): a
@@ -235,12 +242,12 @@ def worker_main(url: str, pipe: Connection) -> None:
     try:
         import uvloop
 
-        uvloop.run(_worker(url, pipe))
+        uvloop.run(_worker(url, pipe, claim_wait_s))
     except ImportError:
-        asyncio.run(_worker(url, pipe))
+        asyncio.run(_worker(url, pipe, claim_wait_s))
 
 
-async def _worker(url: str, pipe: Connection) -> None:
+async def _worker(url: str, pipe: Connection, claim_wait_s: float) -> None:
     from moonrun.run.handlers import advertised_kinds, load_handlers
 
     kinds = advertised_kinds(load_handlers()) or {}
@@ -255,7 +262,9 @@ async def _worker(url: str, pipe: Connection) -> None:
         command, argument = await commands.get()
         if command == "add":
             for host in argument:
-                runs.append(asyncio.create_task(SimulatedRun(url, host, kinds, stats).run()))
+                runs.append(
+                    asyncio.create_task(SimulatedRun(url, host, kinds, stats, claim_wait_s).run())
+                )
             pipe.send(len(runs))
         elif command == "registered":
             pipe.send(stats.registered)
@@ -431,7 +440,8 @@ def bench(options: argparse.Namespace, workdir: Path, store_url: str) -> None:
     hosts = build_fleet(store_url, steps[-1])
     print(f"fleet of {len(hosts)} endpoints built in {time.monotonic() - began:.0f} s", flush=True)
     port = free_port()
-    command = platform_command(store_url, port, workdir, "--max-connections", str(NOFILE - 512))
+    extra = ["--max-connections", str(NOFILE - 512), *options.platform_args.split()]
+    command = platform_command(store_url, port, workdir, *extra)
     platform = Served("platform", command, port, workdir, env=child_env())
     context = multiprocessing.get_context("spawn")
     pipes: list[Connection] = []
@@ -440,13 +450,16 @@ def bench(options: argparse.Namespace, workdir: Path, store_url: str) -> None:
         platform.wait_ready()
         for _ in range(options.workers):
             ours, theirs = context.Pipe()
-            worker = context.Process(target=worker_main, args=(platform.url, theirs), daemon=True)
+            worker = context.Process(
+                target=worker_main, args=(platform.url, theirs, options.claim_wait_s), daemon=True
+            )
             worker.start()
             pipes.append(ours)
             workers.append(worker)
         admin = Admin(port)
         print(
-            f"{options.workers} workers, claims wait {CLAIM_WAIT_S:.0f} s, capacity {CAPACITY}; "
+            f"{options.workers} workers, claims wait {options.claim_wait_s:.0f} s, "
+            f"capacity {CAPACITY}; "
             f"settle {options.settle_s:.0f} s, measure {options.measure_s:.0f} s, "
             f"{options.jobs} jobs per step"
         )
@@ -481,6 +494,17 @@ def main() -> None:
     parser.add_argument("--measure-s", type=float, default=30.0)
     parser.add_argument("--join-timeout-s", type=float, default=180.0)
     parser.add_argument("--jobs", type=int, default=50)
+    parser.add_argument(
+        "--claim-wait-s",
+        type=float,
+        default=CLAIM_WAIT_S,
+        help="how long each Run's claim waits at the platform",
+    )
+    parser.add_argument(
+        "--platform-args",
+        default="",
+        help="more `platform serve` options, for A/B runs (say '--max-heartbeats-per-s 0')",
+    )
     options = parser.parse_args()
     raise_nofile()  # the platform inherits it
     with tempfile.TemporaryDirectory(prefix="moonrun-fleet-") as directory:

@@ -282,6 +282,16 @@ def platform_serve(
     lease_ttl_s: float = _seconds("lease-ttl-s", 40, "Execution lease, renewed by progress"),
     session_ttl_s: float = _seconds("session-ttl-s", 50, "Session lifetime after its last request"),
     heartbeat_interval_s: float = _seconds("heartbeat-interval-s", 10, "Run's heartbeat cadence"),
+    max_heartbeats_per_s: Annotated[
+        float,
+        typer.Option(
+            "--max-heartbeats-per-s",
+            envvar="MOONRUN_MAX_HEARTBEATS_PER_S",
+            min=0,
+            help="Heartbeats a second this process asks of its Runs at most: past it, the "
+            "heartbeat interval and session TTL stretch with the fleet (0: never)",
+        ),
+    ] = 100.0,
     sweep_interval_s: float = _seconds("sweep-interval-s", 1, "How often the sweeper runs"),
     retain_finished: Annotated[
         str,
@@ -431,6 +441,7 @@ def platform_serve(
             lease_ttl_s=lease_ttl_s,
             session_ttl_s=session_ttl_s,
             heartbeat_interval_s=heartbeat_interval_s,
+            max_heartbeats_per_s=max_heartbeats_per_s,
             join_token_ttl_s=join_token_ttl_s,
             max_attempts=max_attempts,
             backoff_initial_s=backoff_initial_s,

@@ -51,6 +51,7 @@ from moonrun.http.edge import RequestEdge, edge_of
 from moonrun.http.load import check_load
 from moonrun.http.platform import HttpPlatform, channel_of, declared_over
 from moonrun.scheduling.records import User
+from moonrun.scheduling.time import Instant
 from moonrun.service.waiting import Waiting
 from moonrun.service.websessions import SESSION_COOKIE
 from moonrun.wire import error_body as envelope
@@ -123,6 +124,9 @@ class Call:
     """The request's ASGI receive: once the body is read, it returns only on disconnect."""
     address: str = ""
     """The client's address (the connection's peer, or what a trusted proxy named)."""
+    received_at: Instant = 0
+    """When its head had arrived, by the platform's clock (before its signature was checked,
+    its body read or its place taken: each may wait)."""
 
     def waiting(self) -> Waiting:
         """What this request lends the service to wait (claims, blocking reads): its
@@ -365,6 +369,7 @@ class Api:
         self, route: Route, params: dict[str, Any], scope: Scope, receive: Receive
     ) -> Any:
         platform = self.platform
+        received_at = platform.clock.now()
         if route.sheds:  # before any work: a refusal must cost next to nothing
             settings = platform.http
             check_load(platform.lag, settings.overload_lag_s, settings.overload_retry_after_s)
@@ -409,6 +414,7 @@ class Api:
                 headers,
                 receive,
                 _address(scope),
+                received_at,
             )
             try:
                 for name in route.ints:

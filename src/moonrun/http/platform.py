@@ -44,8 +44,9 @@ class HttpSettings:
     artifact_chunk_limit: int = 4 * 1024 * 1024
     user_body_limit: int = 1024 * 1024
     sweep_interval_s: float = 1.0
-    max_claim_wait_s: float = 30.0
-    """The longest a claim's `wait_s` is honoured (Run's default timeouts are longer)."""
+    max_claim_wait_s: float = 60.0
+    """The longest a claim's `wait_s` is honoured (Run's default timeouts are longer), as
+    long as a user's blocking read (load balancers must let a request take 90 s)."""
     max_read_wait_s: float = 60.0
     """The longest a blocking job read's `wait_s` is honoured (how many may wait, and how
     often they look again: the service's `WaitLimits`)."""

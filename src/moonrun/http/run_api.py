@@ -116,8 +116,9 @@ async def register(call: Call) -> RegisterAnswer:
     # On the channel's threads, never inline: a registration is several writes, and a fleet
     # that starts together sends thousands at once; on threads their fsyncs are shared (the
     # store's group commit) and the loop goes on serving heartbeats meanwhile.
-    # Asked now, before the wait for a thread: a registration that waited longer than its
-    # Run did and was asked again meanwhile must not replace the later one's session.
+    # Asked when its head arrived, before any wait (its key's read, a thread): a registration
+    # that waited longer than its Run did, which asked again meanwhile, must not replace the
+    # later one's session.
     registration = await call.channel.thread(
         platform.service.register_session,
         call.subject,
@@ -125,7 +126,7 @@ async def register(call: Call) -> RegisterAnswer:
         run_version=body.run_version,
         capacity=body.capacity,
         kinds=body.kinds,
-        asked_at=platform.clock.now(),
+        asked_at=call.received_at,
     )
     session = registration.session
     return {
@@ -153,6 +154,7 @@ async def heartbeat(call: Call) -> HeartbeatAnswer:
     return {
         "session_expires_at": format_instant(beat.session_expires_at),
         "server_time": format_instant(beat.server_time),
+        "heartbeat_interval_s": beat.heartbeat_interval_s,
     }
 
 

@@ -295,11 +295,10 @@ async def create_endpoint(call: Call) -> CreatedEndpointAnswer:
     platform = call.platform
     enrolled = await as_caller(call, platform.service.create_endpoint, body.name)
     # No Run has registered yet: offline, whatever the bound.
-    bound = platform.service.settings.liveness_bound_ms
+    now = platform.clock.now()
+    bound = platform.service.cadence.liveness_bound_ms(now)
     return {
-        "endpoint": endpoint_view(
-            enrolled.endpoint, None, platform.clock.now(), liveness_bound_ms=bound
-        ),
+        "endpoint": endpoint_view(enrolled.endpoint, None, now, liveness_bound_ms=bound),
         "join_token": enrolled.join_token,
         "join_token_expires_at": format_instant(enrolled.join_token_expires_at),
     }

@@ -19,7 +19,7 @@ import json
 import secrets
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import aiohttp
@@ -323,7 +323,20 @@ class PlatformClient:
         return self.session
 
     async def heartbeat(self) -> HeartbeatAnswer:
-        return await self._signed("control", "/run/v1/heartbeat", {}, HeartbeatAnswer)
+        """Keep the session alive; the session takes the interval the answer tells (the
+        platform stretches it as its fleet grows; an older platform tells none)."""
+        session = self.session
+        answer = await self._signed("control", "/run/v1/heartbeat", {}, HeartbeatAnswer)
+        interval = answer.get("heartbeat_interval_s")
+        if (
+            interval is not None
+            and interval >= 1  # a foreign answer must not turn heartbeats into a busy loop
+            and session is not None
+            and self.session is session
+            and interval != session.heartbeat_interval_s
+        ):
+            self.session = replace(session, heartbeat_interval_s=interval)
+        return answer
 
     async def end_session(self, timeout_s: float) -> None:
         """End the session (a clean shutdown): the endpoint shows offline at once."""

@@ -35,6 +35,8 @@ class Registration:
 class Heartbeat:
     session_expires_at: Instant
     server_time: Instant
+    heartbeat_interval_s: float
+    """The interval to heartbeat at from now on (stretched with the fleet)."""
 
 
 @dataclass(frozen=True, slots=True)

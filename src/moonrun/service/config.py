@@ -17,6 +17,12 @@ class SchedulingSettings:
     lease_ttl_s: float = 40.0
     session_ttl_s: float = 50.0
     heartbeat_interval_s: float = 10.0
+    """The interval Runs are told to heartbeat at, and `session_ttl_s` their sessions' TTL,
+    while a platform process has at most `max_heartbeats_per_s` x this many Runs; with more,
+    both are stretched (`service/liveness.py`, `Cadence`)."""
+    max_heartbeats_per_s: float = 100.0
+    """Heartbeats a second one platform process asks of its Runs at most: with 5,000 Runs the
+    interval is 50 s and the session TTL 250 s. 0: never stretched."""
     join_token_ttl_s: float = 900.0
     join_replay_s: float = 600.0
     """A join presented again with its token and the same identity key this long after it was

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 import anyio
 
 from moonrun.errors import MoonrunError
+from moonrun.scheduling.cadence import heartbeat_stretch
 from moonrun.scheduling.time import Instant
+from moonrun.service.config import SchedulingSettings
 from moonrun.service.waiting import Runner
 
 log = logging.getLogger("moonrun.liveness")
@@ -71,6 +74,61 @@ class Beats:
         for session_id in [sid for sid, at in list(last.items()) if at < since]:
             last.pop(session_id, None)
         return len(last)
+
+
+class Cadence:
+    """The heartbeat interval and session TTL this process tells Runs, stretched with the Runs
+    that heartbeat to it (`scheduling/cadence.py`, `max_heartbeats_per_s`); counted again at
+    most every `recount_ms`.
+
+    When the stretch shrinks, Runs told the longer interval keep it until their next
+    heartbeat's answer: until then an endpoint stays online by the longer bound.
+    """
+
+    def __init__(
+        self,
+        settings: SchedulingSettings,
+        connected: Callable[[Instant], int],
+        recount_ms: int = 2000,
+    ) -> None:
+        self._base, self._connected, self._recount_ms = settings, connected, recount_ms
+        self._now = settings
+        self._stretch = 1.0
+        self._counted_at: Instant | None = None
+        self._wide_bound_ms, self._wide_until = 0, 0
+
+    @property
+    def stretch(self) -> float:
+        """The factor the base timings are stretched by now (1: not at all)."""
+        return self._stretch
+
+    def settings(self, now: Instant) -> SchedulingSettings:
+        """The settings with the heartbeat interval and session TTL to tell Runs at `now`."""
+        if self._counted_at is None or now - self._counted_at >= self._recount_ms:
+            self._recount(now)
+        return self._now
+
+    def liveness_bound_ms(self, now: Instant) -> int:
+        """How old an endpoint's last heartbeat may be while it shows online at `now`."""
+        bound = self.settings(now).liveness_bound_ms
+        return max(bound, self._wide_bound_ms) if now < self._wide_until else bound
+
+    def _recount(self, now: Instant) -> None:
+        self._counted_at = now
+        base = self._base
+        runs = self._connected(now - self._now.session_ttl_ms)
+        stretch = heartbeat_stretch(runs, base.heartbeat_interval_s, base.max_heartbeats_per_s)
+        if stretch == self._stretch:
+            return
+        if stretch < self._stretch:
+            before = self._now.liveness_bound_ms
+            self._wide_bound_ms, self._wide_until = before, now + before
+        self._stretch = stretch
+        self._now = replace(
+            base,
+            heartbeat_interval_s=base.heartbeat_interval_s * stretch,
+            session_ttl_s=base.session_ttl_s * stretch,
+        )
 
 
 class LivenessFlusher:

@@ -84,7 +84,7 @@ from moonrun.service.dependencies import Dependencies
 from moonrun.service.extensions import SessionExtensions
 from moonrun.service.groups import Groups
 from moonrun.service.keys import ConcurrencyKeys
-from moonrun.service.liveness import Beats
+from moonrun.service.liveness import Beats, Cadence
 from moonrun.service.schedules import Schedules
 from moonrun.service.specs import JobSpec
 from moonrun.service.waiting import CANCELS, ENDPOINT, JOB, Peers, Place, Runner, Waiting, Watch
@@ -161,6 +161,8 @@ class SchedulingService:
         self.beats = Beats()
         """The heartbeats this process answered: `connected_runs`, the endpoints' views, and
         the liveness flusher's writes (`service/liveness.py`)."""
+        self.cadence = Cadence(self._settings, self.beats.connected)
+        """The heartbeat interval and session TTL told to Runs, stretched with the fleet."""
         self._events = _Committed(store, self.waiters)
         self._touch_peers: Peers | None = None
         self._served_last: dict[str, str] = {}
@@ -285,6 +287,7 @@ class SchedulingService:
                 raise SignatureInvalid("unknown endpoint")
             self._refuse_superseded(endpoint, asked)
             now = self._clock.now()
+            told = self.cadence.settings(now)
             if not advertised:
                 # Before the session becomes current, so that no job is checked against the
                 # kinds of the Run this one replaces once it may claim.
@@ -302,7 +305,7 @@ class SchedulingService:
                 run_version=run_version,
                 created_at=now,
                 last_seen_at=now,
-                expires_at=now + self._settings.session_ttl_ms,
+                expires_at=now + told.session_ttl_ms,
             )
             # The session row goes first: if the endpoint write loses a race, the orphan row is
             # harmless, because only the endpoint's current_session_id makes a session valid.
@@ -316,7 +319,7 @@ class SchedulingService:
             if self._store.replace_endpoint(rotated, endpoint.version):
                 if endpoint.current_session_id is not None:
                     self.beats.forget(endpoint.current_session_id)
-                s = self._settings
+                s = told
                 return Registration(
                     session, s.heartbeat_interval_s, s.session_ttl_s, s.ack_timeout_s, s.lease_ttl_s
                 )
@@ -335,8 +338,8 @@ class SchedulingService:
         """
         if endpoint.current_session_id is None:
             return
-        found = self._store.session_with_endpoint(endpoint.current_session_id)
-        if found is not None and found[0].created_at > asked_at:
+        current = self._store.get_session(endpoint.current_session_id)
+        if current is not None and current.created_at > asked_at:
             raise RegistrationSuperseded()
 
     def authenticate_session(self, session_id: str) -> Session:
@@ -350,8 +353,8 @@ class SchedulingService:
         read only, the call does not count as activity)."""
         now = self._clock.now()
         session, endpoint = self._current_session(session_id, now)
-        if extend and self._extension_due(session, now) is not None:
-            expires_at = now + self._settings.session_ttl_ms
+        expires_at = self._extension_due(session, now) if extend else None
+        if expires_at is not None:
             self._store.extend_session(session.id, now, expires_at)
             session = replace(session, last_seen_at=now, expires_at=expires_at)
         return session, endpoint
@@ -371,9 +374,10 @@ class SchedulingService:
     def _extension_due(self, session: Session, now: Instant) -> Instant | None:
         """The session's new expiry when a request at `now` should write it: only once it would
         move by the slack (half the TTL with the defaults), so that most requests write
-        nothing."""
-        expires_at = now + self._settings.session_ttl_ms
-        if expires_at - session.expires_at >= self._settings.session_extend_slack_ms:
+        nothing. The TTL is the one told to Runs now (stretched with the fleet)."""
+        told = self.cadence.settings(now)
+        expires_at = now + told.session_ttl_ms
+        if expires_at - session.expires_at >= told.session_extend_slack_ms:
             return expires_at
         return None
 
@@ -431,7 +435,7 @@ class SchedulingService:
         now = self._clock.now()
         session = self.authenticate_session(session_id)
         self.beats.beat(session.id, now, written=session.last_seen_at >= now)
-        return Heartbeat(session.expires_at, now)
+        return Heartbeat(session.expires_at, now, self.cadence.settings(now).heartbeat_interval_s)
 
     async def heartbeat_shared(
         self,
@@ -456,11 +460,12 @@ class SchedulingService:
         # Written by the liveness flusher's next pass, with every other beat of that pass
         # (unless the extension just wrote it): no write of its own.
         self.beats.beat(session.id, now, written=expires_at is not None)
-        return Heartbeat(session.expires_at, now)
+        return Heartbeat(session.expires_at, now, self.cadence.settings(now).heartbeat_interval_s)
 
     def connected_runs(self) -> int:
         """Runs whose sessions heartbeat to this platform process within the session TTL."""
-        return self.beats.connected(self._clock.now() - self._settings.session_ttl_ms)
+        now = self._clock.now()
+        return self.beats.connected(now - self.cadence.settings(now).session_ttl_ms)
 
     def record_beats(self, beats: Mapping[str, Instant]) -> None:
         """Store the heartbeats the liveness flusher took (`service/liveness.py`), in one write:
@@ -491,7 +496,8 @@ class SchedulingService:
     def endpoints_online(self, endpoint_ids: Iterable[str]) -> dict[str, bool]:
         """Whether each endpoint's Run holds a current, unexpired session that heartbeat within
         the liveness bound (as EndpointView's `online`)."""
-        now, online, bound = self._clock.now(), {}, self._settings.liveness_bound_ms
+        now, online = self._clock.now(), {}
+        bound = self.cadence.liveness_bound_ms(now)
         for endpoint_id in set(endpoint_ids):
             endpoint = self._store.get_endpoint(endpoint_id)
             if endpoint is None or endpoint.current_session_id is None:
@@ -523,11 +529,9 @@ class SchedulingService:
         return session
 
     def _endpoint_view(self, endpoint: Endpoint, session: Session | None) -> EndpointView:
+        now = self._clock.now()
         return endpoint_view(
-            endpoint,
-            session,
-            self._clock.now(),
-            liveness_bound_ms=self._settings.liveness_bound_ms,
+            endpoint, session, now, liveness_bound_ms=self.cadence.liveness_bound_ms(now)
         )
 
     def set_draining(self, actor: User, endpoint_id: str, draining: bool) -> EndpointView:

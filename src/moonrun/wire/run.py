@@ -37,6 +37,9 @@ class RegisterAnswer(TypedDict):
 class HeartbeatAnswer(TypedDict):
     session_expires_at: str
     server_time: str
+    heartbeat_interval_s: NotRequired[float]
+    """The interval to heartbeat at from now on: the platform stretches it as its fleet grows
+    (and the session TTL with it)."""
 
 
 class SessionEndAnswer(TypedDict):

@@ -152,7 +152,7 @@ notification."""
 SAFETY_RECHECK_S = 5.0
 """How often a waiting request looks again over MySQL, where one poll per process brings the
 others' changes."""
-LONE_RECHECK_S = 60.0
+LONE_RECHECK_S = 120.0
 """How often a waiting request looks again where its platform process is the only one: longer
 than any wait (`max_claim_wait_s`), so a claim looks when it arrives, when woken and at its
 deadline, never in between."""

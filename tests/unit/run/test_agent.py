@@ -543,13 +543,30 @@ async def test_an_idle_run_starts_a_new_job_from_its_waiting_claim(tmp_path: Pat
         ended = await world.wait_state(job_id, *TERMINAL)
 
     expected = [
-        ("claim sent", 25.0),
+        ("claim sent", RunConfig(world.url, tmp_path, 1).claim_wait_s),
         ("job created", job_id),
         ("claim answered", [job_id]),
     ]
     assert expected == events(world.timeline, "claim sent", "claim answered", "job created")[:3]
     succeeded = "succeeded"
     assert succeeded == ended
+
+
+@pytest.mark.anyio
+async def test_the_cancel_watch_is_given_up_when_the_last_handler_ends(tmp_path: Path) -> None:
+    """While a handler runs, Run keeps a cancel watch waiting beside its claim; once the last
+    handler ends, the watch is abandoned at once rather than left to the end of its wait (a
+    connection and a place among the platform's waiting claims for up to a minute)."""
+    async with served_platform(tmp_path) as world:
+        gate = asyncio.Event()
+        job_id = world.submit("gated", {})
+        handlers = {**load_handlers(), "gated": Gated(gate)}
+        async with running_agent(world, tmp_path, capacity=2, handlers=handlers):
+            await world.wait_state(job_id, "running")
+            await until(lambda: world.platform.watch.waiting == 2)  # its claim, its watch
+            gate.set()
+            await world.wait_state(job_id, *TERMINAL)
+            await until(lambda: world.platform.watch.waiting == 1)  # its claim alone
 
 
 @pytest.mark.anyio
@@ -589,10 +606,10 @@ async def test_a_full_run_claims_at_once_when_a_slot_frees(tmp_path: Path) -> No
             ended = await world.wait_state(second, *TERMINAL)
 
     expected = [
-        ("claim sent", 25.0),
+        ("claim sent", RunConfig(world.url, tmp_path, 1).claim_wait_s),
         ("claim answered", [first]),
         ("job created", second),
-        ("claim sent", 25.0),
+        ("claim sent", RunConfig(world.url, tmp_path, 1).claim_wait_s),
         ("claim answered", [second]),
     ]
     assert expected == events(world.timeline, "claim sent", "claim answered", "job created")[1:6]
