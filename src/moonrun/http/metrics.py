@@ -50,9 +50,15 @@ class _Waiting(Collector):
 class _Load(Collector):
     """The event loop's lag and the Runs that heartbeat to this platform process."""
 
-    def __init__(self, lag_s: Callable[[], float], connected: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        lag_s: Callable[[], float],
+        connected: Callable[[], int],
+        heartbeat_interval_s: Callable[[], float],
+    ) -> None:
         self._lag_s = lag_s
         self._connected = connected
+        self._heartbeat_interval_s = heartbeat_interval_s
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         yield GaugeMetricFamily(
@@ -64,6 +70,12 @@ class _Load(Collector):
             "moonrun_connected_runs",
             "Runs whose sessions heartbeat to this platform process within the session TTL",
             value=self._connected(),
+        )
+        yield GaugeMetricFamily(
+            "moonrun_heartbeat_interval_seconds",
+            "The heartbeat interval this platform process tells its Runs (stretched with them "
+            "past --max-heartbeats-per-s)",
+            value=self._heartbeat_interval_s(),
         )
 
 
@@ -99,6 +111,7 @@ class Metrics:
         *,
         lag_s: Callable[[], float] = lambda: 0.0,
         connected: Callable[[], int] = lambda: 0,
+        heartbeat_interval_s: Callable[[], float] = lambda: 0.0,
         process: str | None = None,
     ) -> None:
         self.process = process or process_id()
@@ -132,7 +145,7 @@ class Metrics:
         )
         self.registry.register(_JobsByState(job_counts))
         self.registry.register(_Waiting(waiting))
-        self.registry.register(_Load(lag_s, connected))
+        self.registry.register(_Load(lag_s, connected, heartbeat_interval_s))
         self.registry.register(_Process(self.process, __version__))
         self._latency: dict[str, Any] = {}
 

@@ -467,6 +467,10 @@ class SchedulingService:
         now = self._clock.now()
         return self.beats.connected(now - self.cadence.settings(now).session_ttl_ms)
 
+    def told_heartbeat_interval_s(self) -> float:
+        """The heartbeat interval this process tells its Runs now (`Cadence`)."""
+        return self.cadence.settings(self._clock.now()).heartbeat_interval_s
+
     def record_beats(self, beats: Mapping[str, Instant]) -> None:
         """Store the heartbeats the liveness flusher took (`service/liveness.py`), in one write:
         each session's `last_seen_at` moves forward only."""

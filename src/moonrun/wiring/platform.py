@@ -71,6 +71,7 @@ class Platform:
             self.service.waiters.held,
             lag_s=lambda: self.lag.lag_s,
             connected=self.service.connected_runs,
+            heartbeat_interval_s=self.service.told_heartbeat_interval_s,
         )
         self.started_at_s = self.clock.now() / 1000
         self.throttle = SignInThrottle(self.clock, ledger=self.sign_in_ledger)

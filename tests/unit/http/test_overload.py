@@ -65,6 +65,8 @@ def test_metrics_show_loop_lag_connected_runs_and_waiting_claims(cast: Cast) -> 
     text = world.client.get("/metrics").text
     assert "moonrun_loop_lag_seconds 0.25" in text
     assert "moonrun_connected_runs 2.0" in text
+    told = world.platform.service.settings.heartbeat_interval_s  # two Runs: not stretched
+    assert f"moonrun_heartbeat_interval_seconds {told}" in text
     assert 'moonrun_waiting_requests{kind="claims"} 0.0' in text
 
 
