@@ -554,9 +554,10 @@ async def test_an_idle_run_starts_a_new_job_from_its_waiting_claim(tmp_path: Pat
 
 @pytest.mark.anyio
 async def test_the_cancel_watch_is_given_up_when_the_last_handler_ends(tmp_path: Path) -> None:
-    """While a handler runs, Run keeps a cancel watch waiting beside its claim; once the last
-    handler ends, the watch is abandoned at once rather than left to the end of its wait (a
-    connection and a place among the platform's waiting claims for up to a minute)."""
+    """While a handler runs, Run keeps a cancel watch waiting beside its claim; once no handler
+    has run for a moment (WATCH_IDLE_S), the watch is abandoned rather than left to the end of
+    its wait (a connection and a place among the platform's waiting claims for up to a
+    minute)."""
     async with served_platform(tmp_path) as world:
         gate = asyncio.Event()
         job_id = world.submit("gated", {})
