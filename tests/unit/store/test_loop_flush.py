@@ -169,6 +169,39 @@ def test_no_call_is_answered_nor_any_waiter_told_before_the_commit_returned(worl
     assert sorted(listener.changed) == sorted(job.id for job in jobs)
 
 
+def test_a_call_applied_in_place_whose_caller_leaves_still_commits_and_wakes_its_waiters(
+    world: World,
+) -> None:
+    """The caller of a call applied in place is cancelled (its client left) while the COMMIT
+    is on its way: the write is committed all the same, its waiters are told, and the calls
+    made meanwhile still get their group."""
+    store = file_store(world)
+    committer = BlockingCommitter()
+    store.flusher.committer = committer
+    listener = Listener()
+    world.service.listen(listener)
+
+    def create() -> Job:
+        return world.service.create_job(world.owner, world.server.id, kind="noop")
+
+    async def main() -> Job:
+        leaving = asyncio.ensure_future(store.run_in_group(create))
+        await until(committer.entered.is_set)
+        later = asyncio.ensure_future(store.run_in_group(create))
+        for _ in range(100):
+            await asyncio.sleep(0)
+        leaving.cancel()
+        committer.release.set()
+        job: Job = await later
+        await until(lambda: len(listener.changed) == 2)
+        return job
+
+    later_job = asyncio.run(asyncio.wait_for(main(), 30))
+    assert later_job.id in committed_ids(store)
+    assert len(committed_ids(store)) == 2, "the left caller's job is committed too"
+    assert len(set(listener.changed)) == 2
+
+
 def test_a_failing_unit_rolls_back_alone_and_only_its_caller_sees_the_error(world: World) -> None:
     """A creates a job (applied in place); in the next group B inserts two jobs of which the
     second repeats A's id (its first insert is undone with its savepoint), and C creates a job.
