@@ -53,7 +53,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from kit import Served, child_env, free_port, mysql_database, platform_command
+from kit import Served, child_env, cpu_seconds, free_port, mysql_database, platform_command
 from moonrun.clock import SystemClock
 from moonrun.security.tokens import SystemTokenSource, b64url
 from moonrun.service.config import SchedulingSettings
@@ -67,7 +67,6 @@ CLAIM_WAIT_S = 50.0
 CAPACITY = 4
 NOFILE = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
 """Every process of the bench raises its open-files limit to the hard limit it was given."""
-TICKS = os.sysconf("SC_CLK_TCK")
 
 
 # -- the fleet's records ------------------------------------------------------------------------
@@ -270,14 +269,14 @@ async def _worker(url: str, pipe: Connection, claim_wait_s: float) -> None:
             pipe.send(stats.registered)
         elif command == "reset":
             stats.heartbeats_ms, stats.received, stats.errors = [], {}, {}
-            pipe.send(_cpu_seconds(os.getpid()))
+            pipe.send(cpu_seconds(os.getpid()))
         elif command == "report":
             pipe.send(
                 {
                     "heartbeats_ms": stats.heartbeats_ms,
                     "received": stats.received,
                     "errors": stats.errors,
-                    "cpu_s": _cpu_seconds(os.getpid()),
+                    "cpu_s": cpu_seconds(os.getpid()),
                 }
             )
         elif command == "stop":
@@ -300,11 +299,6 @@ def _read_commands(
 
 
 # -- the bench ------------------------------------------------------------------------------------
-
-
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 def _rss_mib(pid: int) -> float:
@@ -375,7 +369,7 @@ def step(
     time.sleep(options.settle_s)
     pid = platform.process.pid
     workers_before = [_ask(pipe, "reset") for pipe in pipes]
-    platform_before, wall_before = _cpu_seconds(pid), time.monotonic()
+    platform_before, wall_before = cpu_seconds(pid), time.monotonic()
     submitted: dict[str, float] = {}
     refused: dict[str, int] = {}
     gap_s = options.measure_s / (options.jobs + 1)
@@ -388,7 +382,7 @@ def step(
         submitted[job_id] = time.time()
     time.sleep(max(0.0, options.measure_s - (time.monotonic() - wall_before)))
     elapsed = time.monotonic() - wall_before
-    platform_cpu = (_cpu_seconds(pid) - platform_before) / elapsed
+    platform_cpu = (cpu_seconds(pid) - platform_before) / elapsed
     reports = [_ask(pipe, "report") for pipe in pipes]
     heartbeats = [ms for report in reports for ms in report["heartbeats_ms"]]
     received = {job: at for report in reports for job, at in report["received"].items()}

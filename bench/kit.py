@@ -29,9 +29,19 @@ __all__ = [
     "RoundRobinProxy",
     "Served",
     "child_env",
+    "cpu_seconds",
     "free_port",
     "platform_command",
 ]
+
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user and system) process `pid` has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 def child_env(admin_token: str | None = None) -> dict[str, str]:

@@ -60,6 +60,7 @@ from kit import (
     RoundRobinProxy,
     Served,
     child_env,
+    cpu_seconds,
     free_port,
     mysql_database,
     platform_command,
@@ -77,6 +78,9 @@ class Figures:
     jobs_per_s: float
     p50_ms: float
     p99_ms: float
+    cpu_ms_per_job: float | None = None
+    """moonrun's platform processes' CPU per job of the throughput run (all of them behind a
+    proxy): less noisy than jobs/s on a shared machine."""
 
 
 def percentiles(samples: list[float]) -> tuple[float, float]:
@@ -253,13 +257,16 @@ async def moonrun_figures(
                     view = await user.until_terminal(job_id)
                     assert view["state"] == "succeeded", view
 
+            pids = [platform.pid for platform in system.platforms]
+            cpu_before = sum(cpu_seconds(pid) for pid in pids)
             started = time.perf_counter()
             async with asyncio.TaskGroup() as lanes:
                 for n in range(args.lanes):
                     lanes.create_task(lane(n))
             seconds = time.perf_counter() - started
+            cpu_ms = (sum(cpu_seconds(pid) for pid in pids) - cpu_before) * 1000 / args.jobs
         p50, p99 = percentiles(samples)
-        return Figures(label, args.jobs / seconds, p50, p99)
+        return Figures(label, args.jobs / seconds, p50, p99, cpu_ms)
     except BaseException:
         for platform in system.platforms:
             print(platform.tail(), file=sys.stderr)
@@ -470,9 +477,11 @@ def main() -> None:
                 figures = runner()
                 if figures is not None:
                     rounds.setdefault(figures.label, []).append(figures)
+                    cpu = figures.cpu_ms_per_job
                     print(
                         f"  round {round_ + 1}: {figures.label}: {figures.jobs_per_s:,.0f} jobs/s,"
-                        f" p50 {figures.p50_ms:.2f} ms",
+                        f" p50 {figures.p50_ms:.2f} ms"
+                        + (f", platform CPU {cpu:.2f} ms/job" if cpu is not None else ""),
                         flush=True,
                     )
 
@@ -486,7 +495,7 @@ def main() -> None:
     durable = next((f for f in results if f.label.startswith("Procrastinate")), None)
     print(
         f"{'':44} {'jobs/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'jobs/s x C':>11} {'p50 x C':>8}"
-        f" {'jobs/s x P':>11}"
+        f" {'jobs/s x P':>11} {'CPU ms/job':>11}"
     )
     for f in results:
         versus_celery = (
@@ -494,19 +503,22 @@ def main() -> None:
             if celery
             else f"{'':11} {'':8}"
         )
-        versus_durable = f"{f.jobs_per_s / durable.jobs_per_s:11.2f}" if durable else ""
+        versus_durable = f"{f.jobs_per_s / durable.jobs_per_s:11.2f}" if durable else f"{'':11}"
+        per_job = f"{f.cpu_ms_per_job:11.3f}" if f.cpu_ms_per_job is not None else ""
         print(
             f"{f.label:44} {f.jobs_per_s:9,.0f} {f.p50_ms:8.2f} {f.p99_ms:8.2f}"
-            f" {versus_celery} {versus_durable}"
+            f" {versus_celery} {versus_durable} {per_job}"
         )
 
 
 def _median(label: str, runs: list[Figures]) -> Figures:
+    cpus = [f.cpu_ms_per_job for f in runs if f.cpu_ms_per_job is not None]
     return Figures(
         label,
         statistics.median(f.jobs_per_s for f in runs),
         statistics.median(f.p50_ms for f in runs),
         statistics.median(f.p99_ms for f in runs),
+        statistics.median(cpus) if cpus else None,
     )
 
 
