@@ -322,9 +322,10 @@ class Queries:
         if dialect == "postgresql":
             # A row comparison is one range of the index to PostgreSQL; the OR below is two
             # bitmap scans and a sort there (tests/unit/store/test_query_plans_postgres.py).
+            # `IS NOT NULL` says it to the planner: ix_jobs_key_held holds only held jobs there.
             self.next_held_key = render(
-                "SELECT held_key, owner_id FROM jobs "
-                "WHERE (held_key, owner_id) > (:key, :owner_id) ORDER BY held_key, owner_id LIMIT 1"
+                "SELECT held_key, owner_id FROM jobs WHERE held_key IS NOT NULL "
+                "AND (held_key, owner_id) > (:key, :owner_id) ORDER BY held_key, owner_id LIMIT 1"
             )
         else:
             self.next_held_key = render(

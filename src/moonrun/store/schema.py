@@ -732,6 +732,42 @@ def _mysql_wakeups_v17(connection: Connection) -> None:
         job_wakeups.create(connection)
 
 
+PARTIAL_INDEXES: Final = {
+    "ix_jobs_priority_claim": (
+        "(endpoint_id, claimable_rank, claimable_owner_id, claimable_at, created_at, id)",
+        "claimable_rank IS NOT NULL",
+    ),
+    "ix_jobs_claim": ("(endpoint_id, claimable_at, created_at, id)", "claimable_at IS NOT NULL"),
+    "ix_jobs_active": ("(endpoint_id, state)", "state IN ('accepted', 'running')"),
+    "ix_jobs_due": ("(deadline_at, id)", "deadline_at IS NOT NULL"),
+    "ix_jobs_finished": ("(terminal_at, id)", "terminal_at IS NOT NULL"),
+    "ix_jobs_dependency_held": ("(dependency_held, id)", "dependency_held IS NOT NULL"),
+    "ix_jobs_key_held": ("(held_key, owner_id, created_at, id)", "held_key IS NOT NULL"),
+    "ix_jobs_key_live": ("(live_key, owner_id)", "live_key IS NOT NULL"),
+    "ix_jobs_held": ("(held_group_id, created_at, id)", "held_group_id IS NOT NULL"),
+    "ix_jobs_group_listing": ("(group_id, created_at, id)", "group_id IS NOT NULL"),
+    "ix_jobs_group_state": ("(group_id, state, created_at, id)", "group_id IS NOT NULL"),
+}
+"""The indexes of `jobs` whose rows most jobs leave (the claim's, the deadlines', the holds')
+or never have (groups, keys, dependencies), and what a row must hold to be in each: the
+columns and order of migrations 1 to 15's, only the rows every query of the index asks for."""
+
+
+def _postgres_partial_indexes_v18(connection: Connection) -> None:
+    """On PostgreSQL, PARTIAL_INDEXES in place of their full forms. Its B-tree sorts NULLs
+    last, so a claim's range past the last waiting rank (`claimable_rank > :rank`) walked an
+    entry of every job the endpoint ever ran: claims slowed with the endpoint's history
+    (2,200 index rows read a job at 12,000 jobs, `bench/peer_bench.py`). And an update that
+    changes an indexed column writes the row's entry anew in every index, not only those whose
+    columns changed (MySQL and SQLite sort NULLs first and touch only the changed indexes):
+    a partial index takes no entry for a row outside it."""
+    if connection.dialect.name != "postgresql":
+        return
+    for name, (columns, where) in PARTIAL_INDEXES.items():
+        connection.execute(text(f"DROP INDEX IF EXISTS {name}"))
+        connection.execute(text(f"CREATE INDEX {name} ON jobs {columns} WHERE {where}"))
+
+
 MIGRATIONS: Final[Sequence[Callable[[Connection], None]]] = (
     _create_v1,
     _idempotency_keys_v2,
@@ -750,6 +786,7 @@ MIGRATIONS: Final[Sequence[Callable[[Connection], None]]] = (
     _priorities_v15,
     _selector_schedules_v16,
     _mysql_wakeups_v17,
+    _postgres_partial_indexes_v18,
 )
 """Migration n (1-based) brings the schema from version n-1 to n; never edit a shipped one.
 
