@@ -159,10 +159,7 @@ class LoopFlusher:
             transaction.release()
             self._next_group(loop, waiting)
             return call.future
-        self.groups += 1
-        self.calls += 1
-        self._writes.groups += 1
-        self._writes.units += applying.units
+        self._counted(applying, calls=1)
         if self._connection.total_changes == applying.changes_before:
             error: BaseException | None = None
             try:
@@ -198,12 +195,15 @@ class LoopFlusher:
                 call.future, None, self._translate(error) if isinstance(error, Exception) else error
             )
             return
-        for action in applying.after:
-            try:
-                action()
-            except Exception:
-                log.exception("an after-commit action failed")
+        _after_commit(applying)
         _settle(call.future, *outcome)
+
+    def _counted(self, applying: Applying, *, calls: int) -> None:
+        """A group applied, in the flusher's counters and the write side's."""
+        self.groups += 1
+        self.calls += calls
+        self._writes.groups += 1
+        self._writes.units += applying.units
 
     def _next_group(self, loop: asyncio.AbstractEventLoop, waiting: list[_Call]) -> None:
         """After a call applied in place: a flusher task for the calls made meanwhile."""
@@ -250,10 +250,7 @@ class LoopFlusher:
             outcomes, applying = self._apply(group)
             if applying is None:
                 return
-            self.groups += 1
-            self.calls += len(group)
-            self._writes.groups += 1
-            self._writes.units += applying.units
+            self._counted(applying, calls=len(group))
             if (
                 len(group) < self.hand_over_from
                 or self._connection.total_changes == applying.changes_before
@@ -275,11 +272,7 @@ class LoopFlusher:
         finally:
             if not handed_over:
                 transaction.release()
-        for action in applying.after:
-            try:
-                action()
-            except Exception:
-                log.exception("an after-commit action failed")
+        _after_commit(applying)
         for call, (result, refusal) in zip(group, outcomes, strict=True):
             _settle(call.future, result, refusal)
 
@@ -382,6 +375,16 @@ class Committer:
             if self._thread is not None:
                 self._queue.put(None)
                 self._thread = None
+
+
+def _after_commit(applying: Applying) -> None:
+    """The committed group's after-commit actions (job events: waiters' wake-ups); one that
+    fails is logged and the rest still run."""
+    for action in applying.after:
+        try:
+            action()
+        except Exception:
+            log.exception("an after-commit action failed")
 
 
 def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
