@@ -20,6 +20,7 @@ import re
 import threading
 import time
 import weakref
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -293,6 +294,32 @@ class PostgresStore(SqlStore):
 
         return self._with_retries(run)
 
+    def _cas_all(
+        self,
+        cursor: Cursor,
+        swaps: list[tuple[Job, Job, dict[str, Any]]],
+        deltas: Counter[str],
+    ) -> bool:
+        """Several jobs' compare-and-swaps as one statement (one round trip where one a job
+        took N): each `UPDATE` a data-modifying `WITH` clause, the answer how many swapped."""
+        if len(swaps) < 2:
+            return super()._cas_all(cursor, swaps, deltas)
+        clauses, parameters = [], {}
+        for n, (job, expected, old) in enumerate(swaps):
+            update, swap_parameters = self._swap(job, expected, old)
+            clauses.append(f"s{n} AS ({_suffixed(update, n)} RETURNING 1)")
+            parameters.update({f"{name}_{n}": value for name, value in swap_parameters.items()})
+        swapped = " + ".join(f"(SELECT COUNT(*) FROM s{n})" for n in range(len(swaps)))
+        cursor.execute(f"WITH {', '.join(clauses)} SELECT {swapped}", parameters)
+        (count,) = cursor.fetchall()
+        if count[0] != len(swaps):
+            return False
+        for job, expected, _ in swaps:
+            if job.state is not expected.state:
+                deltas[expected.state.value] -= 1
+                deltas[job.state.value] += 1
+        return True
+
     def _in_transaction(self, connection: Any, work: Callable[[Cursor], T]) -> T:
         """BEGIN, the unit, then its count changes and COMMIT in one round trip (as MySQL's
         `_commit` does): psycopg's `transaction()` and an `executemany` of the counts took
@@ -415,6 +442,11 @@ def _prefixed(statement: str) -> str:
     """`statement` with its parameters named `key_<name>` (beside a job's own in one
     statement: both have a `created_at`)."""
     return re.sub(r"%\((\w+)\)s", r"%(key_\1)s", statement)
+
+
+def _suffixed(statement: str, n: int) -> str:
+    """`statement` with its parameters named `<name>_<n>` (the n-th of several in one)."""
+    return re.sub(r"%\((\w+)\)s", rf"%(\1_{n})s", statement)
 
 
 def _counts_and_commit(counts: list[dict[str, Any]]) -> str:

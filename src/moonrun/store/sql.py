@@ -234,6 +234,15 @@ class SqlStore:
             deltas[job.state.value] += 1
         return True
 
+    def _cas_all(
+        self,
+        cursor: Cursor,
+        swaps: list[tuple[Job, Job, dict[str, Any]]],
+        deltas: Counter[str],
+    ) -> bool:
+        """`_cas` of each (job, expected, expected's row); True if every one swapped."""
+        return all(self._cas(cursor, job, expected, deltas, old) for job, expected, old in swaps)
+
     def _swap(
         self, job: Job, expected: Job, old: dict[str, Any] | None = None
     ) -> tuple[str, dict[str, Any]]:
@@ -298,13 +307,14 @@ class SqlStore:
                 chunk = ids[start : start + 500]
                 parameters = {f"id{n}": job_id for n, job_id in enumerate(chunk)}
                 cursor.execute(self._sql.get_jobs_locked(len(chunk)), parameters)
+                swaps = []
                 for stored, row in [job_and_row(row) for row in cursor.fetchall()]:
                     changed = change(stored)
-                    if changed is not stored and not self._cas(
-                        cursor, changed, stored, deltas, row
-                    ):
-                        raise AssertionError(f"job {stored.id} changed under its row lock")
+                    if changed is not stored:
+                        swaps.append((changed, stored, row))
                     done[stored.id] = (stored, changed)
+                if not self._cas_all(cursor, swaps, deltas):
+                    raise AssertionError("a job changed under its row lock")
             self._count(cursor, deltas)
             return done
 

@@ -143,19 +143,45 @@ def test_one_job_update_is_its_read_then_its_swap_with_its_count_in_one_statemen
     assert counts[JobState.ACCEPTED] == 1
 
 
-def test_several_jobs_update_is_begin_the_locked_read_the_updates_and_the_counts_with_the_commit(
+def test_several_jobs_update_is_begin_the_locked_read_one_statement_of_updates_and_the_commit(
     store: PostgresStore,
 ) -> None:
-    store.insert_jobs([queued_job(job_id="job-a"), queued_job(job_id="job-b")])
+    """Their swaps in one statement (a data-modifying `WITH` clause each): one round trip
+    where each job's own UPDATE took one (a batch of acks or results: N+3 -> 4)."""
+    jobs = [queued_job(job_id=f"job-{n}") for n in range(4)]
+    store.insert_jobs(jobs)
 
-    sent = round_trips(store, lambda: store.update_jobs(["job-a", "job-b"], claimed))
+    sent = round_trips(store, lambda: store.update_jobs([job.id for job in jobs], claimed))
 
-    assert len(sent) == 5, sent
+    assert len(sent) == 4, sent
     assert sent[0] == "BEGIN"
     assert sent[-1].endswith("; COMMIT")
+    assert [store.get_job(job.id) for job in jobs] == [claimed(job) for job in jobs]
     counts = store.job_counts()
     assert counts.get(JobState.QUEUED, 0) == 0
-    assert counts[JobState.ACCEPTED] == 2
+    assert counts[JobState.ACCEPTED] == 4
+
+
+def test_a_several_jobs_update_whose_swap_loses_stores_none_of_them(
+    store: PostgresStore,
+) -> None:
+    """Under the row locks no swap can lose; if one ever did, none of the batch is kept."""
+    jobs = [queued_job(job_id=f"job-{n}") for n in range(3)]
+    store.insert_jobs(jobs)
+    original = store._swap
+
+    def stale_swap(job: Job, expected: Job, old: object = None) -> tuple[str, dict[str, object]]:
+        statement, parameters = original(job, expected, old)  # type: ignore[arg-type]
+        if job.id == "job-1":  # as if another write came between: its swap finds no row
+            parameters["expected_version"] = expected.version - 1
+        return statement, parameters
+
+    store._swap = stale_swap  # type: ignore[method-assign]
+    with pytest.raises(AssertionError, match="changed under its row lock"):
+        store.update_jobs([job.id for job in jobs], claimed)
+
+    assert [store.get_job(job.id) for job in jobs] == jobs
+    assert store.job_counts()[JobState.QUEUED] == 3
 
 
 def test_a_write_that_changes_no_count_commits_alone(store: PostgresStore) -> None:
