@@ -42,6 +42,7 @@ from moonrun.store.queries import COUNT_SHARDS, Queries
 from moonrun.store.sql import (
     Cursor,
     SqlStore,
+    count_move,
     duplicate,
     idempotency_row,
     job_and_row,
@@ -205,7 +206,8 @@ class PostgresStore(SqlStore):
             parameters.update(
                 {f"key_{name}": value for name, value in idempotency_row(idempotency).items()}
             )
-            clauses.insert(0, f"remembered AS ({_prefixed(self._sql.remember_idempotent)})")
+            remembered = _renamed(self._sql.remember_idempotent, "key_{}".format)
+            clauses.insert(0, f"remembered AS ({remembered})")
         parameters["count_shard"] = random.randrange(self.count_shards)
         self._write_alone(
             f"WITH {', '.join(clauses)} INSERT INTO job_counts (state, shard, n) "
@@ -307,7 +309,8 @@ class PostgresStore(SqlStore):
         clauses, parameters = [], {}
         for n, (job, expected, old) in enumerate(swaps):
             update, swap_parameters = self._swap(job, expected, old)
-            clauses.append(f"s{n} AS ({_suffixed(update, n)} RETURNING 1)")
+            ours = _renamed(update, f"{{}}_{n}".format)  # each parameter x as x_<n>
+            clauses.append(f"s{n} AS ({ours} RETURNING 1)")
             parameters.update({f"{name}_{n}": value for name, value in swap_parameters.items()})
         swapped = " + ".join(f"(SELECT COUNT(*) FROM s{n})" for n in range(len(swaps)))
         cursor.execute(f"WITH {', '.join(clauses)} SELECT {swapped}", parameters)
@@ -315,9 +318,7 @@ class PostgresStore(SqlStore):
         if count[0] != len(swaps):
             return False
         for job, expected, _ in swaps:
-            if job.state is not expected.state:
-                deltas[expected.state.value] -= 1
-                deltas[job.state.value] += 1
+            count_move(deltas, job, expected)
         return True
 
     def _in_transaction(self, connection: Any, work: Callable[[Cursor], T]) -> T:
@@ -438,15 +439,11 @@ class PostgresStore(SqlStore):
         self._pool.close()
 
 
-def _prefixed(statement: str) -> str:
-    """`statement` with its parameters named `key_<name>` (beside a job's own in one
-    statement: both have a `created_at`)."""
-    return re.sub(r"%\((\w+)\)s", r"%(key_\1)s", statement)
-
-
-def _suffixed(statement: str, n: int) -> str:
-    """`statement` with its parameters named `<name>_<n>` (the n-th of several in one)."""
-    return re.sub(r"%\((\w+)\)s", rf"%(\1_{n})s", statement)
+def _renamed(statement: str, name: Callable[[str], str]) -> str:
+    """`statement` with each parameter `%(x)s` named `name(x)`, to sit beside another's in
+    one statement (a job and its Idempotency-Key both have a `created_at`; several swaps
+    each an `id`)."""
+    return re.sub(r"%\((\w+)\)s", lambda found: f"%({name(found[1])})s", statement)
 
 
 def _counts_and_commit(counts: list[dict[str, Any]]) -> str:

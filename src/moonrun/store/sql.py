@@ -229,9 +229,7 @@ class SqlStore:
         cursor.execute(*self._swap(job, expected, old))
         if cursor.rowcount != 1:
             return False
-        if job.state is not expected.state:
-            deltas[expected.state.value] -= 1
-            deltas[job.state.value] += 1
+        count_move(deltas, job, expected)
         return True
 
     def _cas_all(
@@ -981,6 +979,13 @@ def idempotency_row(record: IdempotencyRecord) -> dict[str, Any]:
         "job_ids_json": json.dumps(list(record.job_ids)) if len(record.job_ids) != 1 else None,
         "created_at": record.created_at,
     }
+
+
+def count_move(deltas: Counter[str], job: Job, expected: Job) -> None:
+    """A swap from `expected` to `job` in a unit's count changes (none if the state stayed)."""
+    if job.state is not expected.state:
+        deltas[expected.state.value] -= 1
+        deltas[job.state.value] += 1
 
 
 def duplicate(error: BaseException) -> AlreadyExists:

@@ -68,6 +68,21 @@ class Listener:
         self.changed.append(job.id)
 
 
+def create(world: World) -> Job:
+    """A user's create of a no-op job: one write through the service."""
+    return world.service.create_job(world.owner, world.server.id, kind="noop")
+
+
+def held_commits(world: World) -> tuple[FileStore, BlockingCommitter, Listener]:
+    """The world's store with its COMMITs held until released, and a listener of job events."""
+    store = file_store(world)
+    committer = BlockingCommitter()
+    store.flusher.committer = committer
+    listener = Listener()
+    world.service.listen(listener)
+    return store, committer, listener
+
+
 async def until(condition: Any) -> None:
     """Let the loop turn until `condition()` holds (no clock involved)."""
     for _ in range(100_000):
@@ -125,13 +140,10 @@ def test_calls_arriving_while_a_commit_is_in_flight_join_the_next_one(world: Wor
     committer = BlockingCommitter()
     store.flusher.committer = committer
 
-    def create() -> Job:
-        return world.service.create_job(world.owner, world.server.id, kind="noop")
-
     async def main() -> None:
-        first = [asyncio.ensure_future(store.run_in_group(create))]  # applied in place
+        first = [asyncio.ensure_future(store.run_in_group(create, world))]  # applied in place
         await until(committer.entered.is_set)
-        later = [asyncio.ensure_future(store.run_in_group(create)) for _ in range(10)]
+        later = [asyncio.ensure_future(store.run_in_group(create, world)) for _ in range(10)]
         await until(lambda: len(store.flusher._waiting[asyncio.get_running_loop()]) == 10)
         committer.release.set()
         await asyncio.gather(*first, *later)
@@ -144,17 +156,10 @@ def test_calls_arriving_while_a_commit_is_in_flight_join_the_next_one(world: Wor
 def test_no_call_is_answered_nor_any_waiter_told_before_the_commit_returned(world: World) -> None:
     """While the COMMIT is held, every caller still waits, another connection sees none of
     the group's writes, and job events are held back; once it returns, all are answered."""
-    store = file_store(world)
-    committer = BlockingCommitter()
-    store.flusher.committer = committer
-    listener = Listener()
-    world.service.listen(listener)
-
-    def create() -> Job:
-        return world.service.create_job(world.owner, world.server.id, kind="noop")
+    store, committer, listener = held_commits(world)
 
     async def main() -> list[Job]:
-        calls = [asyncio.ensure_future(store.run_in_group(create)) for _ in range(5)]
+        calls = [asyncio.ensure_future(store.run_in_group(create, world)) for _ in range(5)]
         await until(committer.entered.is_set)
         for _ in range(1000):
             await asyncio.sleep(0)
@@ -175,19 +180,12 @@ def test_a_call_applied_in_place_whose_caller_leaves_still_commits_and_wakes_its
     """The caller of a call applied in place is cancelled (its client left) while the COMMIT
     is on its way: the write is committed all the same, its waiters are told, and the calls
     made meanwhile still get their group."""
-    store = file_store(world)
-    committer = BlockingCommitter()
-    store.flusher.committer = committer
-    listener = Listener()
-    world.service.listen(listener)
-
-    def create() -> Job:
-        return world.service.create_job(world.owner, world.server.id, kind="noop")
+    store, committer, listener = held_commits(world)
 
     async def main() -> Job:
-        leaving = asyncio.ensure_future(store.run_in_group(create))
+        leaving = asyncio.ensure_future(store.run_in_group(create, world))
         await until(committer.entered.is_set)
-        later = asyncio.ensure_future(store.run_in_group(create))
+        later = asyncio.ensure_future(store.run_in_group(create, world))
         for _ in range(100):
             await asyncio.sleep(0)
         leaving.cancel()
@@ -241,11 +239,8 @@ def test_a_failed_commit_answers_every_call_with_an_error_and_tells_no_waiter(
     world.service.listen(listener)
     before = committed_ids(store)
 
-    def create() -> Job:
-        return world.service.create_job(world.owner, world.server.id, kind="noop")
-
     async def main() -> list[Any]:
-        calls = [store.run_in_group(create) for _ in range(4)]
+        calls = [store.run_in_group(create, world) for _ in range(4)]
         return await asyncio.gather(*calls, return_exceptions=True)
 
     answers = asyncio.run(main())
@@ -253,7 +248,7 @@ def test_a_failed_commit_answers_every_call_with_an_error_and_tells_no_waiter(
     assert listener.changed == []
     assert committed_ids(store) == before
     store.flusher.committer = Committer()
-    job = asyncio.run(store.run_in_group(create))
+    job = asyncio.run(store.run_in_group(create, world))
     assert job.id in committed_ids(store), "the connection works again after the failure"
 
 
@@ -263,15 +258,12 @@ def test_writers_on_threads_and_on_the_loop_take_turns_at_the_connection(world: 
 
     def from_thread() -> None:
         for _ in range(30):
-            made.append(world.service.create_job(world.owner, world.server.id, kind="noop").id)
+            made.append(create(world).id)
 
     async def main() -> list[Job]:
-        def create() -> Job:
-            return world.service.create_job(world.owner, world.server.id, kind="noop")
-
         jobs = []
         for _ in range(15):
-            jobs += await asyncio.gather(*(store.run_in_group(create) for _ in range(4)))
+            jobs += await asyncio.gather(*(store.run_in_group(create, world) for _ in range(4)))
         return jobs
 
     threads = [threading.Thread(target=from_thread) for _ in range(3)]
