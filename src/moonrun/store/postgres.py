@@ -59,6 +59,8 @@ SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full"
 """libpq's `sslmode`s, weakest first (docs/operations.md, "PostgreSQL")."""
 OPTIMISTIC_TRIES = 3
 """How many times a one-job write reads and swaps before it takes the row's lock instead."""
+SWAPS_PER_STATEMENT = 50
+"""At most this many jobs' swaps in one statement (`_cas_all`)."""
 CHECK_IDLE_S = 1.0
 """A pooled connection idle this long is checked before it is used again."""
 _STATE_NAME = re.compile(r"[a-z_]{1,32}")
@@ -306,6 +308,11 @@ class PostgresStore(SqlStore):
         took N): each `UPDATE` a data-modifying `WITH` clause, the answer how many swapped."""
         if len(swaps) < 2:
             return super()._cas_all(cursor, swaps, deltas)
+        if len(swaps) > SWAPS_PER_STATEMENT:  # a chunk of 500 jobs' every column: 35,000
+            return all(  # parameters, near PostgreSQL's 65,535, and a long plan
+                self._cas_all(cursor, swaps[start : start + SWAPS_PER_STATEMENT], deltas)
+                for start in range(0, len(swaps), SWAPS_PER_STATEMENT)
+            )
         clauses, parameters = [], {}
         for n, (job, expected, old) in enumerate(swaps):
             update, swap_parameters = self._swap(job, expected, old)

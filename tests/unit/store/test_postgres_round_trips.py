@@ -162,6 +162,17 @@ def test_several_jobs_update_is_begin_the_locked_read_one_statement_of_updates_a
     assert counts[JobState.ACCEPTED] == 4
 
 
+def test_a_large_update_swaps_its_jobs_a_statement_per_fifty(store: PostgresStore) -> None:
+    jobs = [queued_job(job_id=f"job-{n:03}") for n in range(120)]
+    store.insert_jobs(jobs)
+
+    sent = round_trips(store, lambda: store.update_jobs([job.id for job in jobs], claimed))
+
+    assert len(sent) == 6, sent  # BEGIN, the locked read, three statements, COMMIT
+    assert store.job_counts()[JobState.ACCEPTED] == 120
+    assert store.get_job("job-119") == claimed(jobs[-1])
+
+
 def test_a_several_jobs_update_whose_swap_loses_stores_none_of_them(
     store: PostgresStore,
 ) -> None:
