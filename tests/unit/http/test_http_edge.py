@@ -123,6 +123,10 @@ class ManualLoop:
     def call_later(self, delay: float, callback: Callable[..., Any], *args: Any) -> Timer:
         return self.call_at(self.now + delay, callback, *args)
 
+    def call_soon(self, callback: Callable[..., Any], *args: Any) -> Timer:
+        """The loop's next turn: `advance(0)` runs it."""
+        return self.call_at(self.now, callback, *args)
+
     def create_task(self, coroutine: Any, **_: Any) -> Any:
         coroutine.close()
         return NotRun()
@@ -146,6 +150,7 @@ class Socket:
 
     def __init__(self) -> None:
         self.written = bytearray()
+        self.writes = 0
         self.closed = False
         self.protocol: GuardedProtocol | None = None
 
@@ -156,6 +161,7 @@ class Socket:
 
     def write(self, data: bytes) -> None:
         self.written += data
+        self.writes += 1
 
     def is_closing(self) -> bool:
         return self.closed
