@@ -48,8 +48,12 @@ class FakeRunClient:
         lease_ttl_s: float = 120.0,
         kind_of: Callable[[int], str] = lambda number: "noop",
         renewals: bool = True,
+        claims_with_results: bool = False,
     ) -> None:
         self.session: Any = object() if not jobs else None
+        self.claims_with_results = claims_with_results
+        self.claims = self.claimed_with_results = 0
+        """Claims asked apart (`claim`), and jobs granted in results' answers."""
         self.record = record
         self.lease_ttl_s = lease_ttl_s
         self.kind_of = kind_of
@@ -142,6 +146,7 @@ class FakeRunClient:
             session_ttl_s=60.0,
             ack_timeout_s=30.0,
             lease_ttl_s=self.lease_ttl_s,
+            claims_with_results=self.claims_with_results,
         )
         return self.session
 
@@ -156,9 +161,13 @@ class FakeRunClient:
         self.session = None
 
     async def claim(self, max_jobs: int, wait_s: float | None = None) -> list[Any]:
+        self.claims += 1
         while self.granted >= self.offered:
             self._more.clear()
             await self._more.wait()
+        return self._grant(max_jobs)
+
+    def _grant(self, max_jobs: int) -> list[Any]:
         count = min(max_jobs, self.offered - self.granted)
         first, self.granted = self.granted, self.granted + count
         return [
@@ -181,6 +190,16 @@ class FakeRunClient:
     async def results(self, results: list[dict[str, Any]]) -> list[Any]:
         self.reported += len(results)
         return [{"state": "succeeded"} for _ in results]
+
+    async def results_and_claim(
+        self, results: list[dict[str, Any]], max_jobs: int | None
+    ) -> tuple[list[Any], list[Any]]:
+        """`results`, and what is offered, up to `max_jobs`, granted at once (never waits)."""
+        assert self.claims_with_results, "claimed with results from a platform that says not"
+        answers = await self.results(results)
+        granted = self._grant(max_jobs) if max_jobs else []
+        self.claimed_with_results += len(granted)
+        return answers, granted
 
     async def progress(self, job_id: str, attempt: int, lease: str, seq: int, *_: Any) -> Any:
         if not self.renewals:

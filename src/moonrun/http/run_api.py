@@ -10,7 +10,7 @@ shapes `moonrun.wire.run` declares (the same Run parses).
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -41,6 +41,7 @@ from moonrun.scheduling.time import format_instant, format_optional
 from moonrun.security import signing
 from moonrun.security.keys import session_key
 from moonrun.security.tokens import b64url
+from moonrun.service.answers import ClaimedJob
 from moonrun.wire.error_body import ErrorDetail
 from moonrun.wire.run import (
     AckAnswer,
@@ -50,6 +51,7 @@ from moonrun.wire.run import (
     CancelWatchAnswer,
     ChunkAnswer,
     ClaimAnswer,
+    Grant,
     HeartbeatAnswer,
     JoinAnswer,
     LogBatchAnswer,
@@ -138,6 +140,7 @@ async def register(call: Call) -> RegisterAnswer:
         "session_ttl_s": registration.session_ttl_s,
         "ack_timeout_s": registration.ack_timeout_s,
         "lease_ttl_s": registration.lease_ttl_s,
+        "claims_with_results": True,
     }
 
 
@@ -208,24 +211,27 @@ async def claim(call: Call) -> ClaimAnswer:
         wait_s=min(body.wait_s or 0.0, platform.http.max_claim_wait_s),
         waiting=call.waiting(),
     )
-    platform.metrics.claims.inc(len(outcome.jobs))
-    return {
-        "jobs": [
-            {
-                "job_id": job.job_id,
-                "server_id": job.server_id,
-                "owner_id": job.owner_id,
-                "kind": job.kind,
-                "payload": orjson.Fragment(job.payload_json),
-                "attempt": job.attempt,
-                "lease": job.lease,
-                "ack_deadline": format_instant(job.ack_deadline),
-                "lease_ttl_s": job.lease_ttl_s,
-                "max_attempts": job.max_attempts,
-            }
-            for job in outcome.jobs
-        ]
-    }
+    return {"jobs": _grants(call, outcome.jobs)}
+
+
+def _grants(call: Call, granted: Sequence[ClaimedJob]) -> list[Grant]:
+    """What a claim granted, as Run reads it (counted in the claims metric)."""
+    call.platform.metrics.claims.inc(len(granted))
+    return [
+        {
+            "job_id": job.job_id,
+            "server_id": job.server_id,
+            "owner_id": job.owner_id,
+            "kind": job.kind,
+            "payload": orjson.Fragment(job.payload_json),
+            "attempt": job.attempt,
+            "lease": job.lease,
+            "ack_deadline": format_instant(job.ack_deadline),
+            "lease_ttl_s": job.lease_ttl_s,
+            "max_attempts": job.max_attempts,
+        }
+        for job in granted
+    ]
 
 
 async def ack(call: Call) -> AckAnswer:
@@ -329,14 +335,23 @@ async def result_batch(call: Call) -> ResultBatchAnswer:
         )
         for r in body.results
     ]
-    answers = await call.channel.run(call.platform.service.result_many, call.subject, results)
+    platform = call.platform
+    service, claim = platform.service, None
+    if body.claim is None or overloaded(platform.lag, platform.http.overload_lag_s):
+        answers = await call.channel.run(service.result_many, call.subject, results)
+    else:
+        answers, claim = await call.channel.run(
+            service.result_many_then_claim, call.subject, results, body.claim.max_jobs
+        )
     entries: list[ResultEntry] = [
         {"job_id": job_id, "status": answer.status, "error": _refusal(call, answer)}
         if isinstance(answer, MoonrunError)
         else {"job_id": job_id, "status": 200, "answer": result_answer(answer)}
         for (job_id, _, _), answer in zip(results, answers, strict=True)
     ]
-    return {"answers": entries}
+    if body.claim is None:
+        return {"answers": entries}
+    return {"answers": entries, "jobs": _grants(call, claim.jobs if claim else [])}
 
 
 # -- logs and artifacts channels -----------------------------------------------------------------

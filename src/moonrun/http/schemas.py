@@ -121,8 +121,15 @@ class ResultItem(ResultRequest):
     job_id: str
 
 
+class ResultsClaim(Strict):
+    max_jobs: int = Field(ge=1, le=2**31)
+
+
 class ResultBatchRequest(Strict):
     results: list[ResultItem]
+    claim: ResultsClaim | None = None
+    """Claim up to `max_jobs` more once the results are applied (docs/protocol.md, "Claims
+    with results"): the places the results free, granted in the same answer."""
 
 
 # -- Run: logs channel ---------------------------------------------------------------------------

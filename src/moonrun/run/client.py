@@ -111,6 +111,8 @@ class SessionInfo:
     session_ttl_s: float
     ack_timeout_s: float
     lease_ttl_s: float
+    claims_with_results: bool = False
+    """The platform grants jobs in a results batch's answer (`results_and_claim`)."""
 
 
 @dataclass(frozen=True)
@@ -319,6 +321,7 @@ class PlatformClient:
             session_ttl_s=answer["session_ttl_s"],
             ack_timeout_s=answer["ack_timeout_s"],
             lease_ttl_s=answer["lease_ttl_s"],
+            claims_with_results=answer.get("claims_with_results") is True,
         )
         return self.session
 
@@ -388,13 +391,26 @@ class PlatformClient:
     async def results(self, results: list[dict[str, Any]]) -> list[ResultAnswer | MoonrunError]:
         """Several results (`job_id`, `attempt`, `lease` and the result's fields) in one
         request, answered as `acks` are."""
+        answers, _ = await self.results_and_claim(results, None)
+        return answers
+
+    async def results_and_claim(
+        self, results: list[dict[str, Any]], max_jobs: int | None
+    ) -> tuple[list[ResultAnswer | MoonrunError], list[Grant]]:
+        """`results`, and with `max_jobs` a claim of up to that many jobs once they are
+        applied (a platform whose session says `claims_with_results`): the answers, and
+        what the claim granted."""
         path = "/run/v1/jobs/results"
-        answer = await self._signed("jobs", path, {"results": results}, ResultBatchAnswer)
+        body: dict[str, Any] = {"results": results}
+        if max_jobs is not None:
+            body["claim"] = {"max_jobs": max_jobs}
+        answer = await self._signed("jobs", path, body, ResultBatchAnswer)
         entries = _in_order(answer["answers"], results, path)
-        return [
+        answers = [
             entry_answer(e["status"], e.get("answer"), e.get("error"), f"POST {path}")
             for e in entries
         ]
+        return answers, answer.get("jobs", [])
 
     async def progress(
         self,

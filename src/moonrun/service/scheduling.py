@@ -934,6 +934,24 @@ class SchedulingService:
             refused[job_id] if job_id in refused else next(answered) for job_id, _, _ in results
         ]
 
+    def result_many_then_claim(
+        self,
+        session_id: str,
+        results: Sequence[tuple[str, Evidence, Mapping[str, Any]]],
+        max_jobs: int,
+    ) -> tuple[list[ResultAnswer | MoonrunError], Claim | None]:
+        """`result_many`, then a claim of up to `max_jobs` in the same step (one commit): the
+        places the results freed are granted in their answer, not to a claim Run sends once
+        it has read that answer (docs/protocol.md, "Claims with results"). A claim that cannot
+        be made now (the session must reconcile first) is None; one that finds nothing
+        claimable grants nothing and writes nothing."""
+        answers = self.result_many(session_id, results)
+        try:
+            claim = self._first_look(session_id, max_jobs)
+        except ReconcileRequired:
+            claim = None
+        return answers, claim
+
     def _check_batch(self, items: Sequence[Any]) -> None:
         if not 1 <= len(items) <= MAX_BATCH:
             raise InvalidRequest(f"a batch holds 1 to {MAX_BATCH} entries")

@@ -32,6 +32,9 @@ class RegisterAnswer(TypedDict):
     session_ttl_s: float
     ack_timeout_s: float
     lease_ttl_s: float
+    claims_with_results: NotRequired[bool]
+    """The platform grants jobs in a results batch's answer (docs/protocol.md, "Claims with
+    results"); a platform older than that says nothing, and Run then claims apart."""
 
 
 class HeartbeatAnswer(TypedDict):
@@ -169,6 +172,8 @@ class AckBatchAnswer(TypedDict):
 class ResultBatchAnswer(TypedDict):
     answers: list[ResultEntry]
     """One per result, in the request's order."""
+    jobs: NotRequired[list[Grant]]
+    """What the batch's `claim` granted (absent when it asked none)."""
 
 
 # -- logs and artifacts channels -----------------------------------------------------------------
