@@ -167,6 +167,16 @@ class RecordingClient(PlatformClient):
         self.timeline.append(("claim answered", [job["job_id"] for job in jobs]))
         return jobs
 
+    async def results_and_claim(
+        self, results: list[dict[str, Any]], max_jobs: int | None
+    ) -> tuple[list[Any], list[dict[str, Any]]]:
+        if max_jobs is not None:
+            self.timeline.append(("results sent, claiming", max_jobs))
+        answers, jobs = await super().results_and_claim(results, max_jobs)
+        if max_jobs is not None:
+            self.timeline.append(("claim answered", [job["job_id"] for job in jobs]))
+        return answers, jobs
+
     async def cancel_poll(self, job_id: str, attempt: int, lease: str) -> Any:
         self.timeline.append(("cancel poll sent", job_id))
         return await super().cancel_poll(job_id, attempt, lease)
@@ -593,9 +603,10 @@ async def test_an_acked_attempt_learns_its_cancel_intent_from_the_ack(tmp_path: 
 
 
 @pytest.mark.anyio
-async def test_a_full_run_claims_at_once_when_a_slot_frees(tmp_path: Path) -> None:
-    """A Run at capacity sends no claim; the slot its job frees is claimed at once, and that
-    claim gets the job created meanwhile."""
+async def test_a_full_run_claims_the_slot_a_result_frees_with_that_result(tmp_path: Path) -> None:
+    """A Run at capacity sends no claim; the slot its job frees is claimed with the job's
+    result (docs/protocol.md, "Claims with results"), and that claim gets the job created
+    meanwhile."""
     gate = tmp_path / "gate"
     wait_for_gate = ["sh", "-c", f'while [ ! -e "{gate}" ]; do sleep 0.01; done']
     async with served_platform(tmp_path) as world:
@@ -610,10 +621,13 @@ async def test_a_full_run_claims_at_once_when_a_slot_frees(tmp_path: Path) -> No
         ("claim sent", RunConfig(world.url, tmp_path, 1).claim_wait_s),
         ("claim answered", [first]),
         ("job created", second),
-        ("claim sent", RunConfig(world.url, tmp_path, 1).claim_wait_s),
+        ("results sent, claiming", 1),
         ("claim answered", [second]),
     ]
-    assert expected == events(world.timeline, "claim sent", "claim answered", "job created")[1:6]
+    seen = events(
+        world.timeline, "claim sent", "claim answered", "job created", "results sent, claiming"
+    )
+    assert expected == seen[1:6]
     succeeded = "succeeded"
     assert succeeded == ended
 
