@@ -943,12 +943,13 @@ class SchedulingService:
         """`result_many`, then a claim of up to `max_jobs` in the same step (one commit): the
         places the results freed are granted in their answer, not to a claim Run sends once
         it has read that answer (docs/protocol.md, "Claims with results"). A claim that cannot
-        be made now (the session must reconcile first) is None; one that finds nothing
-        claimable grants nothing and writes nothing."""
+        be made now (the session must reconcile first, or went away since its results) is
+        None: the results' answers still go back. One that finds nothing claimable grants
+        nothing and writes nothing."""
         answers = self.result_many(session_id, results)
         try:
             claim = self._first_look(session_id, max_jobs)
-        except ReconcileRequired:
+        except MoonrunError:
             claim = None
         return answers, claim
 

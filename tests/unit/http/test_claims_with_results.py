@@ -102,3 +102,15 @@ def test_a_claim_asking_for_no_job_is_refused_whole(cast: Cast, max_jobs: Any) -
     }
     response = run.post("/run/v1/jobs/results", body)
     assert (response.status_code, response.json()["error"]["code"]) == (422, "invalid_request")
+
+
+def test_a_session_that_must_reconcile_first_still_hears_its_results_and_is_granted_nothing(
+    cast: Cast,
+) -> None:
+    """Run registered again (a new session, not reconciled yet) and sends a result with a
+    claim: the result is answered as without one, and nothing is granted."""
+    run = cast.run.start(capacity=2)
+    granted = running(cast, run, jobs=3, claimed=1)
+    assert run.register(capacity=2, boot_id="boot-2").status_code == 201
+    answer = results(run, granted, max_jobs=1)
+    assert (len(answer["answers"]), answer["jobs"]) == (1, [])
