@@ -1,5 +1,7 @@
 """What every real-process test shares: sockets its own HTTP clients leaked are collected at
-its end, not in whichever test the garbage collector happens to run next."""
+its end, not in whichever test the garbage collector happens to run next; and each test's
+report of its body (`tests/support/reports.py`), so that a fixture can show its processes'
+logs when the test failed."""
 
 from __future__ import annotations
 
@@ -8,6 +10,17 @@ import warnings
 from collections.abc import Iterator
 
 import pytest
+
+from tests.support.reports import CALL_REPORT
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> pytest.TestReport:
+    """Keeps each test's report of its body on its item (`reports.failed`)."""
+    report: pytest.TestReport = yield
+    if report.when == "call":
+        item.stash[CALL_REPORT] = report
+    return report
 
 
 @pytest.fixture(autouse=True)

@@ -36,6 +36,7 @@ from tests.support.launcher import (
     Timings,
     wait_for,
 )
+from tests.support.reports import failed
 from tests.support.round_robin_proxy import RoundRobinProxy
 from tests.support.stores import StoreFactory, mysql_factory, postgres_factory
 
@@ -153,7 +154,9 @@ class Deployment:
 
 
 @pytest.fixture
-def deployment(store_url: str, tmp_path: Path) -> Iterator[Deployment]:
+def deployment(
+    store_url: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Deployment]:
     secret = tmp_path / "platform.secret"
     secret.write_text(secrets.token_hex(32))
     secret.chmod(0o600)
@@ -185,6 +188,10 @@ def deployment(store_url: str, tmp_path: Path) -> Iterator[Deployment]:
         raise
     finally:
         admin.close()
+        if failed(request):  # a failure in the test's body never reaches the `except` above
+            for owner in built.owned():
+                print(f"--- {owner.name} output (last {LOG_TAIL_LINES} lines) ---")
+                print(owner.tail())
         for owner in built.owned():
             owner.close()
 
