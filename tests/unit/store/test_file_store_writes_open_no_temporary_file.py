@@ -17,12 +17,10 @@ from typing import Any
 
 import pytest
 
-from moonrun.scheduling.jobs import Event, JobState, create_job, transition
-from moonrun.scheduling.retry import RetryPolicy
+from moonrun.scheduling.jobs import Event, JobState, transition
 from moonrun.store.file import FileStore
 from moonrun.store.sql import Cursor
-
-T0 = 1_795_000_000_000
+from tests.support.jobkit import T0, queued_job
 
 
 def temporary_files() -> list[str]:
@@ -55,16 +53,7 @@ def test_creating_and_changing_a_job_opens_no_temporary_file(
         return write(looked_at)
 
     monkeypatch.setattr(store, "_write", watched)
-    job = create_job(
-        job_id="job-1",
-        server_id="srv-1",
-        endpoint_id="ep-1",
-        owner_id="usr-1",
-        kind="noop",
-        payload={},
-        policy=RetryPolicy(max_attempts=3, initial_s=1.0, multiplier=2.0, max_s=60.0, jitter=0.0),
-        now=T0,
-    )
+    job = queued_job()
     try:
         store.insert_jobs([job])
         cancelled = transition(job, Event.USER_CANCEL, JobState.CANCELLED, T0 + 1)
