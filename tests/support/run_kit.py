@@ -49,11 +49,15 @@ class FakeRunClient:
         kind_of: Callable[[int], str] = lambda number: "noop",
         renewals: bool = True,
         claims_with_results: bool = False,
+        silent_results: bool = False,
     ) -> None:
         self.session: Any = object() if not jobs else None
         self.claims_with_results = claims_with_results
         self.claims = self.claimed_with_results = 0
         """Claims asked apart (`claim`), and jobs granted in results' answers."""
+        self.silent_results = silent_results
+        self.silent_jobs: list[str] = []
+        """The jobs whose result said `silent` (kept only when `record`)."""
         self.record = record
         self.lease_ttl_s = lease_ttl_s
         self.kind_of = kind_of
@@ -147,6 +151,7 @@ class FakeRunClient:
             ack_timeout_s=30.0,
             lease_ttl_s=self.lease_ttl_s,
             claims_with_results=self.claims_with_results,
+            silent_results=self.silent_results,
         )
         return self.session
 
@@ -189,6 +194,8 @@ class FakeRunClient:
 
     async def results(self, results: list[dict[str, Any]]) -> list[Any]:
         self.reported += len(results)
+        if self.record:
+            self.silent_jobs += [r["job_id"] for r in results if r.get("silent") is True]
         return [{"state": "succeeded"} for _ in results]
 
     async def results_and_claim(

@@ -141,6 +141,7 @@ async def register(call: Call) -> RegisterAnswer:
         "ack_timeout_s": registration.ack_timeout_s,
         "lease_ttl_s": registration.lease_ttl_s,
         "claims_with_results": True,
+        "silent_results": True,
     }
 
 
@@ -294,6 +295,7 @@ async def result(call: Call) -> ResultAnswer:
         retryable=body.retryable,
         error=None if body.error is None else body.error.model_dump(),
         output=body.output,
+        silent=body.silent,
     )
     return result_answer(answer)
 
@@ -331,6 +333,7 @@ async def result_batch(call: Call) -> ResultBatchAnswer:
                 "retryable": r.retryable,
                 "error": None if r.error is None else r.error.model_dump(),
                 "output": r.output,
+                "silent": r.silent,
             },
         )
         for r in body.results

@@ -105,6 +105,9 @@ class ResultRequest(EvidenceRequest):
     retryable: bool
     error: ErrorInfoModel | None = None
     output: Any = None
+    silent: bool = False
+    """The attempt printed no log line: its logs are complete with this result, and its Run
+    sends no batch of them (docs/protocol.md, "Silent attempts")."""
 
 
 class AckItem(Strict):

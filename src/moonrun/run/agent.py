@@ -159,6 +159,9 @@ class Agent:
         self._contexts: dict[tuple[str, int], JobContext] = {}
         """The attempts whose handler runs now (job id, attempt): where a cancel the platform
         announces is told at once (`_cancels_loop`)."""
+        self._spoke: set[tuple[str, int]] = set()
+        """The attempts supervised now that have printed a log line (job id, attempt): any
+        other one ends silent (`_silent`)."""
         self._handler_started = asyncio.Event()
         self._no_handler = asyncio.Event()
         """Set while no handler runs: a cancel watch then has nothing left to tell."""
@@ -585,8 +588,13 @@ class Agent:
                 if result is None:
                     return
                 entry.state, entry.result = "finished", result.as_message()
-                # Its handler is done: no line comes after these, and the platform is told so.
-                self.logs.finish(Attempt(entry.job_id, entry.attempt, entry.lease))
+                if self._silent(entry, resumed):
+                    # It printed nothing: its result says so, and no log batch goes for it.
+                    entry.result["silent"] = True
+                else:
+                    # Its handler is done: no line comes after these, and the platform is
+                    # told so.
+                    self.logs.finish(Attempt(entry.job_id, entry.attempt, entry.lease))
                 await self._save(entry)
             if entry.state == "finished":
                 await self._deliver(entry)
@@ -597,7 +605,21 @@ class Agent:
                 del self._running[entry.job_id]
             self._renewed_until.pop((entry.job_id, entry.attempt), None)
             self._cancel_known.pop((entry.job_id, entry.attempt), None)
+            self._spoke.discard((entry.job_id, entry.attempt))
             self._slot_freed.set()
+
+    def _silent(self, entry: Assignment, resumed: bool) -> bool:
+        """Whether the attempt's result may say it printed no log line (docs/protocol.md,
+        "Silent attempts"): this process ran it from its start, it printed none, and the
+        platform takes the word (an older one would wait out the transfer grace for want of
+        a last batch)."""
+        session = self.client.session
+        return (
+            not resumed
+            and (entry.job_id, entry.attempt) not in self._spoke
+            and session is not None
+            and session.silent_results
+        )
 
     def _forget(self, entry: Assignment) -> None:
         """Drop the attempt from the journal, without waiting for the disk: should the drop be
@@ -672,10 +694,15 @@ class Agent:
         # Every handler may count on a payload that fits the schema it declares (a plugin's
         # too); the platform checked it at submit only if this Run had advertised it then.
         attempt = Attempt(entry.job_id, entry.attempt, entry.lease)
+
+        def say(stream: str, text: str) -> None:
+            self._spoke.add((entry.job_id, entry.attempt))
+            self.logs.add(attempt, stream, text)
+
         if refused := refuse_payload(self._checkers[entry.kind], entry.payload):
             # Said in the job's logs too: nothing of the job ran, and its log says why.
             message = refused.error["message"] if refused.error else "bad payload"
-            self.logs.add(attempt, "stderr", f"moonrun: payload refused: {message}")
+            say("stderr", f"moonrun: payload refused: {message}")
             return refused
         context = JobContext(
             job_id=entry.job_id,
@@ -684,7 +711,7 @@ class Agent:
             payload=entry.payload,
             started_at_ms=entry.started_at_ms or self._now_ms(),
             now_ms=self._now_ms,
-            log_line=lambda stream, text: self.logs.add(attempt, stream, text),
+            log_line=say,
             upload=lambda source, name: self.artifacts.add(attempt, source, name),
             remember_process=lambda record: self._remember_process(entry, record),
             grace_s=self.config.cancel_grace_s,

@@ -113,6 +113,9 @@ class SessionInfo:
     lease_ttl_s: float
     claims_with_results: bool = False
     """The platform grants jobs in a results batch's answer (`results_and_claim`)."""
+    silent_results: bool = False
+    """The platform takes a result's `silent`: an attempt that printed nothing needs no log
+    batch to complete its logs."""
 
 
 @dataclass(frozen=True)
@@ -322,6 +325,7 @@ class PlatformClient:
             ack_timeout_s=answer["ack_timeout_s"],
             lease_ttl_s=answer["lease_ttl_s"],
             claims_with_results=answer.get("claims_with_results") is True,
+            silent_results=answer.get("silent_results") is True,
         )
         return self.session
 

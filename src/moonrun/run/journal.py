@@ -57,7 +57,8 @@ class Assignment:
     started_at_ms: int | None = None
     progress_seq: int = 0
     result: dict[str, Any] | None = None
-    """The result to deliver (outcome, retryable, error, output), kept until accepted."""
+    """The result to deliver (outcome, retryable, error, output, and `silent` when the attempt
+    printed no log line), kept until accepted."""
     process: dict[str, Any] | None = None
     """What a handler started for this attempt (`pgid` and the leader's start time in clock
     ticks; for `command` also its cgroup, working directory and session: run/leftovers.py),

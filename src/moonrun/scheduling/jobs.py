@@ -271,6 +271,9 @@ class AttemptSummary:
     outcome: str
     """`succeeded`, `failed`, `cancelled`, or a failure reason such as `lease_expired`."""
     code: str | None = None
+    silent: bool = False
+    """Its Run said with its result that it printed no log line: its logs are complete
+    (docs/protocol.md, "Silent attempts")."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -589,14 +592,17 @@ def end_attempt(
     draw: float,
     retryable: bool = True,
     result: RecordedResult | None = None,
+    silent: bool = False,
 ) -> Job:
-    """End the current attempt unsuccessfully: cancel intent wins, then retry, then failed."""
+    """End the current attempt unsuccessfully: cancel intent wins, then retry, then failed.
+    `silent`: its Run said the attempt printed no log line."""
     summary = AttemptSummary(
         attempt=job.attempt,
         claimed_at=job.claimed_at,
         ended_at=now,
         outcome=failure.reason.value,
         code=failure.code,
+        silent=silent,
     )
     common: dict[str, Any] = {
         "last_failure": failure,

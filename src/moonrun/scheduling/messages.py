@@ -225,9 +225,18 @@ def cancel_poll(
 
 
 def result(
-    job: Job, caller: Caller, evidence: Evidence, reported: RunResult, *, now: Instant, draw: float
+    job: Job,
+    caller: Caller,
+    evidence: Evidence,
+    reported: RunResult,
+    *,
+    now: Instant,
+    draw: float,
+    silent: bool = False,
 ) -> Decision[ResultAnswer]:
-    """Record the attempt's result; a replay of the recorded one gets the stored answer."""
+    """Record the attempt's result; a replay of the recorded one gets the stored answer.
+    `silent`: Run says the attempt printed no log line (kept in its history: its logs are
+    complete; not part of the terminal fingerprint, which is the result's)."""
     checked: Decision[ResultAnswer] = _checked(job, caller, evidence, now, draw)
     current = checked.job
     if checked.error is not None:
@@ -239,7 +248,7 @@ def result(
     if reported.outcome is Outcome.CANCELLED and current.cancel is None:
         return Decision(current, error=NoCancelIntent())
     recorded = RecordedResult(attempt=current.attempt, result=reported, at=now)
-    ended = _apply_result(current, recorded, now=now, draw=draw)
+    ended = _apply_result(current, recorded, now=now, draw=draw, silent=silent)
     return Decision(ended, _answer(ended, reported.fingerprint, replayed=False))
 
 
@@ -254,7 +263,9 @@ def _replay(job: Job, reported: RunResult) -> tuple[ResultAnswer | None, JobReje
     return None, NotActive(f"the job is {job.state}")
 
 
-def _apply_result(job: Job, recorded: RecordedResult, *, now: Instant, draw: float) -> Job:
+def _apply_result(
+    job: Job, recorded: RecordedResult, *, now: Instant, draw: float, silent: bool
+) -> Job:
     reported = recorded.result
     if reported.outcome is Outcome.FAILED:
         error = reported.error
@@ -273,8 +284,11 @@ def _apply_result(job: Job, recorded: RecordedResult, *, now: Instant, draw: flo
             draw=draw,
             retryable=reported.retryable,
             result=recorded,
+            silent=silent,
         )
-    summary = AttemptSummary(job.attempt, job.claimed_at, now, reported.outcome.value)
+    summary = AttemptSummary(
+        job.attempt, job.claimed_at, now, reported.outcome.value, silent=silent
+    )
     return finish(
         job,
         Event.RESULT,

@@ -47,17 +47,18 @@ __all__ = [
 
 def logs_complete(job: Job, attempt: int, marked: bool, now: Instant, grace_ms: int) -> bool:
     """Whether all of an attempt's log lines are in (docs/protocol.md, "Sending logs"): it has
-    ended, and its Run said its last batch went (`marked`), or the transfer grace after its
-    end has passed (a Run older than the marker says nothing; nothing is taken after it). A
-    job never claimed (attempt 0) has no logs to wait for once it is not waiting any more."""
+    ended, and its Run said its last batch went (`marked`) or, with its result, that it printed
+    none (`silent`), or the transfer grace after its end has passed (a Run older than the
+    marker says nothing; nothing is taken after it). A job never claimed (attempt 0) has no
+    logs to wait for once it is not waiting any more."""
     if attempt < 1:
         return not job.state.is_waiting and not job.state.is_active
     if attempt == job.attempt and job.state.is_active:
         return False
     if marked:
         return True
-    ended = next((past.ended_at for past in job.history if past.attempt == attempt), None)
-    return ended is not None and now > ended + grace_ms
+    past = next((past for past in job.history if past.attempt == attempt), None)
+    return past is not None and (past.silent or now > past.ended_at + grace_ms)
 
 
 def job_view(job: Job, *, logs_complete: bool = False, payload: bool = False) -> JobView:

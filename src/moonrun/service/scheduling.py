@@ -888,13 +888,14 @@ class SchedulingService:
         retryable: bool,
         error: Mapping[str, Any] | None = None,
         output: JsonValue | None = None,
+        silent: bool = False,
     ) -> ResultAnswer:
         caller = self._caller(session_id)
         reported = RunResult.of(outcome, retryable, error, output)
         return self._apply(
             job_id,
             lambda job, now, draw: messages.result(
-                job, caller, evidence, reported, now=now, draw=draw
+                job, caller, evidence, reported, now=now, draw=draw, silent=silent
             ),
         )
 
@@ -903,8 +904,9 @@ class SchedulingService:
     ) -> list[ResultAnswer | MoonrunError]:
         """Several results in one request and one commit; each answered as `result` would.
 
-        Each result mapping holds `outcome`, `retryable` and optionally `error` and `output`;
-        one that does not validate is refused alone (`invalid_request`).
+        Each result mapping holds `outcome`, `retryable` and optionally `error`, `output` and
+        `silent` (the attempt printed no log line); one that does not validate is refused alone
+        (`invalid_request`).
         """
         caller = self._caller(session_id)
         self._check_messages(results)
@@ -924,9 +926,13 @@ class SchedulingService:
             except MoonrunError as error:
                 refused[job_id] = error
 
+        silent = {job_id for job_id, _, fields in results if fields.get("silent") is True}
+
         def decide(job: Job, now: Instant, draw: float) -> Decision[ResultAnswer]:
             evidence, result = reported[job.id]
-            return messages.result(job, caller, evidence, result, now=now, draw=draw)
+            return messages.result(
+                job, caller, evidence, result, now=now, draw=draw, silent=job.id in silent
+            )
 
         decided = self._apply_many(list(reported), decide)
         answered = iter(decided)

@@ -100,7 +100,9 @@ def job_to_row(job: Job) -> dict[str, Any]:
         "reconcile_generation": mark.generation if mark else None,
         "history_json": json.dumps(
             [
+                # A silent attempt's flag only where it is set: older rows have five fields.
                 [past.attempt, past.claimed_at, past.ended_at, past.outcome, past.code]
+                + ([1] if past.silent else [])
                 for past in job.history
             ],
             separators=(",", ":"),
@@ -203,8 +205,10 @@ def row_to_job(row: Row) -> Job:
             generation=row["reconcile_generation"],
         ),
         history=tuple(
-            AttemptSummary(attempt, claimed_at, ended_at, outcome, code)
-            for attempt, claimed_at, ended_at, outcome, code in json.loads(row["history_json"])
+            AttemptSummary(attempt, claimed_at, ended_at, outcome, code, silent=silent == [1])
+            for attempt, claimed_at, ended_at, outcome, code, *silent in json.loads(
+                row["history_json"]
+            )
         ),
         group_id=row["group_id"],
         held=bool(row["held"]),

@@ -35,6 +35,9 @@ class RegisterAnswer(TypedDict):
     claims_with_results: NotRequired[bool]
     """The platform grants jobs in a results batch's answer (docs/protocol.md, "Claims with
     results"); a platform older than that says nothing, and Run then claims apart."""
+    silent_results: NotRequired[bool]
+    """The platform takes a result's `silent` (docs/protocol.md, "Silent attempts"); a
+    platform older than that says nothing, and Run then sends each attempt's last log batch."""
 
 
 class HeartbeatAnswer(TypedDict):
