@@ -286,6 +286,28 @@ class CommandHandler:
         context.upload(opened, name)
 
 
+async def connect_pipe_reader(
+    read_end: int, *, limit: int
+) -> tuple[asyncio.BaseTransport, asyncio.StreamReader]:
+    """A stream reading the pipe's `read_end`, whose transport closes the descriptor once
+    it goes.
+
+    Why the file object does not always own the descriptor: uvloop's pipe transport closes
+    the number itself (libuv) and then closes the file object it was handed too
+    (MagicStack/uvloop#763, open), so a file another thread opened between the two closes
+    lost its descriptor (an artifact Run was about to upload: EBADF). On uvloop the file
+    object must leave the descriptor to the transport; the standard loop's transport closes
+    it only through the file object."""
+    loop = asyncio.get_running_loop()
+    owns = not type(loop).__module__.startswith("uvloop")
+    reader = asyncio.StreamReader(limit=limit)
+    transport, _ = await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader),
+        os.fdopen(read_end, "rb", buffering=0, closefd=owns),
+    )
+    return transport, reader
+
+
 class Supervised:
     """One attempt's supervisor process, its pipes, and what it said."""
 
@@ -310,7 +332,6 @@ class Supervised:
     @classmethod
     async def start(cls, orders: dict[str, Any]) -> Supervised:
         """Start the supervisor and give it its orders (OSError when it cannot start)."""
-        loop = asyncio.get_running_loop()
         pipes = [os.pipe() for _ in range(3)]  # stdout, stderr, status
         (out_r, out_w), (err_r, err_w), (status_r, status_w) = pipes
         try:
@@ -333,14 +354,10 @@ class Supervised:
                 os.close(write_end)
         transports: list[asyncio.BaseTransport] = []
         readers = []
-        files = [os.fdopen(fd, "rb", buffering=0) for fd in (out_r, err_r, status_r)]
+        read_ends = (out_r, err_r, status_r)
         try:
-            for file in files:
-                reader = asyncio.StreamReader(limit=2**20)
-                transport, _ = await loop.connect_read_pipe(
-                    lambda r=reader: asyncio.StreamReaderProtocol(r),  # type: ignore[misc]
-                    file,
-                )
+            for read_end in read_ends:
+                transport, reader = await connect_pipe_reader(read_end, limit=2**20)
                 transports.append(transport)
                 readers.append(reader)
         except BaseException:  # cancelled meanwhile: the supervisor has no orders yet
@@ -348,8 +365,10 @@ class Supervised:
                 os.killpg(process.pid, signal.SIGKILL)
             for opened in transports:
                 opened.close()
-            for file in files[len(transports) :]:
-                file.close()
+            # The end being connected went with its transport; those never handed over are
+            # still ours (a descriptor left open is harmless, one closed twice is not).
+            for read_end in read_ends[len(transports) + 1 :]:
+                os.close(read_end)
             raise
         supervised = cls(
             process,
