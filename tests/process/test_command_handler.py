@@ -75,6 +75,36 @@ async def test_cancelling_a_command_sends_sigterm_first(tmp_path: Path) -> None:
 
 
 @pytest.mark.anyio
+async def test_a_child_that_missed_the_groups_sigterm_gets_its_own_once_the_command_exits(
+    tmp_path: Path,
+) -> None:
+    """The child lets the group's SIGTERM go by (as a shell's child between its fork and its
+    exec does, by chance): once the command has exited, it gets one of its own, and the
+    cancel ends well within the grace instead of at its end."""
+    pidfile = tmp_path / "pid"
+    script = (
+        f"echo $$ > {pidfile}; trap 'exit 143' TERM; "
+        "(trap 'trap - TERM' TERM; while :; do sleep 0.1; done) & echo ready; wait"
+    )
+    sink = Sink()
+    context = job_context("command", {"argv": ["sh", "-c", script]}, sink, grace_s=60.0)
+    work = asyncio.create_task(CommandHandler().run(context))
+    await wait_for_line(sink, "ready")
+    pgid = read_pid(pidfile)
+    began = time.monotonic()
+    try:
+        context.cancelled.set()
+        result = await asyncio.wait_for(work, HANG_GUARD_S)
+
+        assert (result.outcome, result.error) == ("cancelled", None)
+        assert time.monotonic() - began < BOUND_S
+        assert await group_gone(pgid)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
+
+
+@pytest.mark.anyio
 async def test_cancelling_a_command_that_ignores_sigterm_kills_it_after_the_grace(
     tmp_path: Path,
 ) -> None:

@@ -17,7 +17,8 @@ more descriptor its status pipe. It reads its orders as one JSON line on stdin, 
    session of its own, under the command user's uid, gid and groups, stdin `/dev/null`;
 5. waits. When the command's main process exits, when Run writes `stop` or closes stdin (Run
    is gone), or on SIGTERM, it stops every descendant: SIGTERM, then SIGKILL once the grace
-   is over, again and again until none is left, reaping each;
+   is over, again and again until none is left, reaping each (on a stop, what is left once
+   the main process has exited gets one more SIGTERM of its own: `_tell_again`);
 6. reports on the status pipe, one JSON line each: `{"started": pid, "ticks": t}` (the
    command's pid and start time, as seen from the host unless in a PID namespace),
    `{"exec_failed": why}`, `{"setup_failed": why}`, and last `{"ended": returncode,
@@ -155,6 +156,8 @@ class Supervisor:
         self.main_status: int | None = None
         self.main_exited_first = False
         self.terminated: set[int] = set()
+        self.told_again = False
+        """Whether what was left when the main process exited on a stop got its own SIGTERM."""
         self.wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(wake_w)
         signal.signal(signal.SIGCHLD, _ignore)
@@ -236,6 +239,8 @@ class Supervisor:
                         os.killpg(self.main, signal.SIGTERM)
                     self.terminated |= {pid for pid in alive if table[pid][3] == self.main}
                     self.terminated.add(self.main)
+                if not late and self.main_status is not None and not self.main_exited_first:
+                    self._tell_again(alive)
                 for pid in alive:
                     if late:
                         with contextlib.suppress(OSError):
@@ -252,6 +257,18 @@ class Supervisor:
         if self.main_status is not None:
             ended = os.waitstatus_to_exitcode(self.main_status)
         self.report(ended=ended, stopped=stopped, requested=not self.main_exited_first)
+
+    def _tell_again(self, alive: set[int]) -> None:
+        """Once the main process has exited on a stop: one more SIGTERM to each process left.
+        The group's SIGTERM can miss a process: a shell's child between its fork and its exec
+        takes the signal with the shell's trap, then drops the trap, and what it execs never
+        hears of it; without this it would keep the attempt until the grace is over."""
+        if self.told_again:
+            return
+        self.told_again = True
+        for pid in alive:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGTERM)
 
     def _reap(self) -> None:
         while True:
