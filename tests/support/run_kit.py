@@ -14,8 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from moonrun.errors import PlatformUnreachable
+from moonrun.run.agent import Agent, RunConfig
 from moonrun.run.client import SessionInfo
 from moonrun.run.handlers import HandlerResult, JobContext
+from moonrun.run.identity import Identity
+from moonrun.run.journal import Journal
 
 HANG_GUARD_S = 30.0
 """Only a guard against a hang; every wait it bounds is expected to end well before it."""
@@ -237,6 +240,28 @@ class FakeRunClient:
             (name, index, data if isinstance(data, int) else len(data), final)
             for _, _, name, index, data, final in self.chunk_calls
         ]
+
+
+async def run_agent(
+    tmp_path: Path, client: FakeRunClient, handlers: dict[str, Any], *, jobs: int, capacity: int
+) -> None:
+    """One real `Agent` (data in `tmp_path`) against `client` (a fake platform, `jobs=True`):
+    `jobs` jobs offered, run until each is reported and none runs any more, then stopped (Run
+    sends what its transfers hold before it stops)."""
+    config = RunConfig(
+        platform_url="http://fake.invalid", data_dir=tmp_path, capacity=capacity, claim_wait_s=25.0
+    )
+    identity = Identity.__new__(Identity)  # never used: the fake client signs nothing
+    agent = Agent(config, identity, Journal.open(tmp_path), handlers, client=client)  # type: ignore[arg-type]
+    stop = asyncio.Event()
+    running = asyncio.create_task(agent.run(stop))
+    try:
+        client.offer(jobs)
+        while client.reported < jobs or agent._running:
+            await asyncio.sleep(0.01)
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, HANG_GUARD_S)
 
 
 # -- a handler's context ------------------------------------------------------------------------

@@ -14,31 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from moonrun.run.agent import Agent, RunConfig
 from moonrun.run.handlers.noop import NoopHandler
-from moonrun.run.identity import Identity
-from moonrun.run.journal import Journal
-from tests.support.run_kit import FakeRunClient
+from tests.support.run_kit import FakeRunClient, run_agent
 
 JOBS = 5
 HANG_GUARD_S = 60.0
-
-
-async def run_jobs(tmp_path: Path, client: FakeRunClient) -> None:
-    config = RunConfig(
-        platform_url="http://fake.invalid", data_dir=tmp_path, capacity=1, claim_wait_s=25.0
-    )
-    identity = Identity.__new__(Identity)  # never used: the fake client signs nothing
-    agent = Agent(config, identity, Journal.open(tmp_path), {"noop": NoopHandler()}, client=client)  # type: ignore[arg-type]
-    stop = asyncio.Event()
-    running = asyncio.create_task(agent.run(stop))
-    try:
-        client.offer(JOBS)
-        while client.reported < JOBS or agent._running:
-            await asyncio.sleep(0.01)
-    finally:
-        stop.set()
-        await asyncio.wait_for(running, HANG_GUARD_S)
 
 
 @pytest.mark.parametrize("grants_with_results", [True, False], ids=["says so", "older"])
@@ -46,7 +26,8 @@ def test_a_busy_run_claims_its_next_jobs_with_its_results(
     tmp_path: Path, grants_with_results: bool
 ) -> None:
     client = FakeRunClient(jobs=True, record=False, claims_with_results=grants_with_results)
-    asyncio.run(asyncio.wait_for(run_jobs(tmp_path, client), HANG_GUARD_S))
+    run = run_agent(tmp_path, client, {"noop": NoopHandler()}, jobs=JOBS, capacity=1)
+    asyncio.run(asyncio.wait_for(run, HANG_GUARD_S))
     by_results = JOBS - 1 if grants_with_results else 0
     # The first job is claimed apart, and so is the wait for more once the last has run.
     assert (client.reported, client.acked, client.claimed_with_results) == (JOBS, JOBS, by_results)

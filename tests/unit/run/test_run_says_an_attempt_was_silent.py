@@ -10,17 +10,15 @@ prints one line take turns with `noop` jobs, which print nothing.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
 
-from moonrun.run.agent import Agent, RunConfig
 from moonrun.run.handlers import ANY_PAYLOAD, HandlerResult, JobContext
 from moonrun.run.handlers.noop import NoopHandler
-from moonrun.run.identity import Identity
-from moonrun.run.journal import Journal
-from tests.support.run_kit import FakeRunClient
+from tests.support.run_kit import FakeRunClient, run_agent
 
 JOBS = 6
 HANG_GUARD_S = 60.0
@@ -41,22 +39,9 @@ def kind_of(number: int) -> str:
     return "say" if number % 2 else "noop"
 
 
-async def run_jobs(tmp_path: Path, client: FakeRunClient) -> None:
-    config = RunConfig(
-        platform_url="http://fake.invalid", data_dir=tmp_path, capacity=2, claim_wait_s=25.0
-    )
-    identity = Identity.__new__(Identity)  # never used: the fake client signs nothing
+def run_jobs(tmp_path: Path, client: FakeRunClient) -> Coroutine[Any, Any, None]:
     handlers = {"noop": NoopHandler(), "say": SayingHandler()}
-    agent = Agent(config, identity, Journal.open(tmp_path), handlers, client=client)  # type: ignore[arg-type]
-    stop = asyncio.Event()
-    running = asyncio.create_task(agent.run(stop))
-    try:
-        client.offer(JOBS)
-        while client.reported < JOBS or agent._running:
-            await asyncio.sleep(0.01)
-    finally:
-        stop.set()  # Run flushes its log batches before it stops
-        await asyncio.wait_for(running, HANG_GUARD_S)
+    return run_agent(tmp_path, client, handlers, jobs=JOBS, capacity=2)
 
 
 def test_a_silent_attempt_says_so_with_its_result_and_sends_no_log_batch(tmp_path: Path) -> None:
@@ -87,22 +72,6 @@ def test_an_attempt_whose_log_says_anything_is_not_silent(tmp_path: Path, said: 
 
     handler = NeedsAField() if said == "a payload refused" else SayingHandler()
     client = FakeRunClient(jobs=True, silent_results=True)
-    config = RunConfig(
-        platform_url="http://fake.invalid", data_dir=tmp_path, capacity=1, claim_wait_s=25.0
-    )
-    identity = Identity.__new__(Identity)
-
-    async def scenario() -> None:
-        agent = Agent(config, identity, Journal.open(tmp_path), {"noop": handler}, client=client)  # type: ignore[arg-type]
-        stop = asyncio.Event()
-        running = asyncio.create_task(agent.run(stop))
-        try:
-            client.offer(1)
-            while client.reported < 1 or agent._running:
-                await asyncio.sleep(0.01)
-        finally:
-            stop.set()
-            await asyncio.wait_for(running, HANG_GUARD_S)
-
-    asyncio.run(asyncio.wait_for(scenario(), HANG_GUARD_S))
+    run = run_agent(tmp_path, client, {"noop": handler}, jobs=1, capacity=1)
+    asyncio.run(asyncio.wait_for(run, HANG_GUARD_S))
     assert (client.silent_jobs, [job for job, _, _ in client.final_calls]) == ([], ["job_0"])
