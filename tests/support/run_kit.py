@@ -11,9 +11,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
-from moonrun.errors import PlatformUnreachable
+from moonrun.errors import MoonrunError, PlatformUnreachable
 from moonrun.run.agent import Agent, RunConfig
 from moonrun.run.client import SessionInfo
 from moonrun.run.handlers import HandlerResult, JobContext
@@ -53,8 +54,10 @@ class FakeRunClient:
         renewals: bool = True,
         claims_with_results: bool = False,
         silent_results: bool = False,
+        log_batches: bool = False,
     ) -> None:
-        self.session: Any = object() if not jobs else None
+        self.log_batches = log_batches
+        self.session: Any = None if jobs else SimpleNamespace(log_batches=log_batches)
         self.claims_with_results = claims_with_results
         self.claims = self.claimed_with_results = 0
         """Claims asked apart (`claim`), and jobs granted in results' answers."""
@@ -82,8 +85,28 @@ class FakeRunClient:
         self.first_seqs: dict[tuple[str, int], int] = {}
         self.finals = 0
         self.final_calls: list[tuple[str, int, int]] = []
+        self.log_requests = 0
+        """Requests on the logs channel: one per `send_logs`, one per `send_log_batches`."""
 
-    async def send_logs(
+    async def send_logs(self, *batch: Any, **fields: Any) -> Any:
+        """One batch in one request (`_store_logs` says what is kept of it)."""
+        self.log_requests += 1
+        return await self._store_logs(*batch, **fields)
+
+    async def send_log_batches(self, batches: list[dict[str, Any]]) -> list[Any]:
+        """Each batch as `send_logs` takes it, in one request (a platform that says
+        `log_batches`); an error raised for one batch is its answer."""
+        assert self.log_batches, "log batches together to a platform that says not"
+        self.log_requests += 1
+        answers: list[Any] = []
+        for batch in batches:
+            try:
+                answers.append(await self._store_logs(**batch))
+            except MoonrunError as error:
+                answers.append(error)
+        return answers
+
+    async def _store_logs(
         self,
         job_id: str,
         attempt: int,
@@ -155,6 +178,7 @@ class FakeRunClient:
             lease_ttl_s=self.lease_ttl_s,
             claims_with_results=self.claims_with_results,
             silent_results=self.silent_results,
+            log_batches=self.log_batches,
         )
         return self.session
 

@@ -26,6 +26,7 @@ from moonrun.http.schemas import (
     ClaimRequest,
     EvidenceRequest,
     JoinRequest,
+    LogBatchesRequest,
     LogBatchRequest,
     ProgressRequest,
     ReconcileRequest,
@@ -55,6 +56,8 @@ from moonrun.wire.run import (
     HeartbeatAnswer,
     JoinAnswer,
     LogBatchAnswer,
+    LogBatchesAnswer,
+    LogEntry,
     ProgressAnswer,
     ReconcileAnswer,
     RegisterAnswer,
@@ -142,6 +145,7 @@ async def register(call: Call) -> RegisterAnswer:
         "lease_ttl_s": registration.lease_ttl_s,
         "claims_with_results": True,
         "silent_results": True,
+        "log_batches": True,
     }
 
 
@@ -376,6 +380,60 @@ async def append_logs(call: Call) -> LogBatchAnswer:
     return {"accepted_through_seq": through}
 
 
+async def append_log_batches(call: Call) -> LogBatchesAnswer:
+    """Several attempts' batches in one request, each checked, stored and answered as its own
+    `POST /run/v1/logs` would be: one refused does not refuse the others."""
+    platform, batches = call.platform, call.body.batches
+    if len({(batch.job_id, batch.attempt) for batch in batches}) != len(batches):
+        raise InvalidRequest("each attempt may appear only once in a request")
+    service, logs = platform.service, platform.logs
+    transfers = [(batch.job_id, Evidence(batch.attempt, batch.lease)) for batch in batches]
+    checked = await call.channel.run(service.check_transfers, call.subject, transfers)
+
+    def append_each() -> list[int | MoonrunError]:
+        stored: list[int | MoonrunError] = []
+        for batch, check in zip(batches, checked, strict=True):
+            if isinstance(check, MoonrunError):
+                stored.append(check)
+                continue
+            lines = [LogLine(batch.seq, ln.ts, ln.stream, ln.text) for ln in batch.lines]
+            try:
+                through = logs.append(
+                    batch.job_id, batch.attempt, batch.seq, lines, final=batch.final
+                )
+            except MoonrunError as error:
+                stored.append(error)
+            else:
+                stored.append(through)
+        return stored
+
+    # A durable log store waits for an fsync: on the logs channel's threads, not the event loop.
+    stored = await (call.channel.thread if logs.on_threads else call.channel.run)(append_each)
+    entries: list[LogEntry] = []
+    for batch, outcome in zip(batches, stored, strict=True):
+        if isinstance(outcome, MoonrunError):
+            entries.append(
+                {
+                    "job_id": batch.job_id,
+                    "attempt": batch.attempt,
+                    "status": outcome.status,
+                    "error": _refusal(call, outcome),
+                }
+            )
+            continue
+        if batch.final:
+            service.logs_completed(batch.job_id)
+        entries.append(
+            {
+                "job_id": batch.job_id,
+                "attempt": batch.attempt,
+                "status": 200,
+                "answer": {"accepted_through_seq": outcome},
+            }
+        )
+    return {"answers": entries}
+
+
 async def put_artifact_chunk(call: Call) -> ChunkAnswer:
     """Store one chunk of an artifact (idempotent per chunk index); `Run-Final` ends it."""
     platform, params = call.platform, call.params
@@ -461,6 +519,11 @@ ROUTES: tuple[Route, ...] = (
         method="POST", path="/run/v1/logs", channel="logs", auth="session",
         body=LogBatchRequest, answer=LogBatchAnswer, status=202, handler=append_logs,
         sheds=True,
+    ),
+    Route(
+        method="POST", path="/run/v1/logs/batches", channel="logs", auth="session",
+        body=LogBatchesRequest, answer=LogBatchesAnswer, status=200,
+        handler=append_log_batches, sheds=True,
     ),
     Route(
         method="PUT", path="/run/v1/artifacts/{job_id}/{attempt}/{name}/{chunk_index}",

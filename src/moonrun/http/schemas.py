@@ -168,6 +168,15 @@ class LogBatchRequest(Strict):
     """The attempt's last batch: it has ended and Run has nothing more of it to send."""
 
 
+MAX_LOG_BATCHES = 500
+
+
+class LogBatchesRequest(Strict):
+    """Several attempts' batches in one request (docs/protocol.md, "Log batches together")."""
+
+    batches: list[LogBatchRequest] = Field(min_length=1, max_length=MAX_LOG_BATCHES)
+
+
 # -- users ---------------------------------------------------------------------------------------
 
 

@@ -59,6 +59,7 @@ from moonrun.wire.run import (
     HeartbeatAnswer,
     JoinAnswer,
     LogBatchAnswer,
+    LogBatchesAnswer,
     ProgressAnswer,
     ReconcileAnswer,
     RegisterAnswer,
@@ -116,6 +117,8 @@ class SessionInfo:
     silent_results: bool = False
     """The platform takes a result's `silent`: an attempt that printed nothing needs no log
     batch to complete its logs."""
+    log_batches: bool = False
+    """The platform takes several attempts' log batches in one request (`send_log_batches`)."""
 
 
 @dataclass(frozen=True)
@@ -326,6 +329,7 @@ class PlatformClient:
             lease_ttl_s=answer["lease_ttl_s"],
             claims_with_results=answer.get("claims_with_results") is True,
             silent_results=answer.get("silent_results") is True,
+            log_batches=answer.get("log_batches") is True,
         )
         return self.session
 
@@ -451,16 +455,21 @@ class PlatformClient:
         final: bool = False,
     ) -> LogBatchAnswer:
         """A batch of the attempt's lines; `final`: its last (an older platform ignores it)."""
-        body: dict[str, Any] = {
-            "job_id": job_id,
-            "attempt": attempt,
-            "lease": lease,
-            "seq": seq,
-            "lines": lines,
-        }
-        if final:
-            body["final"] = True
+        body = log_batch(job_id, attempt, lease, seq, lines, final=final)
         return await self._signed("logs", "/run/v1/logs", body, LogBatchAnswer)
+
+    async def send_log_batches(
+        self, batches: list[dict[str, Any]]
+    ) -> list[LogBatchAnswer | MoonrunError]:
+        """Several attempts' batches (each a `log_batch`) in one request, each answered as
+        `send_logs` would be (a platform whose session says `log_batches`)."""
+        path = "/run/v1/logs/batches"
+        answer = await self._signed("logs", path, {"batches": batches}, LogBatchesAnswer)
+        entries = _in_order(answer["answers"], batches, path)
+        return [
+            entry_answer(e["status"], e.get("answer"), e.get("error"), f"POST {path}")
+            for e in entries
+        ]
 
     async def put_chunk(
         self,
@@ -492,6 +501,28 @@ class PlatformClient:
 
 
 E = TypeVar("E", bound=BatchEntry)
+
+
+def log_batch(
+    job_id: str,
+    attempt: int,
+    lease: str,
+    seq: int,
+    lines: list[dict[str, str]],
+    *,
+    final: bool = False,
+) -> dict[str, Any]:
+    """One attempt's log batch as the platform takes it; `final`: its last."""
+    body: dict[str, Any] = {
+        "job_id": job_id,
+        "attempt": attempt,
+        "lease": lease,
+        "seq": seq,
+        "lines": lines,
+    }
+    if final:
+        body["final"] = True
+    return body
 
 
 def _in_order(entries: list[E], items: list[dict[str, Any]], path: str) -> list[E]:

@@ -17,11 +17,17 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from moonrun.backoff import Backoff
 from moonrun.errors import ArtifactTooLarge, InvalidRequest, MoonrunError
-from moonrun.run.client import SESSION_ERRORS, TRANSIENT, PlatformClient, pause_after
+from moonrun.run.client import (
+    SESSION_ERRORS,
+    TRANSIENT,
+    PlatformClient,
+    log_batch,
+    pause_after,
+)
 
 log = logging.getLogger("moonrun.run.transfers")
 
@@ -31,7 +37,12 @@ MAX_ARTIFACT_BYTES = 1024**3
 LINE_CHARS = 16_384
 """What a log line keeps of its text."""
 BATCH_BYTES = 768 * 1024
-"""A log batch's lines, as JSON, stay below this: the platform refuses log bodies over 1 MiB."""
+"""A log batch's lines, as JSON, stay below this: the platform refuses log bodies over 1 MiB;
+so do the batches of one request together."""
+BATCH_OVERHEAD_BYTES = 256
+"""A batch's JSON beside its lines (job id, attempt, lease, seq, keys), rounded up."""
+MAX_LOG_BATCHES = 500
+"""The most batches the platform takes in one request."""
 LINE_JSON_BYTES = 80
 LOST_NOTE = "earlier line(s) dropped: output outran log shipping"
 """A line's JSON beside its text (`ts`, `stream`, keys and punctuation), rounded up."""
@@ -189,7 +200,8 @@ class LogShipper:
             await self.flush()
 
     async def flush(self) -> None:
-        """Send what is buffered, one batch per attempt.
+        """Send what is buffered, one batch per attempt (several attempts' batches in a request
+        to a platform that takes them so).
 
         A batch that failed is kept whole under its seq and sent again unchanged before any
         newer line: the platform stores each (job, attempt, seq) once, so a batch that was
@@ -209,29 +221,44 @@ class LogShipper:
             elif attempt not in self._buffers:
                 self._pending[attempt] = (self._next_seq(), [], True)
                 self._ended.discard(attempt)
-        for attempt, (seq, lines, final) in list(self._pending.items()):
-            body = [{"ts": ln.ts, "stream": ln.stream, "text": ln.text} for ln in lines]
+        pending = list(self._pending.items())
+        if getattr(self._client.session, "log_batches", False):
+            # Several attempts' batches a request (docs/protocol.md, "Log batches together"):
+            # one request each fell behind a busy Run's jobs.
+            for group in _groups(pending):
+                bodies = [_body(attempt, *batch) for attempt, batch in group]
+                try:
+                    outcomes = await self._client.send_log_batches(bodies)
+                except RETRYABLE:
+                    continue  # the whole group stays pending, same seqs, same lines
+                for (attempt, (_, lines, _)), outcome in zip(group, outcomes, strict=True):
+                    self._settle(attempt, lines, outcome)
+            return
+        for attempt, (seq, lines, final) in pending:
+            refusal: MoonrunError | None = None
             try:
-                if final:
-                    await self._client.send_logs(
-                        attempt.job_id, attempt.attempt, attempt.lease, seq, body, final=True
-                    )
-                else:
-                    await self._client.send_logs(
-                        attempt.job_id, attempt.attempt, attempt.lease, seq, body
-                    )
+                await self._client.send_logs(**_body(attempt, seq, lines, final))
             except RETRYABLE:
                 continue  # stays pending, same seq, same lines
-            except MoonrunError as error:  # the attempt is over for good: its lines are moot
-                log.info(
-                    "log lines dropped",
-                    extra={"fields": {"job_id": attempt.job_id, "code": error.code}},
-                )
-                self.dropped += len(lines)
-                self._ended.discard(attempt)
-            else:
-                self.shipped += len(lines)
-            del self._pending[attempt]
+            except MoonrunError as error:
+                refusal = error
+            self._settle(attempt, lines, refusal)
+
+    def _settle(self, attempt: Attempt, lines: list[Line], outcome: object) -> None:
+        """A pending batch answered: stored, kept for the next flush (a transient refusal),
+        or dropped for good (the attempt is over: its lines are moot)."""
+        if isinstance(outcome, RETRYABLE):
+            return  # stays pending, same seq, same lines
+        if isinstance(outcome, MoonrunError):
+            log.info(
+                "log lines dropped",
+                extra={"fields": {"job_id": attempt.job_id, "code": outcome.code}},
+            )
+            self.dropped += len(lines)
+            self._ended.discard(attempt)
+        else:
+            self.shipped += len(lines)
+        del self._pending[attempt]
 
     def _take_batches(self) -> dict[Attempt, list[Line]]:
         """For each attempt without a pending batch, its oldest lines: up to `batch_lines` and
@@ -277,6 +304,31 @@ class LogShipper:
         """
         self._last_seq = max(self._last_seq + 1, self._clock_us())
         return self._last_seq
+
+
+def _body(attempt: Attempt, seq: int, lines: list[Line], final: bool) -> dict[str, Any]:
+    """A pending batch as the platform takes it."""
+    body = [{"ts": ln.ts, "stream": ln.stream, "text": ln.text} for ln in lines]
+    return log_batch(attempt.job_id, attempt.attempt, attempt.lease, seq, body, final=final)
+
+
+def _groups(
+    pending: list[tuple[Attempt, tuple[int, list[Line], bool]]],
+) -> list[list[tuple[Attempt, tuple[int, list[Line], bool]]]]:
+    """Pending batches in requests of at most `MAX_LOG_BATCHES` and about `BATCH_BYTES` of
+    their lines' JSON (each batch alone stays below that), so every body fits the platform's
+    1 MiB."""
+    groups: list[list[tuple[Attempt, tuple[int, list[Line], bool]]]] = []
+    size = 0
+    for item in pending:
+        lines = item[1][1]
+        weight = BATCH_OVERHEAD_BYTES + sum(line.json_size for line in lines)
+        if not groups or len(groups[-1]) >= MAX_LOG_BATCHES or size + weight > BATCH_BYTES:
+            groups.append([])
+            size = 0
+        groups[-1].append(item)
+        size += weight
+    return groups
 
 
 @dataclass(frozen=True)

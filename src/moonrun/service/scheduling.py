@@ -417,6 +417,18 @@ class SchedulingService:
             raise error
         raise NotActive("the attempt ended; its logs and artifacts are closed")
 
+    def check_transfers(
+        self, session_id: str, transfers: Sequence[tuple[str, Evidence]]
+    ) -> list[Job | MoonrunError]:
+        """`check_transfer` of each (job id, evidence), in one call: the job, or why not."""
+        checked: list[Job | MoonrunError] = []
+        for job_id, evidence in transfers:
+            try:
+                checked.append(self.check_transfer(session_id, job_id, evidence))
+            except MoonrunError as error:
+                checked.append(error)
+        return checked
+
     def logs_complete(
         self, job: Job, attempt: int | None, marked: Callable[[str, int], bool]
     ) -> bool:

@@ -38,6 +38,9 @@ class RegisterAnswer(TypedDict):
     silent_results: NotRequired[bool]
     """The platform takes a result's `silent` (docs/protocol.md, "Silent attempts"); a
     platform older than that says nothing, and Run then sends each attempt's last log batch."""
+    log_batches: NotRequired[bool]
+    """The platform takes several attempts' log batches in one request (docs/protocol.md,
+    "Log batches together"); to one older than that Run sends them one by one."""
 
 
 class HeartbeatAnswer(TypedDict):
@@ -184,6 +187,17 @@ class ResultBatchAnswer(TypedDict):
 
 class LogBatchAnswer(TypedDict):
     accepted_through_seq: int
+
+
+class LogEntry(BatchEntry):
+    attempt: int
+    answer: NotRequired[LogBatchAnswer]
+    """When `status` is 200."""
+
+
+class LogBatchesAnswer(TypedDict):
+    answers: list[LogEntry]
+    """One per batch, in the request's order."""
 
 
 class ChunkAnswer(TypedDict):

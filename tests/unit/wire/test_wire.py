@@ -137,6 +137,19 @@ def every_run_answer(cast: Cast) -> Sent:
     sent.note("POST", "/run/v1/jobs/results", answer)
     logs = runner.send_logs(cancelled, attempts[cancelled], 1, "a line")
     sent.note("POST", "/run/v1/logs", logs)
+    line = {"ts": "2026-11-30T00:00:00.000Z", "stream": "stdout", "text": "another"}
+    together = [
+        {**runner.entry(cancelled, attempts[cancelled]), "seq": 2, "lines": [line]},
+        {
+            "job_id": cancelled,
+            "attempt": attempts[cancelled] + 1,
+            "lease": "lease_not_this_one",
+            "seq": 2,
+            "lines": [],
+        },  # refused alone: its entry's `error`
+    ]
+    answer = runner.post("/run/v1/logs/batches", {"batches": together})
+    sent.note("POST", "/run/v1/logs/batches", answer)
     chunk = runner.put_chunk(cancelled, attempts[cancelled], "out", 0, b"bytes", final=True)
     sent.note("PUT", "/run/v1/artifacts/{job_id}/{attempt}/{name}/{chunk_index}", chunk)
     assert runner.register(boot_id="boot-2").status_code == 201  # a restart: reconcile again
