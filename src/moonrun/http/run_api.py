@@ -9,7 +9,6 @@ shapes `moonrun.wire.run` declares (the same Run parses).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -367,26 +366,44 @@ async def result_batch(call: Call) -> ResultBatchAnswer:
 async def append_logs(call: Call) -> LogBatchAnswer:
     """Store a batch of log lines, once per (job, attempt, seq). A `final` batch completes the
     attempt's logs: the job's readers waiting for that are woken."""
-    platform, body = call.platform, call.body
-    evidence = Evidence(body.attempt, body.lease)
-    await call.channel.run(platform.service.check_transfer, call.subject, body.job_id, evidence)
-    lines = [LogLine(body.seq, line.ts, line.stream, line.text) for line in body.lines]
-    # A durable log store waits for an fsync: on the logs channel's threads, not the event loop.
-    work = call.channel.thread if platform.logs.on_threads else call.channel.run
-    append = functools.partial(platform.logs.append, final=body.final)
-    through = await work(append, body.job_id, body.attempt, body.seq, lines)
-    if body.final:
-        platform.service.logs_completed(body.job_id)
-    return {"accepted_through_seq": through}
+    (outcome,) = await _store_log_batches(call, [call.body])
+    if isinstance(outcome, MoonrunError):
+        raise outcome
+    return {"accepted_through_seq": outcome}
 
 
 async def append_log_batches(call: Call) -> LogBatchesAnswer:
     """Several attempts' batches in one request, each checked, stored and answered as its own
     `POST /run/v1/logs` would be: one refused does not refuse the others."""
-    platform, batches = call.platform, call.body.batches
+    batches = call.body.batches
     if len({(batch.job_id, batch.attempt) for batch in batches}) != len(batches):
         raise InvalidRequest("each attempt may appear only once in a request")
-    service, logs = platform.service, platform.logs
+    stored = await _store_log_batches(call, batches)
+    entries: list[LogEntry] = [
+        {
+            "job_id": batch.job_id,
+            "attempt": batch.attempt,
+            "status": outcome.status,
+            "error": _refusal(call, outcome),
+        }
+        if isinstance(outcome, MoonrunError)
+        else {
+            "job_id": batch.job_id,
+            "attempt": batch.attempt,
+            "status": 200,
+            "answer": {"accepted_through_seq": outcome},
+        }
+        for batch, outcome in zip(batches, stored, strict=True)
+    ]
+    return {"answers": entries}
+
+
+async def _store_log_batches(
+    call: Call, batches: Sequence[LogBatchRequest]
+) -> list[int | MoonrunError]:
+    """Each batch checked (its attempt's evidence) and stored: the highest seq accepted of its
+    attempt, or why not. A `final` batch stored completes its attempt's logs."""
+    service, logs = call.platform.service, call.platform.logs
     transfers = [(batch.job_id, Evidence(batch.attempt, batch.lease)) for batch in batches]
     checked = await call.channel.run(service.check_transfers, call.subject, transfers)
 
@@ -409,29 +426,10 @@ async def append_log_batches(call: Call) -> LogBatchesAnswer:
 
     # A durable log store waits for an fsync: on the logs channel's threads, not the event loop.
     stored = await (call.channel.thread if logs.on_threads else call.channel.run)(append_each)
-    entries: list[LogEntry] = []
     for batch, outcome in zip(batches, stored, strict=True):
-        if isinstance(outcome, MoonrunError):
-            entries.append(
-                {
-                    "job_id": batch.job_id,
-                    "attempt": batch.attempt,
-                    "status": outcome.status,
-                    "error": _refusal(call, outcome),
-                }
-            )
-            continue
-        if batch.final:
+        if batch.final and not isinstance(outcome, MoonrunError):
             service.logs_completed(batch.job_id)
-        entries.append(
-            {
-                "job_id": batch.job_id,
-                "attempt": batch.attempt,
-                "status": 200,
-                "answer": {"accepted_through_seq": outcome},
-            }
-        )
-    return {"answers": entries}
+    return stored
 
 
 async def put_artifact_chunk(call: Call) -> ChunkAnswer:
